@@ -1,0 +1,16 @@
+// Registers the backends compiled into this build. Each backend's file exposes
+// one registration function; adding a backend adds a line here.
+#include <mutex>
+
+#include "transport/transport.h"
+
+namespace rdmaflow {
+
+void register_tcp_transport();
+
+void register_builtin_transports() {
+  static std::once_flag once;
+  std::call_once(once, [] { register_tcp_transport(); });
+}
+
+}  // namespace rdmaflow

@@ -1,0 +1,133 @@
+// Channel: one connection to one peer, the contract every backend keeps
+// (see docs/architecture.md, "The channel contract").
+//
+// Thread model: operations may be issued from any thread. Completion callbacks
+// run on the backend's progress thread, exactly once per operation, even on
+// error, timeout or close; callbacks must not block. A channel error is sticky:
+// once the channel fails, every pending and every later operation completes
+// with that error (naming the peer).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "allocator/status.h"
+#include "transport/remote_key.h"
+
+namespace rdmaflow {
+
+using Millis = std::chrono::milliseconds;
+using Callback = std::function<void(const Status&)>;
+
+// Inbound side of a channel: notify values and control messages queued by the
+// backend's progress thread, taken by the user with timeouts. Once failed, the
+// inbox drains what already arrived and then reports the sticky error.
+class Inbox {
+ public:
+  void push_notify(uint64_t value);
+  void push_message(std::vector<uint8_t> bytes);
+  void fail(const Status& error);
+
+  // Oldest notify value.
+  Result<uint64_t> wait_notify(Millis timeout);
+  // A specific notify value (removes one occurrence), for consumers that match
+  // notifications by id (transfers, collective tags).
+  Status wait_notify_value(uint64_t value, Millis timeout);
+  std::optional<uint64_t> poll_notify();
+  Result<std::vector<uint8_t>> recv_message(Millis timeout);
+
+  // Called (on the progress thread) after each new notify; must not block.
+  void set_notify_listener(std::function<void()> listener);
+
+  void set_peer(int peer) { peer_ = peer; }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<uint64_t> notifies_;
+  std::deque<std::vector<uint8_t>> messages_;
+  std::function<void()> listener_;
+  Status error_;
+  int peer_ = -1;
+};
+
+class Channel {
+ public:
+  virtual ~Channel() = default;
+
+  virtual int peer_rank() const = 0;
+  virtual std::string backend() const = 0;
+
+  // One-sided write of [src, src + len) into `dst` at `dst_offset`.
+  // `src` must lie in memory registered with this channel's transport (the TCP
+  // backend accepts any memory). If `notify` is set, the peer's inbox receives
+  // it only after every byte of the write is visible in the peer's memory.
+  // An offset/length outside the grant completes with kOutOfRange and writes
+  // nothing.
+  virtual void write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
+                     std::optional<uint64_t> notify, Callback done, Millis timeout) = 0;
+
+  // One-sided read of `len` bytes of `src` at `src_offset` into `dst`.
+  virtual void read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,
+                    Millis timeout) = 0;
+
+  // Small ordered control message; delivered to the peer's inbox in order.
+  virtual void send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) = 0;
+
+  // Fails every pending operation with kCancelled and closes the connection.
+  virtual void close() = 0;
+
+  // OK while healthy; the sticky error once the channel has failed.
+  virtual Status error() const = 0;
+
+  Inbox& inbox() { return inbox_; }
+
+ protected:
+  Inbox inbox_;
+};
+
+// Completion: a one-shot waitable that turns a callback-style operation into a
+// blocking one.  `Completion c; ch.write(..., c.callback(), t); c.wait(t2);`
+class Completion {
+ public:
+  Completion();
+  Callback callback();
+  // Waits for the callback; kTimeout if it has not run within `timeout`.
+  Status wait(Millis timeout, const std::string& what = "operation");
+  bool done() const;
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status status;
+  };
+  std::shared_ptr<State> state_;
+};
+
+// Counts many operations down to zero; the first error wins.
+class CompletionGroup {
+ public:
+  Callback add();
+  Status wait(Millis timeout, const std::string& what = "operations");
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t pending = 0;
+    Status first_error;
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
+}  // namespace rdmaflow

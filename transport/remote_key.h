@@ -1,0 +1,39 @@
+// RemoteKey: the serializable grant a receiver hands to a peer so the peer may
+// write into / read from exactly one byte range of one registered region.
+//
+// Wire form (little endian):
+//   u32 magic 'RFK1' | u8 backend-name length | name | u64 key_id | u64 secret |
+//   u64 addr | u64 length | u32 blob length | blob
+// `addr` is the receiver's virtual address of the first granted byte (what
+// one-sided verbs/UCX need); `key_id` + `secret` let a receiver that checks on
+// its side (TCP) find the grant and refuse forged keys; `blob` is backend data
+// (a packed UCP rkey, a verbs rkey).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "allocator/status.h"
+
+namespace rdmaflow {
+
+struct RemoteKey {
+  std::string backend;
+  uint64_t key_id = 0;
+  uint64_t secret = 0;
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  std::vector<uint8_t> blob;
+
+  std::vector<uint8_t> serialize() const;
+  static Result<RemoteKey> deserialize(std::span<const uint8_t> bytes);
+
+  // True when [offset, offset + len) lies inside the grant (overflow-safe).
+  bool covers(uint64_t offset, uint64_t len) const {
+    return offset <= length && len <= length - offset;
+  }
+};
+
+}  // namespace rdmaflow

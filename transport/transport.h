@@ -1,0 +1,75 @@
+// Transport: one per backend per process. It registers memory (it is the
+// arena's MemoryRegistrar), exports RemoteKeys, and creates one Channel per
+// peer. Backends plug in through TransportRegistry with a priority, the way
+// TensorPipe negotiates its transports.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "allocator/registrar.h"
+#include "allocator/status.h"
+#include "transport/channel.h"
+#include "transport/remote_key.h"
+
+namespace rdmaflow {
+
+struct TransportConfig {
+  int rank = 0;        // this process's rank, sent in the connection hello
+  int world_size = 1;  // informational
+  // Interface or address to listen on (RDMAFLOW_SOCKET_IFNAME / explicit). Empty =
+  // loopback-or-auto.
+  std::string ifname;
+  // Default deadline for connection setup.
+  Millis connect_timeout{30000};
+};
+
+class Transport : public MemoryRegistrar {
+ public:
+  ~Transport() override = default;
+
+  virtual std::string name() const = 0;
+
+  // Starts listening (idempotent) and returns the address peers pass to connect().
+  // The format is backend specific and opaque to callers.
+  virtual Result<std::string> listen() = 0;
+
+  // Connects to `peer_rank` listening at `address`. Fails with kConnectionFailed
+  // or kTimeout within `timeout` when nobody answers.
+  virtual Result<std::shared_ptr<Channel>> connect(int peer_rank, const std::string& address,
+                                                   Millis timeout) = 0;
+
+  // Waits for `peer_rank` to connect to this transport's listener.
+  virtual Result<std::shared_ptr<Channel>> accept(int peer_rank, Millis timeout) = 0;
+
+  // Grants access to [addr, addr + len), which must lie inside one region
+  // registered with this transport.
+  virtual Result<RemoteKey> export_key(const void* addr, size_t len) = 0;
+
+  // Revokes a grant; later accesses with it are refused.
+  virtual Status revoke_key(const RemoteKey& key) = 0;
+
+  // Closes every channel (pending operations fail with kCancelled) and stops
+  // the progress thread. Idempotent; the destructor calls it.
+  virtual void shutdown() = 0;
+};
+
+// Backend registry, by name ("tcp", "ucx", "verbs"). A factory returns
+// kNotViable with the reason when the backend cannot run on this machine.
+using TransportFactory = std::function<Result<std::unique_ptr<Transport>>(const TransportConfig&)>;
+
+struct TransportBackendInfo {
+  std::string name;
+  int priority = 0;  // higher is preferred by auto-selection
+  TransportFactory factory;
+};
+
+void register_transport_backend(TransportBackendInfo info);
+std::vector<std::string> transport_backend_names();  // by descending priority
+Result<std::unique_ptr<Transport>> make_transport(const std::string& name,
+                                                  const TransportConfig& config);
+
+}  // namespace rdmaflow
