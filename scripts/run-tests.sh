@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Every test: installs the Debian packages, builds, runs the whole ctest suite,
+# then the sanitizer pass and the graph-loader fuzz smoke run.
+# Usage: scripts/run-tests.sh   (as root on Debian 12; CI runs exactly this)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+bash scripts/install-deps.sh
+
+echo "== build (RelWithDebInfo, -Werror) =="
+BUILD_DIR="$ROOT/build" bash scripts/build.sh
+
+echo "== ctest =="
+(cd "$ROOT/build" && ctest --output-on-failure -j 2 --timeout 600)
+
+echo "== format check =="
+bash scripts/check-format.sh
