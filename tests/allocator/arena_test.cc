@@ -776,6 +776,21 @@ TEST(Arena, StatsToStringNamesEverything) {
   }
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+// Free arena memory is poisoned, so a use after free is reported even though
+// the slab stays mapped.
+TEST(ArenaAsan, UseAfterFreeIsReported) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto arena = make_arena(2 * kMiB);
+  auto a = arena->allocate(4096);
+  ASSERT_TRUE(a.is_ok());
+  auto* p = static_cast<volatile char*>(a->ptr);
+  p[0] = 1;  // fine while allocated
+  ASSERT_TRUE(arena->free(a->ptr).is_ok());
+  EXPECT_DEATH(p[10] = 2, "use-after-poison");
+}
+#endif
+
 // ---------------------------------------------------------------------------
 // Environment knobs.
 
