@@ -1,4 +1,441 @@
-// Placeholder: the TCP backend is being written (issue 2).
+#include "transport/tcp/tcp_transport.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "allocator/env.h"
+#include "allocator/log.h"
+#include "transport/tcp/tcp_address.h"
+
 namespace rdmaflow {
-void register_tcp_transport() {}
+
+namespace tcp {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+struct TcpTransport::Incoming {
+  explicit Incoming(asio::io_context& io, tcp::socket s) : socket(std::move(s)), timer(io) {}
+  tcp::socket socket;
+  asio::steady_timer timer;
+  Hello hello;
+  bool done = false;
+};
+
+namespace {
+
+int remaining_ms(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left, 1 << 30));
+}
+
+// Waits for `events` on fd until the deadline. Returns 1 ready, 0 timeout, -1 error.
+int wait_fd(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int r = ::poll(&p, 1, remaining_ms(deadline));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    return r == 0 ? 0 : 1;
+  }
+}
+
+// Blocking-with-deadline I/O on a non-blocking fd, for the connection handshake.
+bool send_all(int fd, const void* data, size_t len, Clock::time_point deadline, int& err) {
+  auto* p = static_cast<const uint8_t*>(data);
+  while (len > 0) {
+    ssize_t n = ::send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      len -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      int r = wait_fd(fd, POLLOUT, deadline);
+      if (r <= 0) {
+        err = r == 0 ? ETIMEDOUT : errno;
+        return false;
+      }
+      continue;
+    }
+    err = errno;
+    return false;
+  }
+  return true;
+}
+
+bool recv_all(int fd, void* data, size_t len, Clock::time_point deadline, int& err) {
+  auto* p = static_cast<uint8_t*>(data);
+  while (len > 0) {
+    ssize_t n = ::recv(fd, p, len, MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      len -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) {
+      err = ECONNRESET;
+      return false;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      int r = wait_fd(fd, POLLIN, deadline);
+      if (r <= 0) {
+        err = r == 0 ? ETIMEDOUT : errno;
+        return false;
+      }
+      continue;
+    }
+    err = errno;
+    return false;
+  }
+  return true;
+}
+
+int64_t env_or(const char* name, int64_t fallback) {
+  auto v = env_int(name, fallback);
+  if (!v.is_ok()) {
+    RDMAFLOW_LOG_WARN("{}; using {}", v.status().to_string(), fallback);
+    return fallback;
+  }
+  return *v;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Transport>> TcpTransport::create(const TransportConfig& config) {
+  TcpTransportOptions o;
+  o.sockbuf = static_cast<int>(
+      std::clamp<int64_t>(env_or("RDMAFLOW_TCP_SOCKBUF", o.sockbuf), 0, int64_t{1} << 30));
+  o.channel.chunk_bytes = static_cast<uint64_t>(
+      std::clamp<int64_t>(env_or("RDMAFLOW_TCP_CHUNK", static_cast<int64_t>(o.channel.chunk_bytes)),
+                          4096, static_cast<int64_t>(kMaxChunkPayload)));
+  o.busy_poll_us = std::max<int64_t>(0, env_or("RDMAFLOW_TCP_BUSY_POLL", 0));
+  int64_t port = env_or("RDMAFLOW_TCP_PORT", 0);
+  if (port < 0 || port > 65535) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, "create tcp transport", -1,
+                          "RDMAFLOW_TCP_PORT=" + std::to_string(port) + " is not a port");
+  }
+  o.port = static_cast<int>(port);
+  return std::unique_ptr<Transport>(new TcpTransport(config, o));
+}
+
+TcpTransport::TcpTransport(const TransportConfig& config, TcpTransportOptions options)
+    : config_(config),
+      options_(options),
+      loop_(std::make_shared<IoLoop>(options.busy_poll_us)),
+      grants_(std::make_shared<GrantTable>()) {
+  loop_->set_ticker(Millis(10), [this](Clock::time_point now) { return sweep(now); });
+  loop_->start();
+}
+
+TcpTransport::~TcpTransport() {
+  shutdown();
+}
+
+Result<RegionId> TcpTransport::register_memory(void* addr, size_t len) {
+  return grants_->add_region(addr, len);
+}
+
+Status TcpTransport::deregister_memory(RegionId region) {
+  return grants_->remove_region(region);
+}
+
+Result<RemoteKey> TcpTransport::export_key(const void* addr, size_t len) {
+  return grants_->grant(addr, len);
+}
+
+Status TcpTransport::revoke_key(const RemoteKey& key) {
+  return grants_->revoke(key);
+}
+
+void TcpTransport::apply_socket_options(int fd) const {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (options_.sockbuf > 0) {
+    int size = options_.sockbuf;
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+  }
+}
+
+Result<std::string> TcpTransport::listen() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shut_down_) {
+    return RDMAFLOW_ERROR(Code::kCancelled, "listen", -1, "transport is shut down");
+  }
+  if (acceptor_) return address_;
+  RDMAFLOW_ASSIGN_OR_RETURN(asio::ip::address host, resolve_listen_address(config_.ifname));
+  tcp::endpoint endpoint(host, static_cast<uint16_t>(options_.port));
+  tcp::acceptor acceptor(loop_->io());
+  boost::system::error_code ec;
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) {
+    // Buffer sizes must be set before listen() to take effect on the window scale;
+    // accepted sockets inherit them.
+    apply_socket_options(acceptor.native_handle());
+    acceptor.bind(endpoint, ec);
+  }
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return RDMAFLOW_ERROR(Code::kConnectionFailed, "listen", -1,
+                          "cannot listen on " + format_address(endpoint) + ": " + ec.message());
+  }
+  address_ = format_address(acceptor.local_endpoint());
+  acceptor_.emplace(std::move(acceptor));
+  loop_->post([this] { start_accept(); });
+  RDMAFLOW_LOG_DEBUG("tcp transport of rank {} listening at {}", config_.rank, address_);
+  return address_;
+}
+
+void TcpTransport::start_accept() {
+  if (!acceptor_ || !acceptor_->is_open()) return;
+  acceptor_->async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted) return;
+    if (ec) {
+      // Out of descriptors and the like: try again shortly rather than give up.
+      RDMAFLOW_LOG_WARN("tcp accept failed: {}", ec.message());
+      auto timer = std::make_shared<asio::steady_timer>(loop_->io(), Millis(50));
+      timer->async_wait([this, timer](const boost::system::error_code& e) {
+        if (!e) start_accept();
+      });
+      return;
+    }
+    apply_socket_options(socket.native_handle());
+    auto in = std::make_shared<Incoming>(loop_->io(), std::move(socket));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      incoming_.push_back(in);
+    }
+    in->timer.expires_after(config_.connect_timeout);
+    in->timer.async_wait([in](const boost::system::error_code& e) {
+      if (e || in->done) return;
+      in->done = true;
+      RDMAFLOW_LOG_WARN("tcp: connection sent no hello within the connect timeout; dropped");
+      boost::system::error_code ignored;
+      in->socket.close(ignored);
+    });
+    asio::async_read(in->socket, asio::buffer(&in->hello, sizeof(Hello)),
+                     [this, in](const boost::system::error_code& e, size_t) {
+                       if (in->done) return;
+                       if (e) {
+                         in->done = true;
+                         in->timer.cancel();
+                         return;
+                       }
+                       on_hello(in);
+                     });
+    start_accept();
+  });
+}
+
+void TcpTransport::on_hello(std::shared_ptr<Incoming> in) {
+  if (in->hello.magic != kHelloMagic || in->hello.version != kProtocolVersion ||
+      in->hello.rank < 0) {
+    RDMAFLOW_LOG_WARN("tcp: refused a connection with a bad hello (magic {:#x}, version {})",
+                      in->hello.magic, in->hello.version);
+    in->done = true;
+    in->timer.cancel();
+    boost::system::error_code ignored;
+    in->socket.close(ignored);
+    return;
+  }
+  auto reply = std::make_shared<Hello>();
+  reply->rank = config_.rank;
+  asio::async_write(in->socket, asio::buffer(reply.get(), sizeof(Hello)),
+                    [this, in, reply](const boost::system::error_code& e, size_t) {
+                      if (in->done) return;
+                      in->done = true;
+                      in->timer.cancel();
+                      if (e) return;
+                      std::lock_guard<std::mutex> lock(mu_);
+                      std::erase(incoming_, in);
+                      if (shut_down_) return;
+                      accepted_[in->hello.rank].push_back(std::move(in->socket));
+                      cv_.notify_all();
+                    });
+}
+
+std::shared_ptr<Channel> TcpTransport::adopt(tcp::socket socket, int peer_rank) {
+  auto ch = std::make_shared<TcpChannel>(loop_, grants_, std::move(socket), config_.rank, peer_rank,
+                                         options_.channel);
+  ch->start();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(channels_, [](const auto& c) { return c->finished(); });
+    channels_.push_back(ch);
+  }
+  // The user's handle closes the channel when its last copy goes away.
+  return std::shared_ptr<Channel>(ch.get(), [ch](Channel*) { ch->close(); });
+}
+
+Result<std::shared_ptr<Channel>> TcpTransport::connect(int peer_rank, const std::string& address,
+                                                       Millis timeout) {
+  const std::string op = "connect to " + address;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_)
+      return RDMAFLOW_ERROR(Code::kCancelled, op, peer_rank, "transport is shut down");
+  }
+  RDMAFLOW_ASSIGN_OR_RETURN(tcp::endpoint endpoint, parse_address(address));
+  const auto deadline = Clock::now() + timeout;
+  Millis backoff(5);
+  std::string last_error = "no attempt made";
+  for (int attempt = 1;; ++attempt) {
+    int fd = ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      return RDMAFLOW_ERROR(Code::kConnectionFailed, op, peer_rank,
+                            std::string("socket(): ") + std::strerror(errno));
+    }
+    apply_socket_options(fd);
+    int err = 0;
+    if (::connect(fd, endpoint.data(), static_cast<socklen_t>(endpoint.size())) != 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        int r = wait_fd(fd, POLLOUT, deadline);
+        if (r == 1) {
+          socklen_t len = sizeof(err);
+          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        } else {
+          err = r == 0 ? ETIMEDOUT : errno;
+        }
+      }
+    }
+    if (err == 0) {
+      Hello hello;
+      hello.rank = config_.rank;
+      Hello reply;
+      if (send_all(fd, &hello, sizeof(hello), deadline, err) &&
+          recv_all(fd, &reply, sizeof(reply), deadline, err)) {
+        if (reply.magic != kHelloMagic || reply.version != kProtocolVersion) {
+          ::close(fd);
+          return RDMAFLOW_ERROR(Code::kConnectionFailed, op, peer_rank,
+                                "the listener at " + address +
+                                    " does not speak the rdmaflow tcp protocol (version " +
+                                    std::to_string(kProtocolVersion) + ")");
+        }
+        if (reply.rank != peer_rank) {
+          ::close(fd);
+          return RDMAFLOW_ERROR(Code::kConnectionFailed, op, peer_rank,
+                                address + " belongs to rank " + std::to_string(reply.rank) +
+                                    ", not rank " + std::to_string(peer_rank));
+        }
+        tcp::socket socket(loop_->io());
+        boost::system::error_code ec;
+        socket.assign(endpoint.protocol(), fd, ec);
+        if (ec) {
+          ::close(fd);
+          return RDMAFLOW_ERROR(Code::kInternal, op, peer_rank, "adopt socket: " + ec.message());
+        }
+        return adopt(std::move(socket), peer_rank);
+      }
+    }
+    ::close(fd);
+    last_error = std::strerror(err);
+    const bool retry = err == ECONNREFUSED || err == ECONNRESET || err == EAGAIN;
+    if (!retry || Clock::now() + backoff >= deadline) {
+      Code code = err == ETIMEDOUT ? Code::kTimeout : Code::kConnectionFailed;
+      return RDMAFLOW_ERROR(code, op, peer_rank,
+                            "could not reach rank " + std::to_string(peer_rank) + " at " + address +
+                                " within " + std::to_string(timeout.count()) + " ms (" +
+                                std::to_string(attempt) + " attempts; last: " + last_error + ")");
+    }
+    // Nobody listening yet: the peer may still be starting; retry until the deadline.
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, Millis(100));
+  }
+}
+
+Result<std::shared_ptr<Channel>> TcpTransport::accept(int peer_rank, Millis timeout) {
+  RDMAFLOW_RETURN_IF_ERROR(listen().status());
+  std::unique_lock<std::mutex> lock(mu_);
+  auto ready = [&] {
+    auto it = accepted_.find(peer_rank);
+    return shut_down_ || (it != accepted_.end() && !it->second.empty());
+  };
+  if (!cv_.wait_for(lock, timeout, ready)) {
+    return RDMAFLOW_ERROR(Code::kTimeout, "accept", peer_rank,
+                          "rank " + std::to_string(peer_rank) + " did not connect to " + address_ +
+                              " within " + std::to_string(timeout.count()) + " ms");
+  }
+  if (shut_down_)
+    return RDMAFLOW_ERROR(Code::kCancelled, "accept", peer_rank, "transport is shut down");
+  auto& queue = accepted_[peer_rank];
+  tcp::socket socket = std::move(queue.front());
+  queue.erase(queue.begin());
+  lock.unlock();
+  return adopt(std::move(socket), peer_rank);
+}
+
+bool TcpTransport::sweep(Clock::time_point now) {
+  std::vector<std::shared_ptr<TcpChannel>> channels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    channels = channels_;
+  }
+  bool pending = false;
+  for (auto& ch : channels) pending = ch->sweep(now) || pending;
+  return pending;
+}
+
+void TcpTransport::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    cv_.notify_all();
+  }
+  // On the progress thread: stop accepting, fail every channel with kCancelled
+  // (their callbacks fire there), then stop the loop.
+  loop_->stop([this] {
+    boost::system::error_code ignored;
+    if (acceptor_) acceptor_->close(ignored);
+    std::vector<std::shared_ptr<Incoming>> incoming;
+    std::vector<std::shared_ptr<TcpChannel>> channels;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      incoming.swap(incoming_);
+      channels = channels_;
+    }
+    for (auto& in : incoming) {
+      in->done = true;
+      in->timer.cancel();
+      in->socket.close(ignored);
+    }
+    for (auto& ch : channels) {
+      ch->fail(RDMAFLOW_ERROR(Code::kCancelled, "channel", ch->peer_rank(), "transport shut down"));
+    }
+  });
+  std::vector<std::shared_ptr<TcpChannel>> channels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    channels.swap(channels_);
+    accepted_.clear();
+    acceptor_.reset();
+  }
+  for (auto& ch : channels) ch->release_socket();
+  // Drop handlers still queued (aborted waits); they hold channel references.
+  loop_->io().restart();
+  loop_->io().poll();
+}
+
+}  // namespace tcp
+
+void register_tcp_transport() {
+  register_transport_backend(TransportBackendInfo{
+      "tcp", 10, [](const TransportConfig& config) { return tcp::TcpTransport::create(config); }});
+}
+
 }  // namespace rdmaflow

@@ -1,0 +1,75 @@
+// TcpTransport: the TCP backend (Boost.Asio). One io_context and one progress
+// thread per transport; one TcpChannel (one socket) per peer.
+//
+// Knobs (docs/tcp_transport.md): RDMAFLOW_SOCKET_IFNAME, RDMAFLOW_TCP_PORT,
+// RDMAFLOW_TCP_SOCKBUF, RDMAFLOW_TCP_CHUNK, RDMAFLOW_TCP_BUSY_POLL.
+#pragma once
+
+#include <boost/asio/ip/tcp.hpp>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "transport/tcp/grant_table.h"
+#include "transport/tcp/tcp_channel.h"
+#include "transport/tcp/tcp_loop.h"
+#include "transport/transport.h"
+
+namespace rdmaflow::tcp {
+
+struct TcpTransportOptions {
+  TcpOptions channel;
+  int sockbuf = 4 << 20;  // SO_SNDBUF / SO_RCVBUF; 0 leaves kernel autotuning on
+  int64_t busy_poll_us = 0;
+  int port = 0;  // 0 = any free port
+};
+
+class TcpTransport final : public Transport {
+ public:
+  static Result<std::unique_ptr<Transport>> create(const TransportConfig& config);
+
+  TcpTransport(const TransportConfig& config, TcpTransportOptions options);
+  ~TcpTransport() override;
+
+  std::string name() const override { return "tcp"; }
+  std::string registrar_name() const override { return "tcp"; }
+  Result<RegionId> register_memory(void* addr, size_t len) override;
+  Status deregister_memory(RegionId region) override;
+
+  Result<std::string> listen() override;
+  Result<std::shared_ptr<Channel>> connect(int peer_rank, const std::string& address,
+                                           Millis timeout) override;
+  Result<std::shared_ptr<Channel>> accept(int peer_rank, Millis timeout) override;
+  Result<RemoteKey> export_key(const void* addr, size_t len) override;
+  Status revoke_key(const RemoteKey& key) override;
+  void shutdown() override;
+
+ private:
+  struct Incoming;  // an accepted connection whose hello is being read
+
+  void start_accept();                          // progress thread
+  void on_hello(std::shared_ptr<Incoming> in);  // progress thread
+  void apply_socket_options(int fd) const;
+  std::shared_ptr<Channel> adopt(boost::asio::ip::tcp::socket socket, int peer_rank);
+  bool sweep(Clock::time_point now);
+
+  TransportConfig config_;
+  TcpTransportOptions options_;
+  std::shared_ptr<IoLoop> loop_;
+  std::shared_ptr<GrantTable> grants_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool shut_down_ = false;
+  std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
+  std::string address_;
+  std::map<int, std::vector<boost::asio::ip::tcp::socket>> accepted_;  // by rank, hello done
+  std::vector<std::shared_ptr<Incoming>> incoming_;
+  std::vector<std::shared_ptr<TcpChannel>> channels_;
+};
+
+}  // namespace rdmaflow::tcp
