@@ -7,10 +7,18 @@
 namespace rdmaflow {
 
 void register_tcp_transport();
+#ifdef RDMAFLOW_HAVE_VERBS
+void register_verbs_transport();
+#endif
 
 void register_builtin_transports() {
   static std::once_flag once;
-  std::call_once(once, [] { register_tcp_transport(); });
+  std::call_once(once, [] {
+    register_tcp_transport();
+#ifdef RDMAFLOW_HAVE_VERBS
+    register_verbs_transport();
+#endif
+  });
 }
 
 }  // namespace rdmaflow

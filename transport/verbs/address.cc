@@ -1,0 +1,114 @@
+#include "transport/verbs/address.h"
+
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
+#include <charconv>
+#include <cstring>
+
+namespace rdmaflow::verbs {
+
+namespace {
+constexpr std::string_view kScheme = "verbs://";
+
+Status bad(std::string_view text, const std::string& why) {
+  return RDMAFLOW_ERROR(Code::kInvalidArgument, "parse verbs address", -1,
+                        "'" + std::string(text) + "': " + why +
+                            " (expected verbs://<ip>:<port> or verbs://[<ipv6>]:<port>)");
+}
+
+// Splits an optional "%scope" off an IPv6 literal.
+std::pair<std::string, std::string> split_scope(const std::string& host) {
+  auto pct = host.find('%');
+  if (pct == std::string::npos) return {host, ""};
+  return {host.substr(0, pct), host.substr(pct + 1)};
+}
+}  // namespace
+
+Result<VerbsAddress> parse_verbs_address(std::string_view text) {
+  if (text.substr(0, kScheme.size()) != kScheme) return bad(text, "missing 'verbs://' prefix");
+  std::string_view rest = text.substr(kScheme.size());
+  VerbsAddress out;
+  std::string_view port_text;
+  if (!rest.empty() && rest.front() == '[') {
+    auto close = rest.find(']');
+    if (close == std::string_view::npos) return bad(text, "unterminated '[' in IPv6 address");
+    out.host = std::string(rest.substr(1, close - 1));
+    out.ipv6 = true;
+    rest = rest.substr(close + 1);
+    if (rest.empty() || rest.front() != ':') return bad(text, "missing ':<port>' after ']'");
+    port_text = rest.substr(1);
+  } else {
+    auto colon = rest.rfind(':');
+    if (colon == std::string_view::npos) return bad(text, "missing ':<port>'");
+    out.host = std::string(rest.substr(0, colon));
+    if (out.host.find(':') != std::string::npos) {
+      return bad(text, "IPv6 addresses must be written in brackets");
+    }
+    port_text = rest.substr(colon + 1);
+  }
+  if (out.host.empty()) return bad(text, "empty host");
+  unsigned port = 0;
+  auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (port_text.empty() || ec != std::errc() || ptr != port_text.data() + port_text.size()) {
+    return bad(text, "port '" + std::string(port_text) + "' is not a number");
+  }
+  if (port == 0 || port > 65535) return bad(text, "port " + std::to_string(port) + " out of range");
+  out.port = static_cast<uint16_t>(port);
+
+  if (out.ipv6) {
+    in6_addr a6{};
+    if (inet_pton(AF_INET6, split_scope(out.host).first.c_str(), &a6) != 1) {
+      return bad(text, "'" + out.host + "' is not a numeric IPv6 address");
+    }
+  } else {
+    in_addr a4{};
+    if (inet_pton(AF_INET, out.host.c_str(), &a4) != 1) {
+      return bad(text, "'" + out.host + "' is not a numeric IPv4 address");
+    }
+  }
+  return out;
+}
+
+std::string format_verbs_address(const VerbsAddress& addr) {
+  if (addr.ipv6) return std::string(kScheme) + "[" + addr.host + "]:" + std::to_string(addr.port);
+  return std::string(kScheme) + addr.host + ":" + std::to_string(addr.port);
+}
+
+Result<socklen_t> to_sockaddr(const VerbsAddress& addr, sockaddr_storage* out) {
+  std::memset(out, 0, sizeof(*out));
+  if (addr.ipv6) {
+    auto* s6 = reinterpret_cast<sockaddr_in6*>(out);
+    s6->sin6_family = AF_INET6;
+    s6->sin6_port = htons(addr.port);
+    auto [ip, scope] = split_scope(addr.host);
+    if (inet_pton(AF_INET6, ip.c_str(), &s6->sin6_addr) != 1) {
+      return bad(addr.host, "not a numeric IPv6 address");
+    }
+    if (!scope.empty()) {
+      s6->sin6_scope_id = if_nametoindex(scope.c_str());
+      if (s6->sin6_scope_id == 0) return bad(addr.host, "unknown interface '" + scope + "'");
+    }
+    return static_cast<socklen_t>(sizeof(sockaddr_in6));
+  }
+  auto* s4 = reinterpret_cast<sockaddr_in*>(out);
+  s4->sin_family = AF_INET;
+  s4->sin_port = htons(addr.port);
+  if (inet_pton(AF_INET, addr.host.c_str(), &s4->sin_addr) != 1) {
+    return bad(addr.host, "not a numeric IPv4 address");
+  }
+  return static_cast<socklen_t>(sizeof(sockaddr_in));
+}
+
+bool is_loopback_ip(std::string_view ip) {
+  std::string s(ip);
+  in_addr a4{};
+  if (inet_pton(AF_INET, s.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  in6_addr a6{};
+  if (inet_pton(AF_INET6, split_scope(s).first.c_str(), &a6) != 1) return false;
+  if (IN6_IS_ADDR_LOOPBACK(&a6)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+}
+
+}  // namespace rdmaflow::verbs

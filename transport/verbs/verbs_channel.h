@@ -1,0 +1,171 @@
+// VerbsChannel: one RC queue pair to one peer, keeping the channel contract.
+//
+//   write   RDMA_WRITE, or RDMA_WRITE_WITH_IMM when a notify is given (notify.h)
+//   read    RDMA_READ
+//   send    SEND of [8-byte header | payload] into the peer's pre-posted
+//           receive buffers, split into fragments when larger than one buffer
+//
+// Every operation becomes one or more work items queued behind a SendWindow
+// (flow_control.h); an item is posted when send-queue slots, receive credits
+// (SENDs and immediates) and a send buffer (SENDs) are all available. The
+// progress thread drives completions; every callback runs there, exactly once.
+// A failed work completion, a disconnect, a protocol violation or a posted
+// operation that outlives its timeout makes the error sticky: the QP is moved to
+// the error state (so no late DMA touches memory whose operation was already
+// reported), and every pending operation completes with the error.
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "transport/channel.h"
+#include "transport/verbs/flow_control.h"
+#include "transport/verbs/notify.h"
+#include "transport/verbs/verbs_core.h"
+#include "transport/verbs/wire.h"
+
+namespace rdmaflow::verbs {
+
+class VerbsChannel final : public Channel, public std::enable_shared_from_this<VerbsChannel> {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Creates the send CQ, the RC QP on `id` (attached to the shared receive
+  // queue) and the notify ring, and reserves receive buffers for the peer.
+  static Result<std::shared_ptr<VerbsChannel>> create(std::shared_ptr<VerbsCore> core,
+                                                      rdma_cm_id* id);
+  ~VerbsChannel() override;
+
+  // Our half of the connection hello.
+  Hello local_hello() const;
+  // The peer's hello arrived: sets the peer rank, credits, ring; allocates send buffers.
+  Status set_peer(const Hello& peer);
+  // The QP is ready to send (RTS and the peer's hello known); posts what waits.
+  void mark_connected();
+
+  // --- Channel ---
+  int peer_rank() const override;
+  std::string backend() const override { return "verbs"; }
+  void write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
+             std::optional<uint64_t> notify, Callback done, Millis timeout) override;
+  void read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,
+            Millis timeout) override;
+  void send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) override;
+  void close() override;
+  Status error() const override;
+
+  // --- progress thread ---
+  void poll_send_cq();
+  void handle_recv(const ibv_wc& wc);
+  void on_disconnected(const std::string& event);
+  // A fatal error reported outside a work completion (async event, CM error).
+  void fail(Status error);
+  void check_timeouts(Clock::time_point now);
+
+  uint32_t qp_num() const { return qp_num_; }
+  ibv_cq* send_cq() const { return send_cq_; }
+  rdma_cm_id* cm_id() const { return id_; }
+
+  // Releases the QP, the send CQ, the MRs and (once create() returned it) the
+  // cm id. Only when no work
+  // request was ever posted, or once the progress thread has stopped.
+  void destroy_resources();
+
+ private:
+  struct Op {
+    std::string name;  // "write", "read", "send message"
+    Callback done;
+    Clock::time_point deadline;
+    Millis timeout{0};
+    uint32_t parts_total = 1;
+    uint32_t parts_posted = 0;
+    uint32_t parts_done = 0;
+    bool finished = false;
+  };
+  enum class Kind : uint8_t { kWrite, kRead, kSend };
+  struct WorkItem {
+    std::shared_ptr<Op> op;
+    Kind kind = Kind::kWrite;
+    uint64_t local = 0;  // local address (write source / read destination)
+    uint32_t length = 0;
+    uint32_t lkey = 0;
+    uint64_t remote = 0;
+    uint32_t rkey = 0;
+    std::optional<uint64_t> notify;
+    std::shared_ptr<const std::vector<uint8_t>> payload;  // kSend
+    size_t frag_offset = 0;
+    bool last = true;
+  };
+  struct InFlight {
+    std::shared_ptr<Op> op;  // null for credit messages
+    uint32_t slots = 1;
+    int send_buf = -1;
+  };
+  using Tasks = std::vector<std::function<void()>>;
+
+  explicit VerbsChannel(std::shared_ptr<VerbsCore> core);
+
+  std::shared_ptr<Op> make_op(const char* name, Callback done, Millis timeout, uint32_t parts);
+  // Validates a RemoteKey for an access of `len` bytes at `offset`.
+  Result<uint32_t> check_key(const char* op, const RemoteKey& key, uint64_t offset,
+                             uint64_t len) const;
+  void reject(Callback done, Status status);
+  // Queues items (under mu_) unless the channel failed; pumps; runs callbacks.
+  void submit(std::vector<WorkItem> items, const std::shared_ptr<Op>& op);
+
+  bool resources_ready(const WorkItem& item) const;
+  void pump_locked(Tasks& out);
+  void post_item_locked(WorkItem item, uint32_t slots, Tasks& out);
+  void post_credit_message_locked(Tasks& out);
+  bool post_locked(ibv_send_wr* wr, const char* what, Tasks& out);
+  void on_send_wc_locked(const ibv_wc& wc, Tasks& out);
+  void finish_op_locked(const std::shared_ptr<Op>& op, const Status& status, Tasks& out);
+  void fail_locked(Status error, Tasks& out);
+  // Runs tasks here on the progress thread, or hands them to it.
+  void run_tasks(Tasks& tasks);
+  void release_recv_reservation_locked();
+
+  std::shared_ptr<VerbsCore> core_;
+  rdma_cm_id* id_ = nullptr;
+  bool owns_id_ = false;
+  ibv_qp* qp_ = nullptr;
+  uint32_t qp_num_ = 0;
+  ibv_cq* send_cq_ = nullptr;
+  uint32_t local_credits_ = 0;
+
+  // Our notify ring, written by the peer (see notify.h).
+  uint64_t* ring_ = nullptr;
+  ibv_mr* ring_mr_ = nullptr;
+  // Staging copies of ring notifies + SEND buffers, one MR.
+  uint8_t* send_mem_ = nullptr;
+  ibv_mr* send_mr_ = nullptr;
+  uint32_t send_buf_size_ = 0;
+  uint32_t send_buf_count_ = 0;
+
+  mutable std::mutex mu_;
+  Hello peer_;
+  int peer_rank_ = -1;
+  bool recv_reserved_ = false;
+  bool connected_ = false;
+  bool closed_ = false;
+  Status error_;
+  SendWindow<WorkItem> window_;
+  CreditCounter credits_;
+  NotifyEncoder encoder_{0};
+  MessageReassembler reassembler_{kMaxMessageBytes};
+  std::unordered_map<uint64_t, InFlight> inflight_;
+  std::vector<int> free_bufs_;
+  uint64_t next_wr_id_ = 1;
+};
+
+}  // namespace rdmaflow::verbs

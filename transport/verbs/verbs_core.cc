@@ -1,0 +1,406 @@
+#include "transport/verbs/verbs_core.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "allocator/log.h"
+#include "transport/verbs/verbs_channel.h"
+
+namespace rdmaflow::verbs {
+
+namespace {
+constexpr const char* kOpen = "create verbs transport";
+
+Status verbs_error(Code code, const std::string& op, const std::string& call, int err,
+                   const std::string& hint = "") {
+  std::string reason = call + " failed: " + std::strerror(err);
+  if (!hint.empty()) reason += "; " + hint;
+  return RDMAFLOW_ERROR(code, op, -1, reason);
+}
+
+std::string memlock_hint(int err) {
+  if (err == ENOMEM || err == EPERM || err == EAGAIN) {
+    return "pinned memory is limited by 'ulimit -l' (RLIMIT_MEMLOCK); raise it, e.g. "
+           "'ulimit -l unlimited' or memlock in /etc/security/limits.conf";
+  }
+  return "";
+}
+}  // namespace
+
+Result<std::shared_ptr<VerbsCore>> VerbsCore::open(ibv_context* ctx, const VerbsConfig& config,
+                                                   PortChoice port, int rank) {
+  std::shared_ptr<VerbsCore> core(new VerbsCore());
+  core->config_ = config;
+  core->port_ = std::move(port);
+  core->rank_ = rank;
+  core->ctx_ = ctx;
+  if (int rc = ibv_query_device(ctx, &core->dev_attr_); rc != 0) {
+    return verbs_error(Code::kNotViable, kOpen, "ibv_query_device", rc);
+  }
+  const auto& da = core->dev_attr_;
+  if (da.max_srq == 0 || da.max_srq_wr == 0) {
+    return RDMAFLOW_ERROR(Code::kNotViable, kOpen, -1,
+                          core->port_.device + " has no shared receive queue support");
+  }
+  ibv_port_attr pattr{};
+  if (int rc = ibv_query_port(ctx, static_cast<uint8_t>(core->port_.port), &pattr); rc != 0) {
+    return verbs_error(Code::kNotViable, kOpen, "ibv_query_port", rc);
+  }
+  core->max_wr_bytes_ = std::min<uint64_t>(pattr.max_msg_sz, uint64_t{1} << 30);
+  if (core->max_wr_bytes_ == 0) core->max_wr_bytes_ = uint64_t{1} << 30;
+
+  // Clamp the configured sizes to what the device offers.
+  core->sq_depth_ = std::min<uint32_t>(config.sq_depth, static_cast<uint32_t>(da.max_qp_wr));
+  core->sq_depth_ = std::min<uint32_t>(core->sq_depth_, static_cast<uint32_t>(da.max_cqe));
+  core->max_rd_atomic_ =
+      static_cast<uint32_t>(std::max(0, std::min(da.max_qp_rd_atom, da.max_qp_init_rd_atom)));
+  uint64_t want = uint64_t{config.max_peers} * config.recv_credits;
+  uint64_t cap = std::min<uint64_t>(
+      {want, static_cast<uint64_t>(da.max_srq_wr), static_cast<uint64_t>(da.max_cqe)});
+  if (cap < config.recv_credits) {
+    return RDMAFLOW_ERROR(Code::kNotViable, kOpen, -1,
+                          core->port_.device + " allows " + std::to_string(cap) +
+                              " receive entries, fewer than RDMAFLOW_IB_RECV_CREDITS=" +
+                              std::to_string(config.recv_credits));
+  }
+  core->srq_capacity_ = static_cast<uint32_t>(cap - cap % config.recv_credits);
+  if (core->srq_capacity_ < want) {
+    RDMAFLOW_LOG_WARN("verbs: {} limits the shared receive queue to {} entries: at most {} peers",
+                      core->port_.device, core->srq_capacity_,
+                      core->srq_capacity_ / config.recv_credits);
+  }
+
+  core->pd_ = ibv_alloc_pd(ctx);
+  if (core->pd_ == nullptr) return verbs_error(Code::kNotViable, kOpen, "ibv_alloc_pd", errno);
+  core->comp_ = ibv_create_comp_channel(ctx);
+  if (core->comp_ == nullptr) {
+    return verbs_error(Code::kNotViable, kOpen, "ibv_create_comp_channel", errno);
+  }
+  core->recv_cq_ =
+      ibv_create_cq(ctx, static_cast<int>(core->srq_capacity_), nullptr, core->comp_, 0);
+  if (core->recv_cq_ == nullptr)
+    return verbs_error(Code::kNotViable, kOpen, "ibv_create_cq", errno);
+  if (int rc = ibv_req_notify_cq(core->recv_cq_, 0); rc != 0) {
+    return verbs_error(Code::kNotViable, kOpen, "ibv_req_notify_cq", rc);
+  }
+  ibv_srq_init_attr sattr{};
+  sattr.attr.max_wr = core->srq_capacity_;
+  sattr.attr.max_sge = 1;
+  core->srq_ = ibv_create_srq(core->pd_, &sattr);
+  if (core->srq_ == nullptr) return verbs_error(Code::kNotViable, kOpen, "ibv_create_srq", errno);
+  return core;
+}
+
+VerbsCore::~VerbsCore() {
+  close();
+}
+
+void VerbsCore::close() {
+  {
+    std::lock_guard<std::mutex> lock(mem_mu_);
+    for (auto& [base, r] : regions_) {
+      if (r.mr) ibv_dereg_mr(r.mr);
+    }
+    regions_.clear();
+    region_base_.clear();
+    grants_.clear();
+  }
+  {
+    std::lock_guard<std::mutex> lock(recv_mu_);
+    if (srq_) ibv_destroy_srq(srq_);
+    srq_ = nullptr;
+    for (auto& c : chunks_) {
+      if (c.mr) ibv_dereg_mr(c.mr);
+      std::free(c.base);
+    }
+    chunks_.clear();
+    reserved_ = 0;
+  }
+  if (recv_cq_) ibv_destroy_cq(recv_cq_);
+  recv_cq_ = nullptr;
+  if (comp_) ibv_destroy_comp_channel(comp_);
+  comp_ = nullptr;
+  if (pd_) ibv_dealloc_pd(pd_);
+  pd_ = nullptr;
+  ctx_ = nullptr;  // owned by rdma_cm's device list
+}
+
+// ---------------------------------------------------------------- memory
+
+Result<RegionId> VerbsCore::register_memory(void* addr, size_t len) {
+  const char* op = "register memory";
+  if (addr == nullptr || len == 0) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "null address or zero length");
+  }
+  auto base = reinterpret_cast<uintptr_t>(addr);
+  if (base + len < base) return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "range wraps");
+  std::lock_guard<std::mutex> lock(mem_mu_);
+  if (pd_ == nullptr) {
+    return RDMAFLOW_ERROR(Code::kCancelled, op, -1, "the verbs transport was shut down");
+  }
+  auto next = regions_.lower_bound(base);
+  bool overlaps = next != regions_.end() && next->first < base + len;
+  if (!overlaps && next != regions_.begin()) {
+    auto prev = std::prev(next);
+    overlaps = prev->first + prev->second.len > base;
+  }
+  if (overlaps) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
+                          "range overlaps memory already registered with the verbs transport");
+  }
+  ibv_mr* mr = ibv_reg_mr(
+      pd_, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  if (mr == nullptr) {
+    int err = errno;
+    return verbs_error(Code::kResourceExhausted, op,
+                       "ibv_reg_mr(" + std::to_string(len) + " bytes)", err, memlock_hint(err));
+  }
+  RegionId id = next_region_++;
+  regions_[base] = Region{len, mr, id};
+  region_base_[id] = base;
+  return id;
+}
+
+Status VerbsCore::deregister_memory(RegionId id) {
+  std::lock_guard<std::mutex> lock(mem_mu_);
+  auto it = region_base_.find(id);
+  if (it == region_base_.end()) {
+    return RDMAFLOW_ERROR(Code::kNotFound, "deregister memory", -1,
+                          "region " + std::to_string(id) + " is not registered");
+  }
+  auto rit = regions_.find(it->second);
+  int rc = rit->second.mr ? ibv_dereg_mr(rit->second.mr) : 0;
+  regions_.erase(rit);
+  region_base_.erase(it);
+  std::erase_if(grants_, [&](const auto& g) { return g.second.region == id; });
+  if (rc != 0) return verbs_error(Code::kInternal, "deregister memory", "ibv_dereg_mr", rc);
+  return Status::ok();
+}
+
+std::optional<LocalMr> VerbsCore::find_mr(const void* addr, size_t len) const {
+  auto a = reinterpret_cast<uintptr_t>(addr);
+  std::lock_guard<std::mutex> lock(mem_mu_);
+  auto it = regions_.upper_bound(a);
+  if (it == regions_.begin()) return std::nullopt;
+  --it;
+  uint64_t off = a - it->first;
+  if (off > it->second.len || len > it->second.len - off) return std::nullopt;
+  return LocalMr{it->second.mr->lkey, it->second.mr->rkey, it->second.id};
+}
+
+Result<RemoteKey> VerbsCore::export_key(const void* addr, size_t len) {
+  auto mr = find_mr(addr, len);
+  if (!mr) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, "export key", -1,
+                          "[" + std::to_string(reinterpret_cast<uintptr_t>(addr)) + ", +" +
+                              std::to_string(len) +
+                              ") does not lie inside one region registered with the verbs "
+                              "transport");
+  }
+  RemoteKey k;
+  k.backend = "verbs";
+  k.addr = reinterpret_cast<uint64_t>(addr);
+  k.length = len;
+  k.blob.resize(4);
+  std::memcpy(k.blob.data(), &mr->rkey, 4);
+  std::lock_guard<std::mutex> lock(mem_mu_);
+  k.key_id = next_key_++;
+  k.secret = rng_();
+  grants_[k.key_id] = Grant{k.secret, mr->id};
+  return k;
+}
+
+Status VerbsCore::revoke_key(const RemoteKey& key) {
+  std::lock_guard<std::mutex> lock(mem_mu_);
+  auto it = grants_.find(key.key_id);
+  if (key.backend != "verbs" || it == grants_.end() || it->second.secret != key.secret) {
+    return RDMAFLOW_ERROR(Code::kNotFound, "revoke key", -1,
+                          "key " + std::to_string(key.key_id) +
+                              " was not exported by this verbs transport (or already revoked)");
+  }
+  grants_.erase(it);
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------- receive buffers
+
+Status VerbsCore::post_chunk() {
+  size_t n = config_.recv_credits;
+  size_t bytes = n * config_.msg_size;
+  void* base = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+  if (base == nullptr) {
+    return RDMAFLOW_ERROR(Code::kResourceExhausted, "post receive buffers", -1,
+                          "out of memory for " + std::to_string(bytes) + " bytes");
+  }
+  ibv_mr* mr = ibv_reg_mr(pd_, base, bytes, IBV_ACCESS_LOCAL_WRITE);
+  if (mr == nullptr) {
+    int err = errno;
+    std::free(base);
+    return verbs_error(Code::kResourceExhausted, "post receive buffers", "ibv_reg_mr", err,
+                       memlock_hint(err));
+  }
+  uint64_t first = chunks_.size() * n;
+  chunks_.push_back({static_cast<uint8_t*>(base), mr});
+  for (size_t i = 0; i < n; ++i) RDMAFLOW_RETURN_IF_ERROR(repost_locked(first + i));
+  return Status::ok();
+}
+
+Status VerbsCore::reserve_recv_buffers(uint32_t n) {
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  if (srq_ == nullptr) {
+    return RDMAFLOW_ERROR(Code::kCancelled, "reserve receive buffers", -1, "transport shut down");
+  }
+  if (uint64_t{reserved_} + n > srq_capacity_) {
+    return RDMAFLOW_ERROR(Code::kResourceExhausted, "reserve receive buffers", -1,
+                          "all " + std::to_string(srq_capacity_ / config_.recv_credits) +
+                              " peer slots of the shared receive queue are in use "
+                              "(RDMAFLOW_IB_MAX_PEERS)");
+  }
+  while (uint64_t{chunks_.size()} * config_.recv_credits < uint64_t{reserved_} + n) {
+    RDMAFLOW_RETURN_IF_ERROR(post_chunk());
+  }
+  reserved_ += n;
+  return Status::ok();
+}
+
+void VerbsCore::release_recv_buffers(uint32_t n) {
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  reserved_ = n > reserved_ ? 0 : reserved_ - n;
+}
+
+const uint8_t* VerbsCore::recv_buffer(uint64_t wr_id) const {
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  uint64_t chunk = wr_id / config_.recv_credits;
+  if (chunk >= chunks_.size()) return nullptr;
+  return chunks_[chunk].base + (wr_id % config_.recv_credits) * config_.msg_size;
+}
+
+Status VerbsCore::repost_recv(uint64_t wr_id) {
+  std::lock_guard<std::mutex> lock(recv_mu_);
+  return repost_locked(wr_id);
+}
+
+Status VerbsCore::repost_locked(uint64_t wr_id) {
+  if (srq_ == nullptr) return Status::ok();  // shut down: nothing to refill
+  uint64_t n = config_.recv_credits;
+  uint64_t chunk = wr_id / n;
+  if (chunk >= chunks_.size()) {
+    return RDMAFLOW_ERROR(Code::kInternal, "post receive buffer", -1,
+                          "unknown receive buffer " + std::to_string(wr_id));
+  }
+  const RecvChunk& c = chunks_[chunk];
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<uint64_t>(c.base + (wr_id % n) * config_.msg_size);
+  sge.length = config_.msg_size;
+  sge.lkey = c.mr->lkey;
+  ibv_recv_wr wr{};
+  wr.wr_id = wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  if (int rc = ibv_post_srq_recv(srq_, &wr, &bad); rc != 0) {
+    return verbs_error(Code::kInternal, "post receive buffer", "ibv_post_srq_recv", rc);
+  }
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------- channels
+
+void VerbsCore::add_channel(const std::shared_ptr<VerbsChannel>& ch) {
+  std::lock_guard<std::mutex> lock(chan_mu_);
+  channels_.push_back(ch);
+  by_qpn_[ch->qp_num()] = ch;
+  by_cq_[ch->send_cq()] = ch;
+  by_id_[ch->cm_id()] = ch;
+}
+
+void VerbsCore::remove_channel(const VerbsChannel* ch) {
+  std::lock_guard<std::mutex> lock(chan_mu_);
+  std::erase_if(channels_, [&](const auto& c) { return c.get() == ch; });
+  std::erase_if(by_qpn_, [&](const auto& e) { return e.second.get() == ch; });
+  std::erase_if(by_cq_, [&](const auto& e) { return e.second.get() == ch; });
+  std::erase_if(by_id_, [&](const auto& e) { return e.second.get() == ch; });
+}
+
+std::shared_ptr<VerbsChannel> VerbsCore::channel_by_qpn(uint32_t qpn) const {
+  std::lock_guard<std::mutex> lock(chan_mu_);
+  auto it = by_qpn_.find(qpn);
+  return it == by_qpn_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<VerbsChannel> VerbsCore::channel_by_cq(const ibv_cq* cq) const {
+  std::lock_guard<std::mutex> lock(chan_mu_);
+  auto it = by_cq_.find(cq);
+  return it == by_cq_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<VerbsChannel> VerbsCore::channel_by_id(const rdma_cm_id* id) const {
+  std::lock_guard<std::mutex> lock(chan_mu_);
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : it->second;
+}
+
+std::vector<std::shared_ptr<VerbsChannel>> VerbsCore::channels() const {
+  std::lock_guard<std::mutex> lock(chan_mu_);
+  return channels_;
+}
+
+// ---------------------------------------------------------------- progress hand-off
+
+void VerbsCore::defer(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(defer_mu_);
+    if (progress_running_) {
+      deferred_.push_back(std::move(task));
+      uint64_t one = 1;
+      ssize_t rc = ::write(wake_fd_, &one, sizeof(one));
+      (void)rc;  // a full eventfd counter still wakes the thread
+      return;
+    }
+  }
+  task();  // no progress thread (shut down): run here
+}
+
+void VerbsCore::defer_callback(Callback cb, Status status) {
+  if (!cb) return;
+  defer([cb = std::move(cb), status = std::move(status)] { cb(status); });
+}
+
+void VerbsCore::run_deferred() {
+  std::vector<std::function<void()>> tasks;
+  {
+    std::lock_guard<std::mutex> lock(defer_mu_);
+    tasks.swap(deferred_);
+  }
+  for (auto& t : tasks) t();
+}
+
+void VerbsCore::set_progress_thread(std::thread::id id, int wake_fd) {
+  std::lock_guard<std::mutex> lock(defer_mu_);
+  progress_id_ = id;
+  wake_fd_ = wake_fd;
+  progress_running_ = true;
+}
+
+void VerbsCore::clear_progress_thread() {
+  std::vector<std::function<void()>> tasks;
+  {
+    std::lock_guard<std::mutex> lock(defer_mu_);
+    progress_running_ = false;
+    progress_id_ = std::thread::id();
+    tasks.swap(deferred_);
+  }
+  for (auto& t : tasks) t();
+}
+
+bool VerbsCore::on_progress_thread() const {
+  std::lock_guard<std::mutex> lock(defer_mu_);
+  return progress_running_ && std::this_thread::get_id() == progress_id_;
+}
+
+}  // namespace rdmaflow::verbs

@@ -1,0 +1,723 @@
+#include "transport/verbs/verbs_transport.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "allocator/log.h"
+#include "transport/verbs/address.h"
+#include "transport/verbs/device.h"
+
+namespace rdmaflow::verbs {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+constexpr int kTickMs = 10;
+constexpr size_t kMaxRejectData = 148;  // IB CM REJ private data
+
+void set_nonblocking(int fd) {
+  int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+int remaining_ms(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return static_cast<int>(std::max<int64_t>(0, left.count()));
+}
+
+// The IPv4 address of interface `ifname`, if it has one.
+std::optional<std::string> interface_ipv4(const std::string& ifname) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return std::nullopt;
+  std::optional<std::string> out;
+  for (ifaddrs* a = list; a != nullptr && !out; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    if (ifname != a->ifa_name) continue;
+    char buf[INET_ADDRSTRLEN];
+    auto* sin = reinterpret_cast<sockaddr_in*>(a->ifa_addr);
+    if (inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof(buf))) out = std::string(buf);
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+// Which IP the listener binds (and connections originate from): the configured
+// interface / address unless it is loopback (no RDMA netdev owns loopback),
+// else the IPv4 address inside the chosen RoCE GID.
+Result<std::string> choose_bind_ip(const TransportConfig& config, const PortChoice& port) {
+  const char* op = "create verbs transport";
+  const std::string& want = config.ifname;
+  if (!want.empty() && want != "lo" && !is_loopback_ip(want)) {
+    in_addr a4{};
+    in6_addr a6{};
+    if (inet_pton(AF_INET, want.c_str(), &a4) == 1 || inet_pton(AF_INET6, want.c_str(), &a6) == 1) {
+      return want;
+    }
+    if (auto ip = interface_ipv4(want)) return *ip;
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
+                          "interface '" + want + "' has no IPv4 address to bind rdma_cm to");
+  }
+  if (!want.empty()) {
+    RDMAFLOW_LOG_DEBUG("verbs: ignoring loopback interface '{}': no RDMA netdev owns it", want);
+  }
+  if (port.gid.ipv4) return *port.gid.ipv4;
+  return RDMAFLOW_ERROR(Code::kNotViable, op, -1,
+                        "the chosen GID " + port.gid.reason +
+                            " holds no IPv4 address, so the IP rdma_cm should bind is unknown; "
+                            "set RDMAFLOW_IB_GID_INDEX to a RoCE v2 IPv4 GID or name the "
+                            "interface (TransportConfig::ifname)");
+}
+
+std::string event_name(rdma_cm_event_type e) {
+  return rdma_event_str(e);
+}
+
+std::string cm_failure(const rdma_cm_event* ev, rdma_cm_event_type expected) {
+  std::string out = "rdma_cm reported " + event_name(ev->event) + " (status " +
+                    std::to_string(ev->status) + ") while waiting for " + event_name(expected);
+  if (ev->event == RDMA_CM_EVENT_REJECTED) {
+    const auto* pd = static_cast<const char*>(ev->param.conn.private_data);
+    size_t len = ev->param.conn.private_data_len;
+    std::string why = pd ? std::string(pd, strnlen(pd, len)) : std::string();
+    if (!why.empty()) {
+      out += ": the listener said: " + why;
+    } else {
+      out += ": nobody accepted (no rdmaflow verbs listener at that address?)";
+    }
+  } else if (ev->event == RDMA_CM_EVENT_ADDR_ERROR || ev->event == RDMA_CM_EVENT_ROUTE_ERROR) {
+    out += ": is the address on an RDMA netdev (rdma link show)?";
+  } else if (ev->event == RDMA_CM_EVENT_UNREACHABLE) {
+    out += ": the peer's port does not answer (firewall on UDP 4791? MTU?)";
+  }
+  return out;
+}
+
+// Waits for one event of `expected` type on `ec`; the caller acks it.
+Result<rdma_cm_event*> wait_cm_event(rdma_event_channel* ec, rdma_cm_event_type expected,
+                                     Clock::time_point deadline, int peer,
+                                     const std::string& address) {
+  for (;;) {
+    pollfd pfd{ec->fd, POLLIN, 0};
+    int left = remaining_ms(deadline);
+    int rc = ::poll(&pfd, 1, left);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc == 0) {
+      return RDMAFLOW_ERROR(
+          Code::kTimeout, "connect", peer,
+          "no " + event_name(expected) + " from " + address + " before the deadline");
+    }
+    rdma_cm_event* ev = nullptr;
+    if (rdma_get_cm_event(ec, &ev) != 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      return RDMAFLOW_ERROR(Code::kConnectionFailed, "connect", peer,
+                            std::string("rdma_get_cm_event failed: ") + std::strerror(errno));
+    }
+    if (ev->event == expected) return ev;
+    std::string why = cm_failure(ev, expected);
+    rdma_ack_cm_event(ev);
+    return RDMAFLOW_ERROR(Code::kConnectionFailed, "connect", peer, why + " (" + address + ")");
+  }
+}
+}  // namespace
+
+// ---------------------------------------------------------------- setup
+
+Result<std::unique_ptr<Transport>> VerbsTransport::create(const TransportConfig& config) {
+  const char* op = "create verbs transport";
+  RDMAFLOW_ASSIGN_OR_RETURN(VerbsConfig vc, VerbsConfig::from_env());
+  RDMAFLOW_ASSIGN_OR_RETURN(auto names, list_rdma_devices());
+  if (vc.device && std::find(names.begin(), names.end(), *vc.device) == names.end()) {
+    std::string all;
+    for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+    return RDMAFLOW_ERROR(
+        Code::kNotViable, op, -1,
+        "RDMAFLOW_IB_DEVICE='" + *vc.device + "' is not an RDMA device here; found: " + all);
+  }
+  std::unique_ptr<VerbsTransport> t(new VerbsTransport(config));
+  t->vconfig_ = vc;
+  int n = 0;
+  t->devices_ = rdma_get_devices(&n);
+  if (t->devices_ == nullptr || n <= 0) {
+    return RDMAFLOW_ERROR(
+        Code::kNotViable, op, -1,
+        "librdmacm sees no RDMA device (rdma_get_devices: " + std::string(std::strerror(errno)) +
+            "); is the rdma_cm kernel module loaded? see docs/soft-roce.md");
+  }
+  ibv_context* ctx = nullptr;
+  std::optional<PortChoice> port;
+  std::string reasons;
+  for (int i = 0; i < n && !port; ++i) {
+    std::string name = ibv_get_device_name(t->devices_[i]->device);
+    if (vc.device && name != *vc.device) continue;
+    auto choice = choose_port(t->devices_[i], vc);
+    if (choice.is_ok()) {
+      ctx = t->devices_[i];
+      port = std::move(choice).value();
+    } else if (vc.device || choice.status().code() == Code::kInvalidArgument) {
+      return choice.status();
+    } else {
+      reasons += (reasons.empty() ? "" : "; ") + choice.status().reason();
+    }
+  }
+  if (!port) return RDMAFLOW_ERROR(Code::kNotViable, op, -1, reasons);
+  RDMAFLOW_ASSIGN_OR_RETURN(t->bind_ip_, choose_bind_ip(config, *port));
+  std::string summary = port->summary;
+  RDMAFLOW_ASSIGN_OR_RETURN(t->core_, VerbsCore::open(ctx, vc, std::move(*port), config.rank));
+  RDMAFLOW_RETURN_IF_ERROR(t->start());
+  RDMAFLOW_LOG_INFO("verbs: rank {} uses {}; binds {}", config.rank, summary, t->bind_ip_);
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
+Status VerbsTransport::start() {
+  const char* op = "create verbs transport";
+  ec_ = rdma_create_event_channel();
+  if (ec_ == nullptr) {
+    return RDMAFLOW_ERROR(Code::kNotViable, op, -1,
+                          std::string("rdma_create_event_channel failed: ") + std::strerror(errno));
+  }
+  set_nonblocking(ec_->fd);
+  set_nonblocking(core_->comp_channel()->fd);
+  set_nonblocking(core_->context()->async_fd);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) {
+    return RDMAFLOW_ERROR(Code::kInternal, op, -1,
+                          std::string("eventfd failed: ") + std::strerror(errno));
+  }
+  core_->set_progress_thread(std::thread::id(), wake_fd_);  // queue hand-offs from now on
+  progress_ = std::thread([this] { progress_loop(); });
+  return Status::ok();
+}
+
+VerbsTransport::~VerbsTransport() {
+  shutdown();
+}
+
+void VerbsTransport::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_) return;
+    shut_ = true;
+  }
+  cv_.notify_all();
+  if (core_) {
+    for (auto& ch : core_->channels()) ch->close();
+  }
+  stop_ = true;
+  if (progress_.joinable()) {
+    uint64_t one = 1;
+    ssize_t rc = ::write(wake_fd_, &one, sizeof(one));
+    (void)rc;
+    progress_.join();
+  }
+  if (core_) {
+    core_->clear_progress_thread();  // leftover callbacks run here, exactly once
+    for (auto& ch : core_->channels()) {
+      ch->destroy_resources();
+      core_->remove_channel(ch.get());
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, p] : pending_) p.channel->destroy_resources();
+    pending_.clear();
+    accepted_.clear();
+    if (listen_id_ != nullptr) rdma_destroy_id(listen_id_);
+    listen_id_ = nullptr;
+  }
+  if (core_) core_->close();
+  if (ec_ != nullptr) rdma_destroy_event_channel(ec_);
+  ec_ = nullptr;
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  wake_fd_ = -1;
+  if (devices_ != nullptr) rdma_free_devices(devices_);
+  devices_ = nullptr;
+}
+
+// ---------------------------------------------------------------- memory
+
+Result<RegionId> VerbsTransport::register_memory(void* addr, size_t len) {
+  return core_->register_memory(addr, len);
+}
+Status VerbsTransport::deregister_memory(RegionId region) {
+  return core_->deregister_memory(region);
+}
+Result<RemoteKey> VerbsTransport::export_key(const void* addr, size_t len) {
+  return core_->export_key(addr, len);
+}
+Status VerbsTransport::revoke_key(const RemoteKey& key) {
+  return core_->revoke_key(key);
+}
+
+// ---------------------------------------------------------------- connections
+
+Result<std::string> VerbsTransport::listen() {
+  const char* op = "listen";
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shut_) return RDMAFLOW_ERROR(Code::kCancelled, op, -1, "the transport was shut down");
+  if (!listen_address_.empty()) return listen_address_;
+  VerbsAddress addr;
+  addr.host = bind_ip_;
+  addr.ipv6 = bind_ip_.find(':') != std::string::npos;
+  sockaddr_storage ss{};
+  RDMAFLOW_ASSIGN_OR_RETURN(socklen_t sslen, to_sockaddr(addr, &ss));
+  (void)sslen;
+  if (rdma_create_id(ec_, &listen_id_, nullptr, RDMA_PS_TCP) != 0) {
+    return RDMAFLOW_ERROR(Code::kConnectionFailed, op, -1,
+                          std::string("rdma_create_id failed: ") + std::strerror(errno));
+  }
+  auto fail = [&](const std::string& why) {
+    rdma_destroy_id(listen_id_);
+    listen_id_ = nullptr;
+    return RDMAFLOW_ERROR(Code::kConnectionFailed, op, -1, why);
+  };
+  if (rdma_bind_addr(listen_id_, reinterpret_cast<sockaddr*>(&ss)) != 0) {
+    return fail("rdma_bind_addr(" + bind_ip_ + ") failed: " + std::strerror(errno) +
+                "; is that address on the RDMA netdev (rdma link show)?");
+  }
+  if (listen_id_->verbs != nullptr && listen_id_->verbs != core_->context()) {
+    return fail(bind_ip_ + " belongs to RDMA device '" +
+                std::string(ibv_get_device_name(listen_id_->verbs->device)) +
+                "', but this transport uses '" + core_->port().device + "'");
+  }
+  if (rdma_listen(listen_id_, 128) != 0) {
+    return fail(std::string("rdma_listen failed: ") + std::strerror(errno));
+  }
+  addr.port = ntohs(rdma_get_src_port(listen_id_));
+  listen_address_ = format_verbs_address(addr);
+  RDMAFLOW_LOG_INFO("verbs: rank {} listening at {}", config_.rank, listen_address_);
+  return listen_address_;
+}
+
+Result<std::shared_ptr<Channel>> VerbsTransport::connect(int peer_rank, const std::string& address,
+                                                         Millis timeout) {
+  const char* op = "connect";
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_)
+      return RDMAFLOW_ERROR(Code::kCancelled, op, peer_rank, "the transport was shut down");
+  }
+  auto parsed = parse_verbs_address(address);
+  if (!parsed.is_ok()) return parsed.status().with_op(op);
+  sockaddr_storage dst{};
+  sockaddr_storage src{};
+  RDMAFLOW_ASSIGN_OR_RETURN(socklen_t dlen, to_sockaddr(*parsed, &dst));
+  (void)dlen;
+  VerbsAddress local{bind_ip_, 0, bind_ip_.find(':') != std::string::npos};
+  RDMAFLOW_ASSIGN_OR_RETURN(socklen_t slen, to_sockaddr(local, &src));
+  (void)slen;
+  if (timeout.count() <= 0) timeout = config_.connect_timeout;
+  auto deadline = Clock::now() + timeout;
+
+  rdma_event_channel* ec = rdma_create_event_channel();
+  if (ec == nullptr) {
+    return RDMAFLOW_ERROR(Code::kConnectionFailed, op, peer_rank,
+                          std::string("rdma_create_event_channel failed: ") + std::strerror(errno));
+  }
+  set_nonblocking(ec->fd);
+  rdma_cm_id* id = nullptr;
+  std::shared_ptr<VerbsChannel> ch;
+  bool migrated = false;
+  auto cleanup = [&] {
+    if (ch) {
+      core_->remove_channel(ch.get());
+      ch->destroy_resources();  // nothing was posted yet; destroys the id too
+    } else if (id != nullptr) {
+      rdma_destroy_id(id);
+    }
+    if (!migrated) rdma_destroy_event_channel(ec);
+  };
+  auto fail = [&](Status st) {
+    cleanup();
+    return st;
+  };
+  auto fail_errno = [&](const std::string& call) {
+    return fail(RDMAFLOW_ERROR(Code::kConnectionFailed, op, peer_rank,
+                               call + " failed: " + std::strerror(errno) + " (" + address + ")"));
+  };
+  if (rdma_create_id(ec, &id, nullptr, RDMA_PS_TCP) != 0) return fail_errno("rdma_create_id");
+
+  if (rdma_resolve_addr(id, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
+                        std::max(1, remaining_ms(deadline))) != 0) {
+    return fail_errno("rdma_resolve_addr");
+  }
+  {
+    auto ev = wait_cm_event(ec, RDMA_CM_EVENT_ADDR_RESOLVED, deadline, peer_rank, address);
+    if (!ev.is_ok()) return fail(ev.status());
+    rdma_ack_cm_event(*ev);
+  }
+  if (rdma_resolve_route(id, std::max(1, remaining_ms(deadline))) != 0) {
+    return fail_errno("rdma_resolve_route");
+  }
+  {
+    auto ev = wait_cm_event(ec, RDMA_CM_EVENT_ROUTE_RESOLVED, deadline, peer_rank, address);
+    if (!ev.is_ok()) return fail(ev.status());
+    rdma_ack_cm_event(*ev);
+  }
+  auto created = VerbsChannel::create(core_, id);
+  if (!created.is_ok()) return fail(created.status().with_op(op));
+  ch = std::move(created).value();
+  core_->add_channel(ch);
+
+  std::vector<uint8_t> hello = ch->local_hello().encode();
+  rdma_conn_param param{};
+  param.private_data = hello.data();
+  param.private_data_len = static_cast<uint8_t>(hello.size());
+  param.responder_resources = static_cast<uint8_t>(std::min<uint32_t>(core_->max_rd_atomic(), 255));
+  param.initiator_depth = param.responder_resources;
+  param.retry_count = 7;
+  param.rnr_retry_count = 7;  // infinite; credits keep receive buffers posted anyway
+  if (rdma_connect(id, &param) != 0) return fail_errno("rdma_connect");
+
+  Hello peer;
+  {
+    auto ev = wait_cm_event(ec, RDMA_CM_EVENT_ESTABLISHED, deadline, peer_rank, address);
+    if (!ev.is_ok()) return fail(ev.status());
+    auto decoded = Hello::decode(
+        std::span<const uint8_t>(static_cast<const uint8_t*>((*ev)->param.conn.private_data),
+                                 (*ev)->param.conn.private_data_len));
+    rdma_ack_cm_event(*ev);
+    if (!decoded.is_ok()) {
+      rdma_disconnect(id);
+      return fail(decoded.status().with_op(op));
+    }
+    peer = *decoded;
+  }
+  if (peer.rank != peer_rank) {
+    rdma_disconnect(id);
+    return fail(RDMAFLOW_ERROR(Code::kConnectionFailed, op, peer_rank,
+                               address + " is rank " + std::to_string(peer.rank) + ", not rank " +
+                                   std::to_string(peer_rank)));
+  }
+  if (Status st = ch->set_peer(peer); !st.is_ok()) {
+    rdma_disconnect(id);
+    return fail(st);
+  }
+  // From now on DISCONNECTED and friends reach the progress thread.
+  if (rdma_migrate_id(id, ec_) != 0) {
+    rdma_disconnect(id);
+    return fail_errno("rdma_migrate_id");
+  }
+  migrated = true;
+  rdma_destroy_event_channel(ec);
+  ch->mark_connected();
+  log_path(ch, peer_rank);
+  return std::shared_ptr<Channel>(ch);
+}
+
+Result<std::shared_ptr<Channel>> VerbsTransport::accept(int peer_rank, Millis timeout) {
+  RDMAFLOW_ASSIGN_OR_RETURN(std::string where, listen());
+  std::unique_lock<std::mutex> lock(mu_);
+  bool ready = cv_.wait_for(lock, timeout, [&] {
+    auto it = accepted_.find(peer_rank);
+    return shut_ || (it != accepted_.end() && !it->second.empty());
+  });
+  if (shut_) {
+    return RDMAFLOW_ERROR(Code::kCancelled, "accept", peer_rank, "the transport was shut down");
+  }
+  if (!ready) {
+    return RDMAFLOW_ERROR(Code::kTimeout, "accept", peer_rank,
+                          "rank " + std::to_string(peer_rank) + " did not connect to " + where +
+                              " within " + std::to_string(timeout.count()) + " ms");
+  }
+  auto& q = accepted_[peer_rank];
+  auto ch = q.front();
+  q.pop_front();
+  return std::shared_ptr<Channel>(ch);
+}
+
+void VerbsTransport::log_path(const std::shared_ptr<VerbsChannel>& ch, int peer) {
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  if (ch->cm_id() == nullptr || ch->cm_id()->qp == nullptr ||
+      ibv_query_qp(ch->cm_id()->qp, &attr, IBV_QP_AV | IBV_QP_PATH_MTU, &init) != 0) {
+    return;
+  }
+  const auto& port = core_->port();
+  uint32_t sgid = attr.ah_attr.grh.sgid_index;
+  if (port.ethernet && sgid != port.gid.entry.index) {
+    RDMAFLOW_LOG_WARN(
+        "verbs: rdma_cm uses GID index {} for rank {}, the configured/auto choice was {} ({}); "
+        "rdma_cm follows the bound IP and the kernel's default RoCE mode "
+        "(/sys/kernel/config/rdma_cm/<dev>/ports/<port>/default_roce_mode)",
+        sgid, peer, port.gid.entry.index, port.gid.reason);
+  } else {
+    RDMAFLOW_LOG_DEBUG("verbs: connected to rank {} over GID index {}, path mtu {}", peer, sgid,
+                       128 << attr.path_mtu);
+  }
+}
+
+// ---------------------------------------------------------------- progress thread
+
+void VerbsTransport::progress_loop() {
+  core_->set_progress_thread(std::this_thread::get_id(), wake_fd_);
+  pollfd fds[4] = {{core_->comp_channel()->fd, POLLIN, 0},
+                   {ec_->fd, POLLIN, 0},
+                   {core_->context()->async_fd, POLLIN, 0},
+                   {wake_fd_, POLLIN, 0}};
+  auto last_check = Clock::now();
+  while (!stop_) {
+    int rc = ::poll(fds, 4, kTickMs);
+    if (rc < 0 && errno != EINTR) {
+      RDMAFLOW_LOG_ERROR("verbs: poll failed: {}", std::strerror(errno));
+    }
+    if (fds[3].revents & POLLIN) {
+      uint64_t v;
+      ssize_t r = ::read(wake_fd_, &v, sizeof(v));
+      (void)r;
+    }
+    drain_cq_events();
+    drain_cm_events();
+    drain_async_events();
+    core_->run_deferred();
+    auto now = Clock::now();
+    if (rc == 0 || now - last_check >= std::chrono::milliseconds(kTickMs)) {
+      // Safety net for a missed CQ event, then the deadlines.
+      poll_recv_cq();
+      for (auto& ch : core_->channels()) ch->poll_send_cq();
+      check_deadlines();
+      last_check = now;
+    }
+  }
+  core_->run_deferred();
+}
+
+void VerbsTransport::drain_cq_events() {
+  ibv_cq* cq = nullptr;
+  void* cq_ctx = nullptr;
+  while (ibv_get_cq_event(core_->comp_channel(), &cq, &cq_ctx) == 0) {
+    ibv_ack_cq_events(cq, 1);
+    ibv_req_notify_cq(cq, 0);  // re-arm, then poll: nothing slips between the two
+    if (cq == core_->recv_cq()) {
+      poll_recv_cq();
+    } else if (auto ch = core_->channel_by_cq(cq)) {
+      ch->poll_send_cq();
+    }
+  }
+}
+
+void VerbsTransport::poll_recv_cq() {
+  ibv_wc wc[32];
+  for (;;) {
+    int n = ibv_poll_cq(core_->recv_cq(), 32, wc);
+    if (n <= 0) {
+      if (n < 0) RDMAFLOW_LOG_ERROR("verbs: ibv_poll_cq failed on the receive CQ");
+      return;
+    }
+    for (int i = 0; i < n; ++i) {
+      if (auto ch = core_->channel_by_qpn(wc[i].qp_num)) {
+        ch->handle_recv(wc[i]);
+      } else if (Status st = core_->repost_recv(wc[i].wr_id); !st.is_ok()) {
+        RDMAFLOW_LOG_ERROR("verbs: {}", st.to_string());
+      }
+    }
+  }
+}
+
+void VerbsTransport::drain_cm_events() {
+  rdma_cm_event* ev = nullptr;
+  while (rdma_get_cm_event(ec_, &ev) == 0) {
+    rdma_cm_id* id = ev->id;
+    rdma_cm_event_type type = ev->event;
+    switch (type) {
+      case RDMA_CM_EVENT_CONNECT_REQUEST:
+        on_connect_request(ev);  // acks
+        continue;
+      case RDMA_CM_EVENT_ESTABLISHED:
+        rdma_ack_cm_event(ev);
+        on_established(id);
+        continue;
+      case RDMA_CM_EVENT_DISCONNECTED: {
+        rdma_ack_cm_event(ev);
+        if (auto ch = core_->channel_by_id(id)) ch->on_disconnected(event_name(type));
+        std::lock_guard<std::mutex> lock(mu_);
+        pending_.erase(id);
+        continue;
+      }
+      case RDMA_CM_EVENT_REJECTED:
+      case RDMA_CM_EVENT_CONNECT_ERROR:
+      case RDMA_CM_EVENT_UNREACHABLE: {
+        std::string why = event_name(type) + " (status " + std::to_string(ev->status) + ")";
+        rdma_ack_cm_event(ev);
+        drop_pending(id, RDMAFLOW_ERROR(Code::kConnectionFailed, "accept", -1,
+                                        "the connection failed before it was established: " + why));
+        continue;
+      }
+      case RDMA_CM_EVENT_DEVICE_REMOVAL: {
+        rdma_ack_cm_event(ev);
+        for (auto& ch : core_->channels()) {
+          ch->fail(RDMAFLOW_ERROR(Code::kPeerFailed, "channel", ch->peer_rank(),
+                                  "the RDMA device " + core_->port().device + " was removed"));
+        }
+        continue;
+      }
+      default:
+        RDMAFLOW_LOG_DEBUG("verbs: rdma_cm event {}", event_name(type));
+        rdma_ack_cm_event(ev);
+        continue;
+    }
+  }
+}
+
+void VerbsTransport::on_connect_request(rdma_cm_event* ev) {
+  rdma_cm_id* id = ev->id;
+  std::vector<uint8_t> pdata;
+  if (ev->param.conn.private_data != nullptr) {
+    const auto* p = static_cast<const uint8_t*>(ev->param.conn.private_data);
+    pdata.assign(p, p + ev->param.conn.private_data_len);
+  }
+  uint8_t peer_initiator = ev->param.conn.initiator_depth;
+  uint8_t peer_responder = ev->param.conn.responder_resources;
+  rdma_ack_cm_event(ev);
+
+  auto refuse = [&](const Status& why) {
+    RDMAFLOW_LOG_WARN("verbs: refusing a connection: {}", why.to_string());
+    std::string text = why.reason().substr(0, kMaxRejectData - 1);
+    rdma_reject(id, text.c_str(), static_cast<uint8_t>(text.size() + 1));
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_) {
+      refuse(RDMAFLOW_ERROR(Code::kCancelled, "accept", -1, "the transport is shutting down"));
+      rdma_destroy_id(id);
+      return;
+    }
+  }
+  auto hello = Hello::decode(pdata);
+  if (!hello.is_ok()) {
+    refuse(hello.status());
+    rdma_destroy_id(id);
+    return;
+  }
+  auto created = VerbsChannel::create(core_, id);
+  if (!created.is_ok()) {
+    refuse(created.status());
+    rdma_destroy_id(id);
+    return;
+  }
+  auto ch = std::move(created).value();  // owns id from here
+  if (Status st = ch->set_peer(*hello); !st.is_ok()) {
+    refuse(st);
+    ch->destroy_resources();
+    return;
+  }
+  core_->add_channel(ch);
+  std::vector<uint8_t> mine = ch->local_hello().encode();
+  rdma_conn_param param{};
+  param.private_data = mine.data();
+  param.private_data_len = static_cast<uint8_t>(mine.size());
+  uint32_t rd = std::min<uint32_t>(core_->max_rd_atomic(), 255);
+  param.responder_resources = static_cast<uint8_t>(std::min<uint32_t>(rd, peer_initiator));
+  param.initiator_depth = static_cast<uint8_t>(std::min<uint32_t>(rd, peer_responder));
+  param.rnr_retry_count = 7;
+  if (rdma_accept(id, &param) != 0) {
+    RDMAFLOW_LOG_WARN("verbs: rdma_accept for rank {} failed: {}", hello->rank,
+                      std::strerror(errno));
+    core_->remove_channel(ch.get());
+    ch->destroy_resources();
+    return;
+  }
+  ch->mark_connected();  // rdma_accept moved the QP to RTS
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_[id] = Pending{ch, Clock::now() + config_.connect_timeout};
+}
+
+void VerbsTransport::on_established(rdma_cm_id* id) {
+  std::shared_ptr<VerbsChannel> ch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return;  // an active-side id migrated after its handshake
+    ch = it->second.channel;
+    pending_.erase(it);
+    accepted_[ch->peer_rank()].push_back(ch);
+  }
+  cv_.notify_all();
+  log_path(ch, ch->peer_rank());
+}
+
+void VerbsTransport::drop_pending(rdma_cm_id* id, const Status& why) {
+  std::shared_ptr<VerbsChannel> ch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return;
+    ch = it->second.channel;
+    pending_.erase(it);
+  }
+  ch->fail(why);
+}
+
+void VerbsTransport::drain_async_events() {
+  ibv_async_event ae{};
+  while (ibv_get_async_event(core_->context(), &ae) == 0) {
+    std::string what = ibv_event_type_str(ae.event_type);
+    switch (ae.event_type) {
+      case IBV_EVENT_COMM_EST:
+        // Data arrived before the CM's RTU: tell rdma_cm the connection is up.
+        if (auto ch = core_->channel_by_qpn(ae.element.qp->qp_num)) {
+          rdma_notify(ch->cm_id(), IBV_EVENT_COMM_EST);
+        }
+        break;
+      case IBV_EVENT_QP_FATAL:
+      case IBV_EVENT_QP_REQ_ERR:
+      case IBV_EVENT_QP_ACCESS_ERR:
+      case IBV_EVENT_PATH_MIG_ERR:
+        if (auto ch = core_->channel_by_qpn(ae.element.qp->qp_num)) {
+          ch->fail(RDMAFLOW_ERROR(Code::kPeerFailed, "channel", ch->peer_rank(),
+                                  "queue pair error reported by the device: " + what));
+        }
+        break;
+      case IBV_EVENT_DEVICE_FATAL:
+      case IBV_EVENT_SRQ_ERR:
+      case IBV_EVENT_CQ_ERR:
+        for (auto& ch : core_->channels()) {
+          ch->fail(RDMAFLOW_ERROR(Code::kPeerFailed, "channel", ch->peer_rank(),
+                                  "device error on " + core_->port().device + ": " + what));
+        }
+        break;
+      case IBV_EVENT_PORT_ERR:
+        RDMAFLOW_LOG_WARN("verbs: port {} of {} went down", ae.element.port_num,
+                          core_->port().device);
+        break;
+      default:
+        RDMAFLOW_LOG_DEBUG("verbs: async event {}", what);
+        break;
+    }
+    ibv_ack_async_event(&ae);
+  }
+}
+
+void VerbsTransport::check_deadlines() {
+  auto now = Clock::now();
+  for (auto& ch : core_->channels()) ch->check_timeouts(now);
+  std::vector<std::pair<rdma_cm_id*, int>> late;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, p] : pending_) {
+      if (p.deadline <= now) late.emplace_back(id, p.channel->peer_rank());
+    }
+  }
+  for (auto& [id, rank] : late) {
+    drop_pending(id, RDMAFLOW_ERROR(Code::kTimeout, "accept", rank,
+                                    "the connection from rank " + std::to_string(rank) +
+                                        " was not established in time"));
+  }
+}
+
+}  // namespace rdmaflow::verbs
+
+namespace rdmaflow {
+void register_verbs_transport() {
+  register_transport_backend({"verbs", 30, [](const TransportConfig& config) {
+                                return verbs::VerbsTransport::create(config);
+                              }});
+}
+}  // namespace rdmaflow

@@ -1,0 +1,145 @@
+#include "transport/verbs/wire.h"
+
+#include <cstring>
+#include <string>
+
+namespace rdmaflow::verbs {
+
+namespace {
+template <typename T>
+void put(std::vector<uint8_t>& out, T v) {
+  uint8_t b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));  // supported hosts are little endian
+  out.insert(out.end(), b, b + sizeof(T));
+}
+template <typename T>
+T get(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+Status bad_hello(const std::string& why) {
+  return RDMAFLOW_ERROR(Code::kProtocolError, "read connection hello", -1, why);
+}
+}  // namespace
+
+std::vector<uint8_t> Hello::encode() const {
+  std::vector<uint8_t> out;
+  out.reserve(kHelloSize);
+  put<uint32_t>(out, kHelloMagic);
+  put<uint16_t>(out, kHelloVersion);
+  put<uint16_t>(out, 0);
+  put<int32_t>(out, rank);
+  put<uint32_t>(out, credits);
+  put<uint32_t>(out, msg_size);
+  put<uint32_t>(out, ring_slots);
+  put<uint32_t>(out, ring_rkey);
+  put<uint64_t>(out, ring_addr);
+  return out;
+}
+
+Result<Hello> Hello::decode(std::span<const uint8_t> bytes) {
+  if (bytes.size() < kHelloSize) {
+    return bad_hello("private data has " + std::to_string(bytes.size()) + " bytes, a hello needs " +
+                     std::to_string(kHelloSize) + " (is the peer an rdmaflow verbs transport?)");
+  }
+  const uint8_t* p = bytes.data();
+  if (get<uint32_t>(p) != kHelloMagic) {
+    return bad_hello("bad magic: the peer is not an rdmaflow verbs transport");
+  }
+  uint16_t version = get<uint16_t>(p + 4);
+  if (version != kHelloVersion) {
+    return bad_hello("peer speaks hello version " + std::to_string(version) + ", this build " +
+                     std::to_string(kHelloVersion));
+  }
+  Hello h;
+  h.rank = get<int32_t>(p + 8);
+  h.credits = get<uint32_t>(p + 12);
+  h.msg_size = get<uint32_t>(p + 16);
+  h.ring_slots = get<uint32_t>(p + 20);
+  h.ring_rkey = get<uint32_t>(p + 24);
+  h.ring_addr = get<uint64_t>(p + 28);
+  if (h.rank < 0) return bad_hello("negative rank " + std::to_string(h.rank));
+  if (h.credits < 4) {
+    return bad_hello("peer grants " + std::to_string(h.credits) + " receive credits (minimum 4)");
+  }
+  if (h.msg_size < kMinMsgSize || h.msg_size > kMaxMsgSize) {
+    return bad_hello("receive buffer size " + std::to_string(h.msg_size) + " outside [" +
+                     std::to_string(kMinMsgSize) + ", " + std::to_string(kMaxMsgSize) + "]");
+  }
+  if (h.ring_slots < h.credits) {
+    return bad_hello("notify ring of " + std::to_string(h.ring_slots) +
+                     " slots is smaller than the credit window " + std::to_string(h.credits));
+  }
+  if (h.ring_addr == 0) return bad_hello("notify ring address is null");
+  return h;
+}
+
+void MsgHeader::encode(uint8_t* out) const {
+  out[0] = static_cast<uint8_t>(type);
+  out[1] = last ? kFlagLastFragment : 0;
+  out[2] = 0;
+  out[3] = 0;
+  std::memcpy(out + 4, &credits, 4);
+}
+
+Result<MsgHeader> MsgHeader::decode(std::span<const uint8_t> bytes, int peer) {
+  if (bytes.size() < kMsgHeaderSize) {
+    return RDMAFLOW_ERROR(
+        Code::kProtocolError, "receive message", peer,
+        "SEND of " + std::to_string(bytes.size()) + " bytes is shorter than the 8-byte header");
+  }
+  MsgHeader h;
+  uint8_t type = bytes[0];
+  if (type != static_cast<uint8_t>(MsgType::kData) &&
+      type != static_cast<uint8_t>(MsgType::kCredit)) {
+    return RDMAFLOW_ERROR(Code::kProtocolError, "receive message", peer,
+                          "unknown message type " + std::to_string(type));
+  }
+  if ((bytes[1] & ~kFlagLastFragment) != 0 || bytes[2] != 0 || bytes[3] != 0) {
+    return RDMAFLOW_ERROR(Code::kProtocolError, "receive message", peer,
+                          "reserved header bits set");
+  }
+  h.type = static_cast<MsgType>(type);
+  h.last = (bytes[1] & kFlagLastFragment) != 0;
+  std::memcpy(&h.credits, bytes.data() + 4, 4);
+  if (h.type == MsgType::kCredit && (!h.last || bytes.size() != kMsgHeaderSize)) {
+    return RDMAFLOW_ERROR(Code::kProtocolError, "receive message", peer,
+                          "credit message with payload or fragment flag");
+  }
+  return h;
+}
+
+std::vector<std::pair<size_t, size_t>> plan_fragments(size_t total, size_t max_payload) {
+  std::vector<std::pair<size_t, size_t>> out;
+  if (max_payload == 0) return out;
+  if (total == 0) {
+    out.emplace_back(0, 0);
+    return out;
+  }
+  out.reserve((total + max_payload - 1) / max_payload);
+  for (size_t off = 0; off < total; off += max_payload) {
+    out.emplace_back(off, std::min(max_payload, total - off));
+  }
+  return out;
+}
+
+Result<std::optional<std::vector<uint8_t>>> MessageReassembler::add(
+    std::span<const uint8_t> payload, bool last, int peer) {
+  if (payload.size() > max_ - partial_.size()) {
+    size_t have = partial_.size();
+    partial_.clear();
+    return RDMAFLOW_ERROR(Code::kProtocolError, "receive message", peer,
+                          "message exceeds " + std::to_string(max_) + " bytes (" +
+                              std::to_string(have) + " buffered + " +
+                              std::to_string(payload.size()) + " more)");
+  }
+  partial_.insert(partial_.end(), payload.begin(), payload.end());
+  if (!last) return std::optional<std::vector<uint8_t>>();
+  std::vector<uint8_t> out;
+  out.swap(partial_);
+  return std::optional<std::vector<uint8_t>>(std::move(out));
+}
+
+}  // namespace rdmaflow::verbs
