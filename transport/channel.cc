@@ -35,14 +35,39 @@ void Inbox::fail(const Status& error) {
   if (listener) listener();
 }
 
+void Inbox::set_wait_driver(std::shared_ptr<WaitDriver> driver) {
+  std::lock_guard<std::mutex> lock(mu_);
+  driver_ = std::move(driver);
+}
+
+template <typename Pred>
+void Inbox::drive(std::chrono::steady_clock::time_point deadline, Pred ready) {
+  std::shared_ptr<WaitDriver> driver;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ready()) return;
+    driver = driver_;
+  }
+  if (!driver) return;
+  driver->drive(
+      [&] {
+        std::lock_guard<std::mutex> lock(mu_);
+        return ready();
+      },
+      deadline);
+}
+
 void Inbox::set_notify_listener(std::function<void()> listener) {
   std::lock_guard<std::mutex> lock(mu_);
   listener_ = std::move(listener);
 }
 
 Result<uint64_t> Inbox::wait_notify(Millis timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pred = [&] { return !notifies_.empty() || !error_.is_ok(); };
+  drive(deadline, pred);
   std::unique_lock<std::mutex> lock(mu_);
-  bool ready = cv_.wait_for(lock, timeout, [&] { return !notifies_.empty() || !error_.is_ok(); });
+  bool ready = cv_.wait_until(lock, deadline, pred);
   if (!notifies_.empty()) {
     uint64_t v = notifies_.front();
     notifies_.pop_front();
@@ -55,9 +80,14 @@ Result<uint64_t> Inbox::wait_notify(Millis timeout) {
 }
 
 Status Inbox::wait_notify_value(uint64_t value, Millis timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  drive(deadline, [&] {
+    return std::find(notifies_.begin(), notifies_.end(), value) != notifies_.end() ||
+           !error_.is_ok();
+  });
   std::unique_lock<std::mutex> lock(mu_);
   auto it = notifies_.end();
-  cv_.wait_for(lock, timeout, [&] {
+  cv_.wait_until(lock, deadline, [&] {
     it = std::find(notifies_.begin(), notifies_.end(), value);
     return it != notifies_.end() || !error_.is_ok();
   });
@@ -79,8 +109,11 @@ std::optional<uint64_t> Inbox::poll_notify() {
 }
 
 Result<std::vector<uint8_t>> Inbox::recv_message(Millis timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pred = [&] { return !messages_.empty() || !error_.is_ok(); };
+  drive(deadline, pred);
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return !messages_.empty() || !error_.is_ok(); });
+  cv_.wait_until(lock, deadline, pred);
   if (!messages_.empty()) {
     auto m = std::move(messages_.front());
     messages_.pop_front();
@@ -93,20 +126,42 @@ Result<std::vector<uint8_t>> Inbox::recv_message(Millis timeout) {
 
 Completion::Completion() : state_(std::make_shared<State>()) {}
 
+void Completion::Signal::operator()(const Status& st) const {
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->done = true;
+    s->status = st;
+  }
+  s->cv.notify_all();
+}
+
 Callback Completion::callback() {
-  return [s = state_](const Status& st) {
-    {
-      std::lock_guard<std::mutex> lock(s->mu);
-      s->done = true;
-      s->status = st;
-    }
-    s->cv.notify_all();
-  };
+  return Signal{state_};
+}
+
+// Runs `driver` (if attached to `s`) until `ready` holds or `deadline` passes.
+template <typename StateT, typename Pred>
+static void drive_state(StateT& s, std::chrono::steady_clock::time_point deadline, Pred ready) {
+  std::shared_ptr<WaitDriver> driver;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (ready()) return;
+    driver = s.driver;
+  }
+  if (!driver) return;
+  driver->drive(
+      [&] {
+        std::lock_guard<std::mutex> lock(s.mu);
+        return ready();
+      },
+      deadline);
 }
 
 Status Completion::wait(Millis timeout, const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  drive_state(*state_, deadline, [&] { return state_->done; });
   std::unique_lock<std::mutex> lock(state_->mu);
-  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; })) {
+  if (!state_->cv.wait_until(lock, deadline, [&] { return state_->done; })) {
     return RDMAFLOW_ERROR(Code::kTimeout, what, -1,
                           "no completion within " + std::to_string(timeout.count()) + " ms");
   }
@@ -123,24 +178,39 @@ Callback CompletionGroup::add() {
     std::lock_guard<std::mutex> lock(state_->mu);
     ++state_->pending;
   }
-  return [s = state_](const Status& st) {
-    {
-      std::lock_guard<std::mutex> lock(s->mu);
-      if (!st.is_ok() && s->first_error.is_ok()) s->first_error = st;
-      --s->pending;
-    }
-    s->cv.notify_all();
-  };
+  return Signal{state_};
+}
+
+void CompletionGroup::Signal::operator()(const Status& st) const {
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    if (!st.is_ok() && s->first_error.is_ok()) s->first_error = st;
+    --s->pending;
+  }
+  s->cv.notify_all();
 }
 
 Status CompletionGroup::wait(Millis timeout, const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  drive_state(*state_, deadline, [&] { return state_->pending == 0; });
   std::unique_lock<std::mutex> lock(state_->mu);
-  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->pending == 0; })) {
+  if (!state_->cv.wait_until(lock, deadline, [&] { return state_->pending == 0; })) {
     return RDMAFLOW_ERROR(Code::kTimeout, what, -1,
                           std::to_string(state_->pending) + " still pending after " +
                               std::to_string(timeout.count()) + " ms");
   }
   return state_->first_error;
+}
+
+void attach_wait_driver(const Callback& done, const std::shared_ptr<WaitDriver>& driver) {
+  if (!driver) return;
+  if (const auto* c = done.target<Completion::Signal>()) {
+    std::lock_guard<std::mutex> lock(c->s->mu);
+    c->s->driver = driver;
+  } else if (const auto* g = done.target<CompletionGroup::Signal>()) {
+    std::lock_guard<std::mutex> lock(g->s->mu);
+    if (!g->s->driver) g->s->driver = driver;  // a group spanning backends drives the first
+  }
 }
 
 }  // namespace rdmaflow

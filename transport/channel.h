@@ -27,6 +27,27 @@ namespace rdmaflow {
 using Millis = std::chrono::milliseconds;
 using Callback = std::function<void(const Status&)>;
 
+// Busy polling (optional). A backend whose progress the waiting thread can drive
+// itself (the UCX backend, docs/ucx.md) implements WaitDriver and attaches it to
+// its channels' inboxes and to the callbacks of the operations it runs. Waits
+// then drive it before sleeping on their condition variable, so a completion or
+// notification reaches the waiter without a thread hop or a futex wake-up.
+// Without a driver, waits behave exactly as before.
+class WaitDriver {
+ public:
+  virtual ~WaitDriver() = default;
+  // Drives progress on the calling thread until `ready()` holds (returns true),
+  // `deadline` passes or the backend prefers the waiter to sleep (returns false;
+  // the backend's progress thread then takes over). Called with no rdmaflow lock
+  // held; `ready` may lock the waited-on object.
+  virtual bool drive(const std::function<bool()>& ready,
+                     std::chrono::steady_clock::time_point deadline) = 0;
+};
+
+// Lets waits on `done` drive `driver`, when `done` came from Completion::callback()
+// or CompletionGroup::add(); any other callback is left alone.
+void attach_wait_driver(const Callback& done, const std::shared_ptr<WaitDriver>& driver);
+
 // Inbound side of a channel: notify values and control messages queued by the
 // backend's progress thread, taken by the user with timeouts. Once failed, the
 // inbox drains what already arrived and then reports the sticky error.
@@ -49,12 +70,20 @@ class Inbox {
 
   void set_peer(int peer) { peer_ = peer; }
 
+  // Waits drive `driver` before sleeping (see WaitDriver).
+  void set_wait_driver(std::shared_ptr<WaitDriver> driver);
+
  private:
+  // Lets the wait driver (if any) run until `ready` holds or `deadline` passes.
+  template <typename Pred>
+  void drive(std::chrono::steady_clock::time_point deadline, Pred ready);
+
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<uint64_t> notifies_;
   std::deque<std::vector<uint8_t>> messages_;
   std::function<void()> listener_;
+  std::shared_ptr<WaitDriver> driver_;
   Status error_;
   int peer_ = -1;
 };
@@ -105,11 +134,17 @@ class Completion {
   bool done() const;
 
  private:
+  friend void attach_wait_driver(const Callback&, const std::shared_ptr<WaitDriver>&);
   struct State {
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
     Status status;
+    std::shared_ptr<WaitDriver> driver;
+  };
+  struct Signal {  // the callable behind callback()
+    std::shared_ptr<State> s;
+    void operator()(const Status& st) const;
   };
   std::shared_ptr<State> state_;
 };
@@ -121,11 +156,17 @@ class CompletionGroup {
   Status wait(Millis timeout, const std::string& what = "operations");
 
  private:
+  friend void attach_wait_driver(const Callback&, const std::shared_ptr<WaitDriver>&);
   struct State {
     std::mutex mu;
     std::condition_variable cv;
     size_t pending = 0;
     Status first_error;
+    std::shared_ptr<WaitDriver> driver;
+  };
+  struct Signal {  // the callable behind add()
+    std::shared_ptr<State> s;
+    void operator()(const Status& st) const;
   };
   std::shared_ptr<State> state_ = std::make_shared<State>();
 };
