@@ -15,9 +15,9 @@
 
 namespace rdmaflow::graph {
 
-inline constexpr size_t kMaxDims = 32;     // dimensions per tensor
-inline constexpr int kMaxJsonDepth = 32;   // nesting of the JSON document
-inline constexpr int kMaxRanks = 1 << 20;  // ranks a placement may name
+inline constexpr size_t kMaxDims = 32;    // dimensions per tensor
+inline constexpr int kMaxJsonDepth = 32;  // nesting of the JSON document
+inline constexpr int kMaxRanks = 4096;    // ranks a placement or a plan may name
 
 struct GraphFile {
   Graph graph;

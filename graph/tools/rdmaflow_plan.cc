@@ -1,0 +1,330 @@
+// rdmaflow-plan: plans a graph's cross-rank transfers and prints, per rank, the
+// transfers in and out, bytes per step, static and dynamic counts, and the
+// registered memory with and without reuse (docs/graph-plans.md).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "graph/analyze.h"
+#include "graph/graph_json.h"
+#include "graph/hash.h"
+#include "graph/json_util.h"
+#include "graph/partition.h"
+#include "graph/plan_json.h"
+
+namespace rg = rdmaflow::graph;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: rdmaflow-plan GRAPH.json [--ranks N] [--placement FILE] [--json]\n"
+    "                     [--depth D] [--alignment BYTES] [--dynamic-hint BYTES] [--no-reuse]\n"
+    "                     [--list N] [--write-plan FILE] [--write-placement FILE]\n"
+    "\n"
+    "Plans every cross-rank transfer of GRAPH.json and prints, per rank, the transfers\n"
+    "in and out, the bytes moved per step, static and dynamic counts, and the\n"
+    "registered memory with and without reuse.\n"
+    "\n"
+    "  --ranks N             number of ranks (default: 1 + the highest rank the graph's\n"
+    "                        own placement names; required when it has none)\n"
+    "  --placement FILE      placement document; otherwise the graph's own per-op ranks,\n"
+    "                        otherwise the default: the topological order cut into N\n"
+    "                        contiguous blocks of equal op count\n"
+    "  --json                machine-readable summary on stdout\n"
+    "  --depth D             slots per transfer / registered frames (default 2)\n"
+    "  --alignment BYTES     alignment of every buffer (default 64)\n"
+    "  --dynamic-hint BYTES  payload reserved for dynamic tensors without size_hint\n"
+    "                        (default 65536)\n"
+    "  --no-reuse            give every buffer its own bytes\n"
+    "  --list N              list at most N transfers per rank and direction (default 32)\n"
+    "  --write-plan FILE     write the full plan (JSON) to FILE\n"
+    "  --write-placement FILE  write the placement used to FILE\n";
+
+int usage_error(const std::string& msg) {
+  std::fprintf(stderr, "rdmaflow-plan: %s\n\n%s", msg.c_str(), kUsage);
+  return 2;
+}
+
+bool parse_u64(const char* s, uint64_t* out) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(s, &end, 10);
+  if (errno || !end || *end || s[0] == '-' || s[0] == '\0') return false;
+  *out = v;
+  return true;
+}
+
+std::string human_bytes(uint64_t b) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 5) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[64];
+  if (u == 0) {
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, kUnits[u]);
+  }
+  return buf;
+}
+
+std::string percent_saved(uint64_t with, uint64_t without) {
+  if (!without) return "0.0%";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%",
+                100.0 * (1.0 - static_cast<double>(with) / static_cast<double>(without)));
+  return buf;
+}
+
+std::string transfer_line(const rg::TransferSpec& t, bool out) {
+  char buf[512];
+  std::string type = std::string(rdmaflow::dtype_name(t.dtype)) + rg::shape_to_string(t.shape);
+  std::snprintf(buf, sizeof buf, "    %s #%-5u %-28s %-22s %12s %s rank %-3d %s\n",
+                out ? "out" : "in ", t.id, t.tensor.c_str(), type.c_str(),
+                human_bytes(t.bytes).c_str(), out ? "->" : "<-", out ? t.dst_rank : t.src_rank,
+                t.dynamic ? "dynamic (hint)" : "static");
+  return buf;
+}
+
+void print_text(const rg::Graph& g, const std::string& placement_source, const rg::TransferPlan& p,
+                uint64_t hash, size_t list) {
+  uint32_t nstatic = 0, ndynamic = 0;
+  uint64_t step_bytes = 0, reg = 0, reg_noreuse = 0;
+  for (const auto& t : p.transfers) {
+    (t.dynamic ? ndynamic : nstatic)++;
+    step_bytes += t.bytes;
+  }
+  for (const auto& r : p.ranks) {
+    reg += r.registered_bytes;
+    reg_noreuse += r.registered_bytes_without_reuse;
+  }
+  std::printf("graph '%s': %zu ops, %zu tensors on %d ranks (placement: %s)\n", g.name.c_str(),
+              g.num_ops(), g.num_tensors(), p.num_ranks, placement_source.c_str());
+  std::printf(
+      "plan %s (graph %s): %zu transfers, %u static, %u dynamic; depth %u, alignment %llu\n",
+      rg::hash_hex(hash).c_str(), rg::hash_hex(p.graph_hash).c_str(), p.transfers.size(), nstatic,
+      ndynamic, p.options.pipeline_depth, static_cast<unsigned long long>(p.options.alignment));
+  for (const auto& r : p.ranks) {
+    std::printf("\nrank %d: %zu ops scheduled\n", r.rank, r.schedule.size());
+    std::printf("  out: %zu transfers (%u static, %u dynamic), %s per step\n", r.sends.size(),
+                r.static_out, r.dynamic_out, human_bytes(r.bytes_out_per_step).c_str());
+    for (size_t i = 0; i < r.sends.size() && i < list; ++i) {
+      std::fputs(transfer_line(p.transfers[r.sends[i]], true).c_str(), stdout);
+    }
+    if (r.sends.size() > list) std::printf("    ... and %zu more\n", r.sends.size() - list);
+    std::printf("  in:  %zu transfers (%u static, %u dynamic), %s per step\n", r.recvs.size(),
+                r.static_in, r.dynamic_in, human_bytes(r.bytes_in_per_step).c_str());
+    for (size_t i = 0; i < r.recvs.size() && i < list; ++i) {
+      std::fputs(transfer_line(p.transfers[r.recvs[i]], false).c_str(), stdout);
+    }
+    if (r.recvs.size() > list) std::printf("    ... and %zu more\n", r.recvs.size() - list);
+    std::printf("  registered memory: %s with reuse, %s without (%u x %s frames; saves %s)\n",
+                human_bytes(r.registered_bytes).c_str(),
+                human_bytes(r.registered_bytes_without_reuse).c_str(), r.copies,
+                human_bytes(r.frame_bytes).c_str(),
+                percent_saved(r.registered_bytes, r.registered_bytes_without_reuse).c_str());
+  }
+  std::printf(
+      "\ntotal: %zu transfers (%u static, %u dynamic), %s per step; registered memory %s "
+      "with reuse, %s without (saves %s)\n",
+      p.transfers.size(), nstatic, ndynamic, human_bytes(step_bytes).c_str(),
+      human_bytes(reg).c_str(), human_bytes(reg_noreuse).c_str(),
+      percent_saved(reg, reg_noreuse).c_str());
+}
+
+void print_json(const rg::Graph& g, const std::string& placement_source, const rg::TransferPlan& p,
+                uint64_t hash) {
+  nlohmann::ordered_json j;
+  j["graph"] = g.name;
+  j["ops"] = g.num_ops();
+  j["tensors"] = g.num_tensors();
+  j["num_ranks"] = p.num_ranks;
+  j["placement"] = placement_source;
+  j["plan_hash"] = rg::hash_hex(hash);
+  j["graph_hash"] = rg::hash_hex(p.graph_hash);
+  j["pipeline_depth"] = p.options.pipeline_depth;
+  j["alignment"] = p.options.alignment;
+  uint64_t step_bytes = 0, reg = 0, reg_noreuse = 0;
+  uint32_t nstatic = 0, ndynamic = 0;
+  j["transfers"] = nlohmann::ordered_json::array();
+  for (const auto& t : p.transfers) {
+    nlohmann::ordered_json tj;
+    tj["id"] = t.id;
+    tj["tensor"] = t.tensor;
+    tj["src"] = t.src_rank;
+    tj["dst"] = t.dst_rank;
+    tj["bytes"] = t.bytes;
+    tj["dynamic"] = t.dynamic;
+    j["transfers"].push_back(std::move(tj));
+    (t.dynamic ? ndynamic : nstatic)++;
+    step_bytes += t.bytes;
+  }
+  j["ranks"] = nlohmann::ordered_json::array();
+  for (const auto& r : p.ranks) {
+    nlohmann::ordered_json rj;
+    rj["rank"] = r.rank;
+    rj["ops"] = r.schedule.size();
+    rj["transfers_out"] = r.sends;
+    rj["transfers_in"] = r.recvs;
+    rj["bytes_out_per_step"] = r.bytes_out_per_step;
+    rj["bytes_in_per_step"] = r.bytes_in_per_step;
+    rj["static_out"] = r.static_out;
+    rj["dynamic_out"] = r.dynamic_out;
+    rj["static_in"] = r.static_in;
+    rj["dynamic_in"] = r.dynamic_in;
+    rj["frame_bytes"] = r.frame_bytes;
+    rj["copies"] = r.copies;
+    rj["registered_bytes"] = r.registered_bytes;
+    rj["registered_bytes_without_reuse"] = r.registered_bytes_without_reuse;
+    reg += r.registered_bytes;
+    reg_noreuse += r.registered_bytes_without_reuse;
+    j["ranks"].push_back(std::move(rj));
+  }
+  nlohmann::ordered_json tot;
+  tot["transfers"] = p.transfers.size();
+  tot["static"] = nstatic;
+  tot["dynamic"] = ndynamic;
+  tot["bytes_per_step"] = step_bytes;
+  tot["registered_bytes"] = reg;
+  tot["registered_bytes_without_reuse"] = reg_noreuse;
+  j["total"] = std::move(tot);
+  std::printf("%s\n",
+              j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
+}
+
+bool write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  return static_cast<bool>(out.flush());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string graph_path, placement_path, plan_out, placement_out;
+  int ranks = 0;
+  bool json = false;
+  size_t list = 32;
+  rg::PlanOptions options;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      if (i + 1 >= argc) return nullptr;
+      (void)name;
+      return argv[++i];
+    };
+    uint64_t v = 0;
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--json") {
+      json = true;
+    } else if (a == "--no-reuse") {
+      options.reuse = false;
+    } else if (a == "--ranks") {
+      const char* s = value("--ranks");
+      if (!s || !parse_u64(s, &v) || v < 1 || v > rg::kMaxRanks) {
+        return usage_error("--ranks needs a number in 1.." + std::to_string(rg::kMaxRanks));
+      }
+      ranks = static_cast<int>(v);
+    } else if (a == "--placement") {
+      const char* s = value("--placement");
+      if (!s) return usage_error("--placement needs a file");
+      placement_path = s;
+    } else if (a == "--depth") {
+      const char* s = value("--depth");
+      if (!s || !parse_u64(s, &v) || v < 1 || v > 64) return usage_error("--depth needs 1..64");
+      options.pipeline_depth = static_cast<uint32_t>(v);
+    } else if (a == "--alignment") {
+      const char* s = value("--alignment");
+      if (!s || !parse_u64(s, &v)) return usage_error("--alignment needs a number");
+      options.alignment = v;
+    } else if (a == "--dynamic-hint") {
+      const char* s = value("--dynamic-hint");
+      if (!s || !parse_u64(s, &v)) return usage_error("--dynamic-hint needs a number");
+      options.dynamic_size_hint = v;
+    } else if (a == "--list") {
+      const char* s = value("--list");
+      if (!s || !parse_u64(s, &v)) return usage_error("--list needs a number");
+      list = static_cast<size_t>(v);
+    } else if (a == "--write-plan") {
+      const char* s = value("--write-plan");
+      if (!s) return usage_error("--write-plan needs a file");
+      plan_out = s;
+    } else if (a == "--write-placement") {
+      const char* s = value("--write-placement");
+      if (!s) return usage_error("--write-placement needs a file");
+      placement_out = s;
+    } else if (!a.empty() && a[0] == '-') {
+      return usage_error("unknown option " + a);
+    } else if (graph_path.empty()) {
+      graph_path = a;
+    } else {
+      return usage_error("more than one graph file given");
+    }
+  }
+  if (graph_path.empty()) return usage_error("no graph file given");
+
+  auto file = rg::load_graph_file(graph_path);
+  if (!file) {
+    std::fprintf(stderr, "rdmaflow-plan: %s\n", file.status().to_string().c_str());
+    return 1;
+  }
+  const rg::Graph& g = file->graph;
+  rg::Placement placement;
+  std::string source;
+  if (!placement_path.empty()) {
+    auto p = rg::load_placement_file(placement_path, g);
+    if (!p) {
+      std::fprintf(stderr, "rdmaflow-plan: %s\n", p.status().to_string().c_str());
+      return 1;
+    }
+    placement = std::move(*p);
+    source = placement_path;
+  } else if (!file->placement.empty()) {
+    placement = file->placement;
+    source = "from the graph file";
+  }
+  if (ranks == 0) {
+    if (placement.empty()) return usage_error("--ranks is required when no placement is given");
+    for (int r : placement.rank) ranks = std::max(ranks, r + 1);
+  }
+  if (placement.empty()) {
+    auto p = rg::default_placement(g, ranks);
+    if (!p) {
+      std::fprintf(stderr, "rdmaflow-plan: %s\n", p.status().to_string().c_str());
+      return 1;
+    }
+    placement = std::move(*p);
+    source = "default (contiguous blocks of the topological order)";
+  }
+  auto plan = rg::plan_transfers(g, placement, ranks, options);
+  if (!plan) {
+    std::fprintf(stderr, "rdmaflow-plan: %s\n", plan.status().to_string().c_str());
+    return 1;
+  }
+  std::string text = rg::write_plan_json(*plan);
+  uint64_t hash = rg::fnv1a64(text);
+  if (!plan_out.empty() && !write_file(plan_out, text)) {
+    std::fprintf(stderr, "rdmaflow-plan: cannot write %s\n", plan_out.c_str());
+    return 1;
+  }
+  if (!placement_out.empty() &&
+      !write_file(placement_out, rg::write_placement_json(g, placement))) {
+    std::fprintf(stderr, "rdmaflow-plan: cannot write %s\n", placement_out.c_str());
+    return 1;
+  }
+  if (json) {
+    print_json(g, source, *plan, hash);
+  } else {
+    print_text(g, source, *plan, hash, list);
+  }
+  return 0;
+}
