@@ -23,9 +23,9 @@ using Clock = std::chrono::steady_clock;
 enum Msg : uint32_t {
   kAllgather = 1,      // child -> parent: contribution
   kAllgatherDone = 2,  // parent -> child: serialized contributions
-  kKill = 3,           // child -> parent: u32 rank to kill
-  kKillDone = 4,       // parent -> child: "" or error text
+  kKillDone = 4,       // parent -> child: "" or error text (answers kSignal)
   kSkip = 5,           // child -> parent: reason
+  kSignal = 6,         // child -> parent: u32 rank | u32 signal; answered with kKillDone
 };
 
 constexpr int kSkipExitCode = 77;
@@ -151,13 +151,17 @@ Status Exchange::barrier(Millis timeout) {
 }
 
 Status Exchange::kill(int rank, Millis timeout) {
+  return signal(rank, SIGKILL, timeout);
+}
+
+Status Exchange::signal(int rank, int sig, Millis timeout) {
   uint32_t type = 0;
   std::string reply;
-  uint32_t target = static_cast<uint32_t>(rank);
-  RDMAFLOW_RETURN_IF_ERROR(request(kKill, std::string(reinterpret_cast<char*>(&target), 4), timeout,
-                                   type, reply, "kill rank"));
+  uint32_t body[2] = {static_cast<uint32_t>(rank), static_cast<uint32_t>(sig)};
+  RDMAFLOW_RETURN_IF_ERROR(request(kSignal, std::string(reinterpret_cast<char*>(body), 8), timeout,
+                                   type, reply, "signal rank"));
   if (type != kKillDone || !reply.empty()) {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, "kill rank", rank, reply);
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, "signal rank", rank, reply);
   }
   return Status::ok();
 }
@@ -308,21 +312,31 @@ RunResult run_ranks(int world, const RankMain& main, const RunOptions& options) 
           c.contribution = payload;
         } else if (head[0] == kSkip) {
           skip_reason = payload;
-        } else if (head[0] == kKill && payload.size() == 4) {
-          uint32_t target;
-          std::memcpy(&target, payload.data(), 4);
+        } else if (head[0] == kSignal && payload.size() == 8) {
+          uint32_t body[2];
+          std::memcpy(body, payload.data(), 8);
+          uint32_t target = body[0];
+          int sig = static_cast<int>(body[1]);
           std::string err;
           if (target >= static_cast<uint32_t>(world)) {
             err = "no rank " + std::to_string(target);
-          } else if (!options.may_be_killed.count(static_cast<int>(target))) {
+          } else if (sig == SIGKILL && !options.may_be_killed.count(static_cast<int>(target))) {
             err = "rank " + std::to_string(target) + " is not in RunOptions::may_be_killed";
           } else {
             Child& t = kids[target];
             if (!t.exited) {
-              ::kill(t.pid, SIGKILL);
-              reap(t, true);
+              ::kill(t.pid, sig);
+              if (sig == SIGKILL) {
+                reap(t, true);
+              } else if (sig == SIGSTOP) {
+                int status = 0;
+                if (::waitpid(t.pid, &status, WUNTRACED) == t.pid && !WIFSTOPPED(status)) {
+                  t.exited = true;
+                  t.code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+                }
+              }
             }
-            killed.insert(static_cast<int>(target));
+            if (sig == SIGKILL) killed.insert(static_cast<int>(target));
           }
           send_msg(c.to_child, kKillDone, err);
         }

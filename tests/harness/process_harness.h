@@ -43,6 +43,10 @@ class Exchange {
   // RunOptions::may_be_killed) and returns once it is dead.
   Status kill(int rank, Millis timeout = Millis(10000));
 
+  // Sends `sig` to `rank` through the parent (SIGSTOP returns once the rank is
+  // stopped; SIGKILL behaves like kill()).
+  Status signal(int rank, int sig, Millis timeout = Millis(10000));
+
   // Ends this rank as skipped (e.g. the backend is not viable here).
   [[noreturn]] void skip(const std::string& reason);
 

@@ -1,0 +1,764 @@
+// The channel contract (transport/channel.h, docs/architecture.md), checked for
+// every backend in real processes over real connections. A backend joins the
+// suite with one line in kBackends; when make_transport() reports kNotViable on
+// this machine its rows are skipped with the reason.
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "tests/transport/conformance_util.h"
+#include "transport/tcp/tcp_frame.h"
+
+namespace rdmaflow::testing {
+namespace {
+
+const Backend kBackends[] = {
+    {"tcp", "tcp", {}},
+    // {"ucx_shm", "ucx", {{"UCX_TLS", "shm,self"}}},
+    // {"ucx_tcp", "ucx", {{"UCX_TLS", "tcp,self"}}},
+    // {"verbs", "verbs", {}},
+};
+
+class Conformance : public ::testing::TestWithParam<Backend> {
+ protected:
+  const Backend& backend() const { return GetParam(); }
+  RunOptions opts(int seconds = 40) const {
+    RunOptions o;
+    o.timeout = Millis(seconds * 1000);
+    return o;
+  }
+};
+
+constexpr Millis kOpTimeout(20000);
+
+// -------------------------------------------------------------------- sizes
+
+TEST_P(Conformance, WriteAndReadEverySizeByteForByte) {
+  const std::vector<size_t> sizes = {0, 1, 7, 61, 4097, 65536, 65537, 1000003ull, 256ull << 20};
+  const size_t max = sizes.back();
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    if (rank == 1) {  // target of writes, source of reads
+      Buffer region(max + 8192);
+      RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
+      RF_ASSERT_OK(ex.allgather(key_bytes(key)));
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        const size_t size = sizes[i];
+        const size_t offset = 1 + (i * 4099) % 4096;
+        region.p[offset - 1] = 0xEE;
+        region.p[offset + size] = 0xEE;
+        RF_ASSERT_OK(send_text(ch, "ready"));
+        RF_ASSIGN_OR_FAIL(uint64_t v, ch.inbox().wait_notify(kOpTimeout));
+        RF_ASSERT(v == i);
+        int64_t bad = check_pattern(region.p + offset, size, 1000 * i + 1);
+        EXPECT_EQ(bad, -1) << "size " << size << ": first wrong byte at " << bad;
+        EXPECT_EQ(region.p[offset - 1], 0xEE) << "byte before the write changed, size " << size;
+        EXPECT_EQ(region.p[offset + size], 0xEE) << "byte after the write changed, size " << size;
+        RF_ASSERT_OK(send_text(ch, "verified"));
+        RF_ASSERT_OK(expect_text(ch, "read back"));  // before the next guards go in
+      }
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    }
+    Buffer src(max + 64), back(max + 64);
+    RF_ASSIGN_OR_FAIL(auto keys, ex.allgather(""));
+    RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(keys[1]));
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const size_t size = sizes[i];
+      const size_t offset = 1 + (i * 4099) % 4096;
+      uint8_t* s = src.p + (i % 7);
+      fill_pattern(s, size, 1000 * i + 1);
+      RF_ASSERT_OK(expect_text(ch, "ready"));
+      RF_ASSERT_OK(write_sync(ch, s, size, key, offset, i));
+      RF_ASSERT_OK(expect_text(ch, "verified"));
+      uint8_t* d = back.p + (i % 5);
+      std::memset(d, 0x11, std::min<size_t>(size, 4096));
+      RF_ASSERT_OK(read_sync(ch, d, size, key, offset));
+      int64_t bad = check_pattern(d, size, 1000 * i + 1);
+      EXPECT_EQ(bad, -1) << "read of " << size << " bytes: first wrong byte at " << bad;
+      RF_ASSERT_OK(send_text(ch, "read back"));
+    }
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// ------------------------------------------------------ notify after the data
+
+TEST_P(Conformance, NotifyIsObservedOnlyAfterTheDataIsThere) {
+  constexpr int kSlots = 16;
+  constexpr size_t kSlotBytes = 2 << 20;
+  constexpr int kIterations = 640;
+  auto size_of = [](int i) -> size_t {
+    uint64_t h = mix64(static_cast<uint64_t>(i) * 7919);
+    if (i % 10 == 9) return 1 + h % kSlotBytes;  // some large, multi-chunk writes
+    return 1 + h % (64 << 10);
+  };
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    if (rank == 1) {
+      Buffer region(kSlots * kSlotBytes);
+      std::memset(region.p, 0, region.size);
+      RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
+      RF_ASSERT_OK(ex.allgather(key_bytes(key)));
+      for (int batch = 0; batch < kIterations / kSlots; ++batch) {
+        for (int k = 0; k < kSlots; ++k) {
+          RF_ASSIGN_OR_FAIL(uint64_t v, ch.inbox().wait_notify(kOpTimeout));
+          int i = static_cast<int>(v);
+          RF_ASSERT(i / kSlots == batch);
+          // Checked the moment the notify is seen: every byte must be there.
+          int64_t bad = check_pattern(region.p + (i % kSlots) * kSlotBytes, size_of(i),
+                                      static_cast<uint64_t>(i) * 31 + 5);
+          RF_ASSERT(bad == -1);
+        }
+        RF_ASSERT_OK(send_text(ch, "credit"));
+      }
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    }
+    Buffer src(kSlots * kSlotBytes);
+    RF_ASSIGN_OR_FAIL(auto keys, ex.allgather(""));
+    RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(keys[1]));
+    for (int batch = 0; batch < kIterations / kSlots; ++batch) {
+      CompletionGroup group;
+      for (int k = 0; k < kSlots; ++k) {
+        int i = batch * kSlots + k;
+        uint8_t* s = src.p + k * kSlotBytes;
+        fill_pattern(s, size_of(i), static_cast<uint64_t>(i) * 31 + 5);
+        ch.write(s, size_of(i), key, k * kSlotBytes, static_cast<uint64_t>(i), group.add(),
+                 kOpTimeout);
+      }
+      RF_ASSERT_OK(group.wait(kOpTimeout + Millis(5000), "batch of writes"));
+      RF_ASSERT_OK(expect_text(ch, "credit"));
+    }
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// ------------------------------------------------------------- concurrency
+
+TEST_P(Conformance, ThousandsOfConcurrentOperationsBothWays) {
+  constexpr int kThreads = 2;
+  constexpr int kWritesPerThread = 2000;
+  constexpr int kReadsPerThread = 500;
+  constexpr size_t kSlot = 2112;
+  constexpr int kWrites = kThreads * kWritesPerThread;
+  auto size_of = [](int i) { return static_cast<size_t>(1 + (i * 37) % 2048); };
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    const int peer = 1 - rank;
+    Buffer incoming(kWrites * kSlot);
+    Buffer readable(1 << 20);
+    fill_pattern(readable.p, readable.size, 77 + static_cast<uint64_t>(rank));
+    RF_ASSIGN_OR_FAIL(auto in_key, node.expose(incoming.p, incoming.size));
+    RF_ASSIGN_OR_FAIL(auto rd_key, node.expose(readable.p, readable.size));
+    RF_ASSIGN_OR_FAIL(auto keys, ex.allgather(join2(key_bytes(in_key), key_bytes(rd_key))));
+    auto [in_bytes, rd_bytes] = split2(keys[static_cast<size_t>(peer)]);
+    RF_ASSIGN_OR_FAIL(RemoteKey peer_in, parse_key(in_bytes));
+    RF_ASSIGN_OR_FAIL(RemoteKey peer_rd, parse_key(rd_bytes));
+
+    Buffer src(kWrites * kSlot);
+    Buffer reads(kThreads * kReadsPerThread * 4096);
+    for (int i = 0; i < kWrites; ++i) {
+      fill_pattern(src.p + i * kSlot, size_of(i), static_cast<uint64_t>(rank) * 100000 + i);
+    }
+    CompletionGroup group;
+    OnceChecker once;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int k = 0; k < kWritesPerThread; ++k) {
+          int i = t * kWritesPerThread + k;
+          ch.write(src.p + i * kSlot, size_of(i), peer_in, i * kSlot, static_cast<uint64_t>(i),
+                   once.wrap(group.add()), kOpTimeout);
+          if (k % 4 == 0) {
+            int j = t * kReadsPerThread + k / 4;
+            ch.read(reads.p + j * 4096, 4096, peer_rd, (j * 512) % (readable.size - 4096),
+                    once.wrap(group.add()), kOpTimeout);
+          }
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    RF_ASSERT_OK(group.wait(kOpTimeout + Millis(5000)));
+    EXPECT_EQ(once.twice.load(), 0) << "a callback fired twice";
+    // Every notify from the peer arrives, each exactly once.
+    std::vector<int> seen(kWrites, 0);
+    for (int k = 0; k < kWrites; ++k) {
+      RF_ASSIGN_OR_FAIL(uint64_t v, ch.inbox().wait_notify(kOpTimeout));
+      RF_ASSERT(v < static_cast<uint64_t>(kWrites));
+      ++seen[v];
+    }
+    RF_ASSERT(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; }));
+    for (int i = 0; i < kWrites; ++i) {
+      int64_t bad = check_pattern(incoming.p + i * kSlot, size_of(i),
+                                  static_cast<uint64_t>(peer) * 100000 + i);
+      RF_ASSERT(bad == -1);
+    }
+    Buffer expect(readable.size);
+    fill_pattern(expect.p, expect.size, 77 + static_cast<uint64_t>(peer));
+    for (int j = 0; j < kThreads * kReadsPerThread; ++j) {
+      size_t off = (j * 512) % (readable.size - 4096);
+      RF_ASSERT(std::memcmp(reads.p + j * 4096, expect.p + off, 4096) == 0);
+    }
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+TEST_P(Conformance, FourProcessesAllToAllAtOnce) {
+  constexpr int kWorld = 4;
+  constexpr size_t kBytes = (1 << 20) + 13;
+  auto r = run_ranks(kWorld, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+    Buffer incoming(world * kBytes), source(kBytes), reads(world * kBytes);
+    fill_pattern(source.p, kBytes, 500 + static_cast<uint64_t>(rank));
+    RF_ASSIGN_OR_FAIL(auto in_key, node.expose(incoming.p, incoming.size));
+    RF_ASSIGN_OR_FAIL(auto src_key, node.expose(source.p, source.size));
+    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(join2(key_bytes(in_key), key_bytes(src_key))));
+    CompletionGroup group;
+    for (int p = 0; p < world; ++p) {
+      if (p == rank) continue;
+      auto [in_bytes, src_bytes] = split2(all[static_cast<size_t>(p)]);
+      RF_ASSIGN_OR_FAIL(RemoteKey pin, parse_key(in_bytes));
+      RF_ASSIGN_OR_FAIL(RemoteKey psrc, parse_key(src_bytes));
+      Channel& ch = *node.peers[static_cast<size_t>(p)];
+      ch.write(source.p, kBytes, pin, rank * kBytes, static_cast<uint64_t>(rank), group.add(),
+               kOpTimeout);
+      ch.read(reads.p + p * kBytes, kBytes, psrc, 0, group.add(), kOpTimeout);
+    }
+    RF_ASSERT_OK(group.wait(kOpTimeout + Millis(5000)));
+    for (int p = 0; p < world; ++p) {
+      if (p == rank) continue;
+      RF_ASSIGN_OR_FAIL(uint64_t v,
+                        node.peers[static_cast<size_t>(p)]->inbox().wait_notify(kOpTimeout));
+      RF_ASSERT(v == static_cast<uint64_t>(p));
+      RF_ASSERT(check_pattern(incoming.p + p * kBytes, kBytes, 500 + static_cast<uint64_t>(p)) ==
+                -1);
+      RF_ASSERT(check_pattern(reads.p + p * kBytes, kBytes, 500 + static_cast<uint64_t>(p)) == -1);
+    }
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+TEST_P(Conformance, MessagesArriveInOrder) {
+  constexpr int kCount = 400;
+  auto size_of = [](int i) -> size_t { return i % 50 == 49 ? (1 << 20) : static_cast<size_t>(i); };
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    if (rank == 0) {
+      CompletionGroup group;
+      for (int i = 0; i < kCount; ++i) {
+        std::vector<uint8_t> m(size_of(i));
+        fill_pattern(m.data(), m.size(), static_cast<uint64_t>(i));
+        ch.send_message(std::move(m), group.add(), kOpTimeout);
+      }
+      RF_ASSERT_OK(group.wait(kOpTimeout + Millis(5000)));
+    } else {
+      for (int i = 0; i < kCount; ++i) {
+        RF_ASSIGN_OR_FAIL(auto m, ch.inbox().recv_message(kOpTimeout));
+        RF_ASSERT(m.size() == size_of(i));
+        RF_ASSERT(check_pattern(m.data(), m.size(), static_cast<uint64_t>(i)) == -1);
+      }
+    }
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// -------------------------------------------------------------- refusals
+
+TEST_P(Conformance, BadKeysAreRefusedAndMemoryIsUntouched) {
+  constexpr size_t kBytes = 64 << 10;
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    if (rank == 1) {
+      Buffer region(2 * kBytes);
+      fill_pattern(region.p, region.size, 4242);
+      const uint64_t before = checksum(region.p, region.size);
+      // Grant only the first half; the second half is registered but not granted.
+      RF_ASSIGN_OR_FAIL(RegionId id, node.transport->register_memory(region.p, region.size));
+      (void)id;
+      RF_ASSIGN_OR_FAIL(RemoteKey key, node.transport->export_key(region.p, kBytes));
+      RF_ASSIGN_OR_FAIL(RemoteKey revoked, node.transport->export_key(region.p, 128));
+      RF_ASSERT_OK(node.transport->revoke_key(revoked));
+      RF_ASSERT_OK(ex.allgather(join2(key_bytes(key), key_bytes(revoked))));
+      RF_ASSERT_OK(ex.barrier());  // rank 0 done attacking
+      EXPECT_EQ(checksum(region.p, region.size), before) << "refused accesses changed memory";
+      // The valid write at the end landed.
+      RF_ASSIGN_OR_FAIL(uint64_t v, ch.inbox().wait_notify(kOpTimeout));
+      EXPECT_EQ(v, 99u);
+      EXPECT_EQ(check_pattern(region.p + 100, 1000, 7), -1);
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    }
+    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(""));
+    auto [key_text, revoked_text] = split2(all[1]);
+    RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(key_text));
+    RF_ASSIGN_OR_FAIL(RemoteKey revoked, parse_key(revoked_text));
+    Buffer src(2 * kBytes), dst(2 * kBytes);
+    fill_pattern(src.p, src.size, 1);
+
+    auto expect_refused = [&](const char* what, Status st, std::set<Code> codes) {
+      EXPECT_FALSE(st.is_ok()) << what << " was accepted";
+      EXPECT_TRUE(codes.count(st.code())) << what << ": " << st.to_string();
+      EXPECT_EQ(st.peer(), 1) << what << ": " << st.to_string();
+      EXPECT_NE(st.to_string().find("peer rank 1"), std::string::npos) << st.to_string();
+    };
+    RemoteKey forged = key;
+    forged.secret ^= 0x5a5a;
+    for (auto& b : forged.blob) b ^= 0x5a;
+    expect_refused("write with forged secret", write_sync(ch, src.p, 100, forged, 0, 1),
+                   {Code::kNotFound});
+    expect_refused("read with forged secret", read_sync(ch, dst.p, 100, forged, 0),
+                   {Code::kNotFound});
+    RemoteKey unknown = key;
+    unknown.key_id += 1000;
+    expect_refused("write with unknown key", write_sync(ch, src.p, 100, unknown, 0, 2),
+                   {Code::kNotFound});
+    expect_refused("write with revoked key", write_sync(ch, src.p, 100, revoked, 0, 3),
+                   {Code::kNotFound});
+    // Out of range with the genuine key: refused by the initiator.
+    expect_refused("write past the grant", write_sync(ch, src.p, 20, key, kBytes - 10, 4),
+                   {Code::kOutOfRange});
+    expect_refused("read past the grant", read_sync(ch, dst.p, 20, key, kBytes - 10),
+                   {Code::kOutOfRange});
+    // Out of range with a key whose length was inflated: refused by the target.
+    RemoteKey inflated = key;
+    inflated.length = 2 * kBytes;
+    expect_refused("write with inflated key", write_sync(ch, src.p, 2 * kBytes, inflated, 0, 5),
+                   {Code::kOutOfRange});
+    expect_refused("write with inflated key (tail)",
+                   write_sync(ch, src.p, 4096, inflated, kBytes + 8, 6), {Code::kOutOfRange});
+    expect_refused("read with inflated key", read_sync(ch, dst.p, 4096, inflated, kBytes),
+                   {Code::kOutOfRange});
+    // The channel survived every refusal.
+    EXPECT_TRUE(ch.error().is_ok()) << ch.error().to_string();
+    RF_ASSERT_OK(ex.barrier());
+    fill_pattern(src.p, 1000, 7);
+    RF_ASSERT_OK(write_sync(ch, src.p, 1000, key, 100, 99));
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// ---------------------------------------------------------------- failures
+
+TEST_P(Conformance, PeerKilledMidTransferFailsPendingOperationsNamingIt) {
+  constexpr size_t kBytes = 32 << 20;
+  constexpr int kWrites = 64;  // 2 GiB: still in flight when the peer dies
+  constexpr Millis kTimeout(8000);
+  RunOptions o = opts();
+  o.may_be_killed = {1};
+  auto r = run_ranks(
+      2,
+      [&](int rank, int world, Exchange& ex) {
+        Node node;
+        RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+        Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+        if (rank == 1) {
+          Buffer region(kBytes);
+          RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
+          RF_ASSERT_OK(ex.allgather(key_bytes(key)));
+          for (;;) ::pause();  // killed by rank 0
+        }
+        RF_ASSIGN_OR_FAIL(auto all, ex.allgather(""));
+        RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(all[1]));
+        Buffer src(kBytes), dst(kBytes);
+        std::memset(src.p, 1, kBytes);
+        struct Tally {
+          std::mutex mu;
+          std::vector<Status> failures;
+          int ok = 0;
+          int calls = 0;
+        };
+        auto tally = std::make_shared<Tally>();
+        auto record = [tally](const Status& st) {
+          std::lock_guard<std::mutex> lock(tally->mu);
+          ++tally->calls;
+          if (st.is_ok()) {
+            ++tally->ok;
+          } else {
+            tally->failures.push_back(st);
+          }
+        };
+        CompletionGroup group;
+        auto both = [&]() {
+          Callback g = group.add();
+          return [g, record](const Status& st) {
+            record(st);
+            g(st);
+          };
+        };
+        for (int i = 0; i < kWrites; ++i) {
+          ch.write(src.p, kBytes, key, 0, static_cast<uint64_t>(i), both(), kTimeout);
+        }
+        ch.read(dst.p, kBytes, key, 0, both(), kTimeout);
+        ch.send_message(std::vector<uint8_t>(16), both(), kTimeout);
+        auto killed_at = std::chrono::steady_clock::now();
+        RF_ASSERT_OK(ex.kill(1));
+        group.wait(kTimeout + Millis(5000)).is_ok();  // errors expected
+        auto elapsed = std::chrono::steady_clock::now() - killed_at;
+        EXPECT_LT(elapsed, kTimeout) << "pending operations did not fail within the timeout";
+        std::lock_guard<std::mutex> lock(tally->mu);
+        EXPECT_EQ(tally->calls, kWrites + 2);
+        EXPECT_FALSE(tally->failures.empty()) << "the whole transfer finished before the kill";
+        for (const Status& st : tally->failures) {
+          EXPECT_TRUE(st.code() == Code::kPeerFailed || st.code() == Code::kTimeout)
+              << st.to_string();
+          EXPECT_EQ(st.peer(), 1) << st.to_string();
+          EXPECT_NE(st.to_string().find("rank 1"), std::string::npos) << st.to_string();
+        }
+        // Sticky: the channel and its inbox report the failure; new operations fail at once.
+        EXPECT_FALSE(ch.error().is_ok());
+        auto n = ch.inbox().wait_notify(Millis(2000));
+        // Notifies that arrived before the death may be drained first.
+        while (n.is_ok()) n = ch.inbox().wait_notify(Millis(2000));
+        EXPECT_NE(n.status().code(), Code::kTimeout) << n.status().to_string();
+        auto t0 = std::chrono::steady_clock::now();
+        Status late = write_sync(ch, src.p, 10, key, 0, std::nullopt);
+        EXPECT_FALSE(late.is_ok());
+        EXPECT_EQ(late.peer(), 1) << late.to_string();
+        EXPECT_LT(std::chrono::steady_clock::now() - t0, Millis(1000));
+        return 0;
+      },
+      o);
+  RF_EXPECT_RUN_OK(r);
+}
+
+TEST_P(Conformance, ConnectingWhereNobodyListensFailsWithinTheTimeout) {
+  auto r = run_ranks(1, [&](int rank, int world, Exchange& ex) {
+    // An address that was valid a moment ago: its transport is gone.
+    std::string dead;
+    {
+      Node gone;
+      RF_ASSERT_OK(gone.create(backend(), 1, 2, ex));
+      RF_ASSIGN_OR_FAIL(dead, gone.transport->listen());
+    }
+    Node node;
+    RF_ASSERT_OK(node.create(backend(), rank, world, ex));
+    constexpr Millis kTimeout(300);
+    auto t0 = std::chrono::steady_clock::now();
+    auto ch = node.transport->connect(1, dead, kTimeout);
+    auto elapsed = std::chrono::steady_clock::now() - t0;
+    RF_ASSERT(!ch.is_ok());
+    EXPECT_TRUE(ch.status().code() == Code::kConnectionFailed ||
+                ch.status().code() == Code::kTimeout)
+        << ch.status().to_string();
+    EXPECT_EQ(ch.status().peer(), 1) << ch.status().to_string();
+    EXPECT_LT(elapsed, kTimeout + Millis(1000)) << "connect overran its timeout";
+    // accept() of a rank that never connects times out too.
+    auto a = node.transport->accept(5, Millis(200));
+    RF_ASSERT(!a.is_ok());
+    EXPECT_EQ(a.status().code(), Code::kTimeout) << a.status().to_string();
+    EXPECT_EQ(a.status().peer(), 5);
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+TEST_P(Conformance, TimedOutOperationsCompleteAndTheChannelRecovers) {
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    if (rank == 1) {
+      Buffer region(1 << 20);
+      fill_pattern(region.p, region.size, 3);
+      RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
+      RF_ASSERT_OK(ex.allgather(key_bytes(key)));
+      RF_ASSERT_OK(ex.barrier(Millis(30000)));  // stopped and resumed by rank 0 meanwhile
+      return 0;
+    }
+    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(""));
+    RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(all[1]));
+    Buffer dst(1 << 20), same(64);
+    fill_pattern(same.p, 64, 3);  // the timed-out write still lands later: keep it harmless
+    RF_ASSERT_OK(ex.signal(1, SIGSTOP));
+    constexpr Millis kShort(300);
+    auto t0 = std::chrono::steady_clock::now();
+    Completion rd, wr;
+    ch.read(dst.p, 1 << 20, key, 0, rd.callback(), kShort);
+    ch.write(same.p, 64, key, 0, 1, wr.callback(), kShort);
+    Status rs = rd.wait(Millis(5000));
+    Status ws = wr.wait(Millis(5000));
+    auto elapsed = std::chrono::steady_clock::now() - t0;
+    EXPECT_EQ(rs.code(), Code::kTimeout) << rs.to_string();
+    EXPECT_EQ(ws.code(), Code::kTimeout) << ws.to_string();
+    EXPECT_EQ(rs.peer(), 1);
+    EXPECT_GE(elapsed, kShort);
+    EXPECT_LT(elapsed, kShort + Millis(700));
+    RF_ASSERT_OK(ex.signal(1, SIGCONT));
+    // The late answers are dropped; the channel keeps working.
+    std::memset(dst.p, 0, dst.size);
+    RF_ASSERT_OK(read_sync(ch, dst.p, 1 << 20, key, 0));
+    EXPECT_EQ(check_pattern(dst.p, 1 << 20, 3), -1);
+    EXPECT_TRUE(ch.error().is_ok()) << ch.error().to_string();
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+TEST_P(Conformance, CloseAndShutdownCompleteEveryPendingOperationOnce) {
+  constexpr size_t kBytes = 16 << 20;
+  constexpr int kWrites = 32;
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    Buffer region(kBytes);
+    RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
+    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(key_bytes(key)));
+    RF_ASSIGN_OR_FAIL(RemoteKey peer_key, parse_key(all[static_cast<size_t>(1 - rank)]));
+    if (rank == 1) {
+      // The peer closes: this side's channel fails, naming rank 0.
+      auto n = ch.inbox().wait_notify(kOpTimeout);
+      while (n.is_ok()) n = ch.inbox().wait_notify(kOpTimeout);
+      EXPECT_NE(n.status().code(), Code::kTimeout) << n.status().to_string();
+      EXPECT_EQ(n.status().peer(), 0) << n.status().to_string();
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    }
+    OnceChecker once;
+    std::atomic<int> calls{0}, cancelled{0};
+    auto cb = [&](const Status& st) {
+      ++calls;
+      if (st.code() == Code::kCancelled) ++cancelled;
+    };
+    for (int i = 0; i < kWrites; ++i) {
+      ch.write(region.p, kBytes, peer_key, 0, static_cast<uint64_t>(i), once.wrap(cb), kOpTimeout);
+    }
+    ch.close();
+    // close() returns once the pending operations have completed.
+    for (int spin = 0; spin < 200 && calls.load() < kWrites; ++spin) {
+      std::this_thread::sleep_for(Millis(5));
+    }
+    EXPECT_EQ(calls.load(), kWrites);
+    EXPECT_GT(cancelled.load(), 0);
+    Status after = write_sync(ch, region.p, 8, peer_key, 0, std::nullopt);
+    EXPECT_EQ(after.code(), Code::kCancelled) << after.to_string();
+    RF_ASSERT_OK(ex.barrier());
+
+    // Shutdown with operations pending on a fresh transport: every callback fires
+    // exactly once before shutdown() returns, none after.
+    {
+      Node second;
+      RF_ASSERT_OK(second.create(backend(), rank, world, ex));
+      std::string addr;
+      RF_ASSIGN_OR_FAIL(addr, second.transport->listen());
+      RF_ASSIGN_OR_FAIL(auto loop, second.transport->connect(0, addr, kOpTimeout));
+      RF_ASSIGN_OR_FAIL(auto server, second.transport->accept(0, kOpTimeout));
+      Buffer target(kBytes);
+      RF_ASSIGN_OR_FAIL(auto tkey, second.expose(target.p, target.size));
+      std::atomic<int> n{0};
+      for (int i = 0; i < kWrites; ++i) {
+        loop->write(region.p, kBytes, tkey, 0, std::nullopt, once.wrap([&](const Status&) { ++n; }),
+                    kOpTimeout);
+      }
+      second.transport->shutdown();
+      EXPECT_EQ(n.load(), kWrites);
+      std::this_thread::sleep_for(Millis(50));
+      EXPECT_EQ(n.load(), kWrites);
+    }
+    EXPECT_EQ(once.twice.load(), 0);
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// ------------------------------------------------------------ tcp specifics
+
+TEST_P(Conformance, MalformedFramesFromARawSocketAreRefused) {
+  if (std::string(backend().name) != "tcp") GTEST_SKIP() << "raw framing applies to tcp only";
+  using namespace rdmaflow::tcp;
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    if (rank == 0) {  // the receiver under attack
+      Node node;
+      RF_ASSERT_OK(node.create(backend(), rank, world, ex));
+      RF_ASSIGN_OR_FAIL(std::string addr, node.transport->listen());
+      Buffer region(1 << 16), expected(1 << 16);
+      fill_pattern(region.p, region.size, 11);
+      std::memcpy(expected.p, region.p, region.size);
+      RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
+      RF_ASSERT_OK(ex.allgather(join2(addr, key_bytes(key))));
+      // Each attack connection claims its own rank.
+      for (int claimed : {11, 12, 13, 14, 15}) {
+        RF_ASSIGN_OR_FAIL(auto ch, node.transport->accept(claimed, kOpTimeout));
+        auto n = ch->inbox().wait_notify(kOpTimeout);
+        RF_ASSERT(!n.is_ok());
+        EXPECT_NE(n.status().code(), Code::kTimeout) << n.status().to_string();
+        EXPECT_EQ(n.status().peer(), claimed);
+        EXPECT_FALSE(ch->error().is_ok());
+        if (claimed != 15) {
+          EXPECT_EQ(ch->error().code(), Code::kProtocolError) << ch->error().to_string();
+        }
+      }
+      // A forged write on a raw connection is refused without breaking the stream.
+      RF_ASSIGN_OR_FAIL(auto raw, node.transport->accept(16, kOpTimeout));
+      RF_ASSERT_OK(ex.barrier());  // rank 1 done
+      EXPECT_TRUE(raw->error().is_ok()) << raw->error().to_string();
+      // The real transport of rank 1 still connects and works.
+      RF_ASSIGN_OR_FAIL(auto real, node.transport->accept(1, kOpTimeout));
+      RF_ASSIGN_OR_FAIL(uint64_t v, real->inbox().wait_notify(kOpTimeout));
+      EXPECT_EQ(v, 7u);
+      // Only the two valid writes changed memory.
+      fill_pattern(expected.p, 100, 555);
+      expected.p[200] = 1;
+      EXPECT_EQ(std::memcmp(region.p, expected.p, region.size), 0)
+          << "refused frames changed memory";
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    }
+    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(""));
+    auto [addr, key_text] = split2(all[0]);
+    RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(key_text));
+    // A connection whose hello is garbage is dropped by the listener.
+    {
+      RawConn c;
+      RF_ASSERT_OK(c.open(addr));
+      std::string junk(16, '\x7f');
+      RF_ASSERT(c.send(junk.data(), junk.size()));
+      RF_ASSERT(c.eof_within(Millis(5000)));
+    }
+    auto attack = [&](int claimed, const FrameHeader& h, size_t extra, bool close_early) -> int {
+      RawConn c;
+      RF_ASSERT_OK(c.open(addr));
+      RF_ASSERT(c.hello(claimed));
+      std::vector<uint8_t> bytes(sizeof(h) + extra, 0x42);
+      std::memcpy(bytes.data(), &h, sizeof(h));
+      size_t n = close_early ? 20 : bytes.size();
+      RF_ASSERT(c.send(bytes.data(), n));
+      if (close_early) return 0;
+      RF_ASSERT(c.eof_within(Millis(5000)));  // the receiver hung up
+      return 0;
+    };
+    FrameHeader bad_magic;
+    bad_magic.magic = 0xdeadbeef;
+    RF_ASSERT(attack(11, bad_magic, 0, false) == 0);
+    FrameHeader bad_type;
+    bad_type.type = 99;
+    RF_ASSERT(attack(12, bad_type, 0, false) == 0);
+    FrameHeader huge_write;
+    huge_write.type = static_cast<uint8_t>(FrameType::kWrite);
+    huge_write.length = 1ull << 40;
+    huge_write.total = 1ull << 40;
+    huge_write.key_id = key.key_id;
+    huge_write.secret = key.secret;
+    huge_write.flags = kFlagFirst | kFlagLast;
+    RF_ASSERT(attack(13, huge_write, 0, false) == 0);
+    FrameHeader huge_msg;
+    huge_msg.type = static_cast<uint8_t>(FrameType::kMessage);
+    huge_msg.length = 1ull << 40;
+    RF_ASSERT(attack(14, huge_msg, 0, false) == 0);
+    FrameHeader truncated;
+    RF_ASSERT(attack(15, truncated, 0, true) == 0);
+    {
+      RawConn c;
+      RF_ASSERT_OK(c.open(addr));
+      RF_ASSERT(c.hello(16));
+      // Forged secret, 4 KiB payload: refused, payload consumed, NACK with kNotFound.
+      FrameHeader w;
+      w.type = static_cast<uint8_t>(FrameType::kWrite);
+      w.flags = kFlagFirst | kFlagLast | kFlagHasNotify;
+      w.op_id = 1;
+      w.key_id = key.key_id;
+      w.secret = key.secret ^ 1;
+      w.length = w.total = 4096;
+      w.offset = 4096;
+      std::vector<uint8_t> payload(4096, 0xAB);
+      RF_ASSERT(c.send(&w, sizeof(w)) && c.send(payload.data(), payload.size()));
+      FrameHeader reply;
+      RF_ASSERT(c.recv(&reply, sizeof(reply), Millis(5000)));
+      EXPECT_EQ(reply.type, static_cast<uint8_t>(FrameType::kWriteNack));
+      EXPECT_EQ(reply.op_id, 1u);
+      EXPECT_EQ(reply.code, static_cast<uint16_t>(Code::kNotFound));
+      std::string reason(reply.length, '\0');
+      RF_ASSERT(c.recv(reason.data(), reason.size(), Millis(5000)));
+      EXPECT_NE(reason.find("secret"), std::string::npos) << reason;
+      // Out of range with the right secret: refused too.
+      w.op_id = 2;
+      w.secret = key.secret;
+      w.offset = key.length - 10;
+      RF_ASSERT(c.send(&w, sizeof(w)) && c.send(payload.data(), payload.size()));
+      RF_ASSERT(c.recv(&reply, sizeof(reply), Millis(5000)));
+      EXPECT_EQ(reply.type, static_cast<uint8_t>(FrameType::kWriteNack));
+      EXPECT_EQ(reply.code, static_cast<uint16_t>(Code::kOutOfRange));
+      reason.assign(reply.length, '\0');
+      RF_ASSERT(c.recv(reason.data(), reason.size(), Millis(5000)));
+      // Then a valid write on the same stream is applied and ACKed.
+      std::vector<uint8_t> good(100);
+      fill_pattern(good.data(), good.size(), 555);
+      w.op_id = 3;
+      w.offset = 0;
+      w.length = w.total = good.size();
+      w.flags = kFlagFirst | kFlagLast;
+      RF_ASSERT(c.send(&w, sizeof(w)) && c.send(good.data(), good.size()));
+      RF_ASSERT(c.recv(&reply, sizeof(reply), Millis(5000)));
+      EXPECT_EQ(reply.type, static_cast<uint8_t>(FrameType::kWriteAck));
+      EXPECT_EQ(reply.op_id, 3u);
+      RF_ASSERT_OK(ex.barrier());
+    }
+    Node node;
+    RF_ASSERT_OK(node.create(backend(), rank, world, ex));
+    RF_ASSIGN_OR_FAIL(auto ch, node.transport->connect(0, addr, kOpTimeout));
+    uint8_t byte = 1;
+    RF_ASSERT_OK(write_sync(*ch, &byte, 1, key, 200, 7));
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+TEST_P(Conformance, WorksOverIpv6Loopback) {
+  if (std::string(backend().name) != "tcp") GTEST_SKIP() << "address family choice is tcp's";
+  if (!ipv6_loopback_available()) GTEST_SKIP() << "no IPv6 loopback (::1) on this machine";
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex, "::1"));
+    RF_ASSIGN_OR_FAIL(std::string addr, node.transport->listen());
+    EXPECT_NE(addr.find("[::1]"), std::string::npos) << addr;
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    Buffer region(1 << 20), back(1 << 20);
+    fill_pattern(region.p, region.size, 60 + static_cast<uint64_t>(rank));
+    RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
+    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(key_bytes(key)));
+    RF_ASSIGN_OR_FAIL(RemoteKey peer_key, parse_key(all[static_cast<size_t>(1 - rank)]));
+    RF_ASSERT_OK(read_sync(ch, back.p, back.size, peer_key, 0));
+    EXPECT_EQ(check_pattern(back.p, back.size, 60 + static_cast<uint64_t>(1 - rank)), -1);
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::ValuesIn(kBackends),
+                         [](const auto& info) { return std::string(info.param.label); });
+
+}  // namespace
+}  // namespace rdmaflow::testing

@@ -1,0 +1,318 @@
+// Helpers for the transport conformance suite: backend rows, a per-rank Node
+// (transport + channels to every peer), plain aligned buffers, byte patterns,
+// blocking wrappers and a raw TCP socket for protocol attacks.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/harness/process_harness.h"
+#include "transport/channel.h"
+#include "transport/tcp/tcp_frame.h"
+#include "transport/transport.h"
+
+namespace rdmaflow::testing {
+
+// One row of the backend matrix: a label for test names, the backend passed to
+// make_transport(), and environment variables each rank sets first.
+struct Backend {
+  const char* label;
+  const char* name;
+  std::vector<std::pair<const char*, const char*>> env;
+};
+inline std::ostream& operator<<(std::ostream& os, const Backend& b) {
+  return os << b.label;
+}
+
+// ------------------------------------------------------------------ memory
+
+// Page-aligned plain heap memory (registered with the transport by the test).
+struct Buffer {
+  explicit Buffer(size_t n) : size(n) {
+    size_t rounded = ((n == 0 ? 1 : n) + 4095) / 4096 * 4096;
+    p = static_cast<uint8_t*>(std::aligned_alloc(4096, rounded));
+  }
+  ~Buffer() { std::free(p); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  uint8_t* p;
+  size_t size;
+};
+
+inline uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Deterministic bytes: word i of the pattern is mix64(seed * 2^32 + i).
+inline void fill_pattern(uint8_t* p, size_t n, uint64_t seed) {
+  const uint64_t base = seed << 32;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w = mix64(base + i / 8);
+    std::memcpy(p + i, &w, 8);
+  }
+  if (i < n) {
+    uint64_t w = mix64(base + i / 8);
+    std::memcpy(p + i, &w, n - i);
+  }
+}
+
+// Index of the first byte that differs from the pattern, or -1.
+inline int64_t check_pattern(const uint8_t* p, size_t n, uint64_t seed) {
+  const uint64_t base = seed << 32;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w = mix64(base + i / 8);
+    if (std::memcmp(p + i, &w, 8) != 0) {
+      for (size_t k = 0; k < 8; ++k) {
+        if (p[i + k] != reinterpret_cast<const uint8_t*>(&w)[k]) return static_cast<int64_t>(i + k);
+      }
+    }
+  }
+  if (i < n) {
+    uint64_t w = mix64(base + i / 8);
+    for (size_t k = 0; i + k < n; ++k) {
+      if (p[i + k] != reinterpret_cast<const uint8_t*>(&w)[k]) return static_cast<int64_t>(i + k);
+    }
+  }
+  return -1;
+}
+
+inline uint64_t checksum(const uint8_t* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+// ------------------------------------------------------------------- keys
+
+inline std::string key_bytes(const RemoteKey& k) {
+  auto v = k.serialize();
+  return std::string(v.begin(), v.end());
+}
+
+inline Result<RemoteKey> parse_key(const std::string& s) {
+  return RemoteKey::deserialize(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
+}
+
+// Two binary strings in one (for one allgather round).
+inline std::string join2(const std::string& a, const std::string& b) {
+  return std::to_string(a.size()) + ":" + a + b;
+}
+inline std::pair<std::string, std::string> split2(const std::string& s) {
+  size_t colon = s.find(':');
+  size_t n = std::stoul(s.substr(0, colon));
+  return {s.substr(colon + 1, n), s.substr(colon + 1 + n)};
+}
+
+// ------------------------------------------------------------------- node
+
+// This rank's transport and a channel to every other rank.
+struct Node {
+  std::unique_ptr<Transport> transport;
+  std::vector<std::shared_ptr<Channel>> peers;
+
+  Node() = default;
+  Node(const Node&) = delete;
+  ~Node() {
+    peers.clear();
+    if (transport) transport->shutdown();
+  }
+
+  // Creates the transport; a backend that is not viable here skips the rank.
+  Status create(const Backend& b, int rank, int world, Exchange& ex,
+                const std::string& ifname = "") {
+    for (const auto& [k, v] : b.env) ::setenv(k, v, 1);
+    TransportConfig config;
+    config.rank = rank;
+    config.world_size = world;
+    config.ifname = ifname;
+    config.connect_timeout = Millis(20000);
+    auto t = make_transport(b.name, config);
+    if (!t.is_ok() && t.status().code() == Code::kNotViable) ex.skip(t.status().to_string());
+    RDMAFLOW_RETURN_IF_ERROR(t.status());
+    transport = std::move(t).value();
+    return Status::ok();
+  }
+
+  // Creates the transport and connects every pair of ranks: each rank connects
+  // to the higher ranks, then accepts the lower ones.
+  Status connect_all(const Backend& b, int rank, int world, Exchange& ex,
+                     const std::string& ifname = "") {
+    RDMAFLOW_RETURN_IF_ERROR(create(b, rank, world, ex, ifname));
+    RDMAFLOW_ASSIGN_OR_RETURN(std::string address, transport->listen());
+    RDMAFLOW_ASSIGN_OR_RETURN(auto addresses, ex.allgather(address));
+    peers.assign(static_cast<size_t>(world), nullptr);
+    for (int p = rank + 1; p < world; ++p) {
+      RDMAFLOW_ASSIGN_OR_RETURN(
+          peers[static_cast<size_t>(p)],
+          transport->connect(p, addresses[static_cast<size_t>(p)], Millis(20000)));
+    }
+    for (int p = 0; p < rank; ++p) {
+      RDMAFLOW_ASSIGN_OR_RETURN(peers[static_cast<size_t>(p)], transport->accept(p, Millis(20000)));
+    }
+    return Status::ok();
+  }
+
+  // Registers [p, p + n) and grants all of it.
+  Result<RemoteKey> expose(void* p, size_t n) {
+    RDMAFLOW_ASSIGN_OR_RETURN(RegionId id, transport->register_memory(p, n));
+    (void)id;
+    return transport->export_key(p, n);
+  }
+};
+
+// --------------------------------------------------------- blocking wrappers
+
+inline Status write_sync(Channel& ch, const void* src, size_t len, const RemoteKey& key,
+                         uint64_t offset, std::optional<uint64_t> notify,
+                         Millis timeout = Millis(20000)) {
+  Completion c;
+  ch.write(src, len, key, offset, notify, c.callback(), timeout);
+  return c.wait(timeout + Millis(5000), "write");
+}
+
+inline Status read_sync(Channel& ch, void* dst, size_t len, const RemoteKey& key, uint64_t offset,
+                        Millis timeout = Millis(20000)) {
+  Completion c;
+  ch.read(dst, len, key, offset, c.callback(), timeout);
+  return c.wait(timeout + Millis(5000), "read");
+}
+
+inline Status send_text(Channel& ch, const std::string& text, Millis timeout = Millis(20000)) {
+  Completion c;
+  ch.send_message(std::vector<uint8_t>(text.begin(), text.end()), c.callback(), timeout);
+  return c.wait(timeout + Millis(5000), "send message");
+}
+
+inline Status expect_text(Channel& ch, const std::string& text, Millis timeout = Millis(20000)) {
+  RDMAFLOW_ASSIGN_OR_RETURN(auto m, ch.inbox().recv_message(timeout));
+  std::string got(m.begin(), m.end());
+  if (got != text) {
+    return RDMAFLOW_ERROR(Code::kProtocolError, "expect message", ch.peer_rank(),
+                          "expected '" + text + "', got '" + got + "'");
+  }
+  return Status::ok();
+}
+
+// Wraps callbacks and counts any that fire more than once.
+struct OnceChecker {
+  std::atomic<int> twice{0};
+  Callback wrap(Callback cb) {
+    auto fired = std::make_shared<std::atomic<bool>>(false);
+    return [this, fired, cb = std::move(cb)](const Status& st) {
+      if (fired->exchange(true)) {
+        ++twice;
+        return;
+      }
+      cb(st);
+    };
+  }
+};
+
+// ------------------------------------------------------------ raw sockets
+
+inline bool ipv6_loopback_available() {
+  int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A plain blocking TCP client speaking raw bytes to a tcp transport.
+struct RawConn {
+  int fd = -1;
+  ~RawConn() {
+    if (fd >= 0) ::close(fd);
+  }
+  Status open(const std::string& address) {
+    std::string s = address.substr(address.find("://") + 3);
+    size_t colon = s.rfind(':');
+    std::string host = s.substr(0, colon);
+    int port = std::atoi(s.substr(colon + 1).c_str());
+    sockaddr_storage ss{};
+    socklen_t len;
+    if (!host.empty() && host.front() == '[') {
+      host = host.substr(1, host.size() - 2);
+      auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+      a->sin6_family = AF_INET6;
+      a->sin6_port = htons(static_cast<uint16_t>(port));
+      ::inet_pton(AF_INET6, host.c_str(), &a->sin6_addr);
+      len = sizeof(*a);
+    } else {
+      auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+      a->sin_family = AF_INET;
+      a->sin_port = htons(static_cast<uint16_t>(port));
+      ::inet_pton(AF_INET, host.c_str(), &a->sin_addr);
+      len = sizeof(*a);
+    }
+    fd = ::socket(ss.ss_family, SOCK_STREAM, 0);
+    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+      return RDMAFLOW_ERROR(Code::kConnectionFailed, "raw connect", -1,
+                            address + ": " + std::strerror(errno));
+    }
+    return Status::ok();
+  }
+  bool send(const void* p, size_t n) {
+    auto* c = static_cast<const char*>(p);
+    while (n > 0) {
+      ssize_t k = ::send(fd, c, n, MSG_NOSIGNAL);
+      if (k <= 0) return false;
+      c += k;
+      n -= static_cast<size_t>(k);
+    }
+    return true;
+  }
+  bool recv(void* p, size_t n, Millis timeout) {
+    auto* c = static_cast<char*>(p);
+    while (n > 0) {
+      pollfd pfd{fd, POLLIN, 0};
+      if (::poll(&pfd, 1, static_cast<int>(timeout.count())) <= 0) return false;
+      ssize_t k = ::recv(fd, c, n, 0);
+      if (k <= 0) return false;
+      c += k;
+      n -= static_cast<size_t>(k);
+    }
+    return true;
+  }
+  bool hello(int rank) {
+    tcp::Hello h;
+    h.rank = rank;
+    tcp::Hello reply;
+    return send(&h, sizeof(h)) && recv(&reply, sizeof(reply), Millis(5000)) &&
+           reply.magic == tcp::kHelloMagic;
+  }
+  // True when the other side closes the connection within the timeout.
+  bool eof_within(Millis timeout) {
+    char buf[4096];
+    for (;;) {
+      pollfd pfd{fd, POLLIN, 0};
+      if (::poll(&pfd, 1, static_cast<int>(timeout.count())) <= 0) return false;
+      ssize_t k = ::recv(fd, buf, sizeof(buf), 0);
+      if (k <= 0) return true;
+    }
+  }
+};
+
+}  // namespace rdmaflow::testing
