@@ -149,6 +149,70 @@ TEST(VerbsLoopback, WriteReadNotifyAndMessages) {
   RF_EXPECT_RUN_OK(r);
 }
 
+TEST(VerbsLoopback, TheTargetRefusesForgedRevokedAndInflatedKeys) {
+  auto r = run_ranks(2, [](int rank, int, Exchange& ex) {
+    auto t = open_verbs(ex);
+    RF_ASSERT(t != nullptr);
+    RF_ASSIGN_OR_FAIL(auto ch, link(*t, ex));
+    Mem mem(1 << 16);
+    RF_ASSIGN_OR_FAIL(RegionId region, t->register_memory(mem.data, mem.size));
+    (void)region;
+    if (rank == 1) {
+      std::memset(mem.data, 0x5c, mem.size);
+      RF_ASSIGN_OR_FAIL(RemoteKey half, t->export_key(mem.data, mem.size / 2));
+      RF_ASSIGN_OR_FAIL(RemoteKey gone, t->export_key(mem.data, 64));
+      RF_ASSERT_OK(t->revoke_key(gone));
+      RF_ASSERT(t->revoke_key(gone).code() == Code::kNotFound);
+      RF_ASSERT_OK(ex.allgather(std::string(reinterpret_cast<const char*>(half.serialize().data()),
+                                            half.serialize().size())));
+      RF_ASSERT_OK(ex.allgather(std::string(reinterpret_cast<const char*>(gone.serialize().data()),
+                                            gone.serialize().size())));
+      RF_ASSERT_OK(ex.barrier());  // rank 0 done
+      for (size_t i = 0; i < mem.size; ++i) RF_ASSERT(mem.data[i] == 0x5c);
+      // Revoking a key rank 0 already used: its verdict is dropped, the next use is refused.
+      RF_ASSERT_OK(t->revoke_key(half));
+      RF_ASSERT_OK(ex.barrier());
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    }
+    auto parse = [](const std::string& s) {
+      return RemoteKey::deserialize(
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size()));
+    };
+    RF_ASSIGN_OR_FAIL(auto a, ex.allgather(""));
+    RF_ASSIGN_OR_FAIL(RemoteKey half, parse(a[1]));
+    RF_ASSIGN_OR_FAIL(auto b, ex.allgather(""));
+    RF_ASSIGN_OR_FAIL(RemoteKey gone, parse(b[1]));
+    auto write = [&](const RemoteKey& k, uint64_t off, size_t len) {
+      return wait_op([&](Callback cb) { ch->write(mem.data, len, k, off, 1, cb, kWait); });
+    };
+    RemoteKey forged = half;
+    forged.secret ^= 1;
+    RF_ASSERT(write(forged, 0, 8).code() == Code::kNotFound);
+    RF_ASSERT(write(gone, 0, 8).code() == Code::kNotFound);
+    RemoteKey inflated = half;
+    inflated.length = mem.size;
+    Status s = write(inflated, mem.size / 2, 8);
+    RF_ASSERT(s.code() == Code::kOutOfRange);
+    RF_ASSERT(s.peer() == 1);
+    RF_ASSERT(s.to_string().find("refused the remote key") != std::string::npos);
+    RF_ASSERT_OK(ch->error());
+    RF_ASSERT_OK(ex.barrier());
+    // The genuine key works (and is now verified)...
+    RF_ASSERT_OK(wait_op([&](Callback cb) { ch->read(mem.data, 8, half, 0, cb, kWait); }));
+    RF_ASSERT_OK(ex.barrier());  // ...until rank 1 revokes it
+    Status after = Status::ok();
+    for (int i = 0; i < 100 && after.is_ok(); ++i) {  // the notice travels on its own
+      after = wait_op([&](Callback cb) { ch->read(mem.data, 8, half, 0, cb, kWait); });
+    }
+    RF_ASSERT(after.code() == Code::kNotFound);
+    RF_ASSERT_OK(ex.barrier());
+    t->shutdown();
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
 TEST(VerbsLoopback, PeerDeathFailsThePendingAndLaterOperations) {
   RunOptions o;
   o.may_be_killed = {1};

@@ -128,6 +128,78 @@ TEST(MsgHeader, RefusesMalformed) {
   EXPECT_FALSE(MsgHeader::decode(std::span<const uint8_t>(buf, 8), 1).is_ok());
 }
 
+TEST(MsgHeader, ControlTypesAreSingleFragment) {
+  uint8_t buf[kMsgHeaderSize];
+  for (MsgType t : {MsgType::kKeyCheck, MsgType::kKeyVerdict, MsgType::kKeyRevoked}) {
+    MsgHeader h;
+    h.type = t;
+    h.encode(buf);
+    auto d = MsgHeader::decode(std::span<const uint8_t>(buf, sizeof(buf)), 0);
+    ASSERT_TRUE(d.is_ok());
+    EXPECT_EQ(d->type, t);
+    h.last = false;
+    h.encode(buf);
+    EXPECT_FALSE(MsgHeader::decode(std::span<const uint8_t>(buf, sizeof(buf)), 0).is_ok());
+  }
+  buf[0] = 6;
+  buf[1] = 1;
+  EXPECT_FALSE(MsgHeader::decode(std::span<const uint8_t>(buf, sizeof(buf)), 0).is_ok());
+}
+
+TEST(KeyMessages, CheckRoundTrips) {
+  KeyCheck k{42, {7, 0xfeedfacecafebeefull, 0x7f0000001000ull, 1 << 20, 0x1234}};
+  auto bytes = k.encode();
+  EXPECT_LE(bytes.size() + kMsgHeaderSize, kMinMsgSize);
+  auto d = KeyCheck::decode(bytes, 1);
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_EQ(d->request, 42u);
+  EXPECT_EQ(d->claim, k.claim);
+  bytes.pop_back();
+  auto bad = KeyCheck::decode(bytes, 1);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().code(), Code::kProtocolError);
+}
+
+TEST(KeyMessages, ClaimsCompareByEveryField) {
+  KeyClaim a{1, 2, 3, 4, 5};
+  KeyClaim b = a;
+  EXPECT_EQ(a, b);
+  b.length = 8;  // an inflated key is a different claim
+  EXPECT_NE(a, b);
+  b = a;
+  b.secret = 9;
+  EXPECT_NE(a, b);
+  EXPECT_TRUE(a < b || b < a);
+}
+
+TEST(KeyMessages, VerdictRoundTripsAndTruncates) {
+  KeyVerdict v{9, Code::kOutOfRange, "claims too much"};
+  auto d = KeyVerdict::decode(v.encode(), 1);
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_EQ(d->request, 9u);
+  EXPECT_EQ(d->code, Code::kOutOfRange);
+  EXPECT_EQ(d->reason, "claims too much");
+  v.reason = std::string(1000, 'x');
+  auto bytes = v.encode();
+  EXPECT_LE(bytes.size() + kMsgHeaderSize, kMinMsgSize) << "a verdict fits the smallest buffer";
+  d = KeyVerdict::decode(bytes, 1);
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_EQ(d->reason.size(), kMaxVerdictReason);
+  KeyVerdict ok{1, Code::kOk, ""};
+  ASSERT_TRUE(KeyVerdict::decode(ok.encode(), 1).is_ok());
+  bytes = ok.encode();
+  bytes[8] = 200;  // not a Code
+  EXPECT_FALSE(KeyVerdict::decode(bytes, 1).is_ok());
+  EXPECT_FALSE(KeyVerdict::decode(std::span<const uint8_t>(bytes.data(), 8), 1).is_ok());
+}
+
+TEST(KeyMessages, RevokedRoundTrips) {
+  auto d = KeyRevoked::decode(KeyRevoked{77}.encode(), 1);
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_EQ(d->key_id, 77u);
+  EXPECT_FALSE(KeyRevoked::decode(std::vector<uint8_t>(9), 1).is_ok());
+}
+
 TEST(Fragments, PlanCoversTheMessage) {
   using V = std::vector<std::pair<size_t, size_t>>;
   EXPECT_EQ(plan_fragments(0, 100), (V{{0, 0}}));

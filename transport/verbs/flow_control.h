@@ -58,6 +58,15 @@ class SendWindow {
     return out;
   }
 
+  // The item at the head of the queue, if any.
+  const T* front() const { return queue_.empty() ? nullptr : &queue_.front().item; }
+
+  // Visits the queued items in order.
+  template <typename Fn>
+  void for_each(Fn&& fn) const {
+    for (const auto& e : queue_) fn(e.item);
+  }
+
   // Reserves slots for an item that bypasses the queue (credit messages).
   bool try_reserve(uint32_t slots) {
     if (slots > free_slots()) return false;

@@ -246,12 +246,14 @@ void VerbsChannel::write(const void* src, size_t len, const RemoteKey& dst, uint
   uint64_t chunk = core_->max_wr_bytes();
   uint32_t parts = len == 0 ? 1 : static_cast<uint32_t>((len + chunk - 1) / chunk);
   auto op = make_op(name, std::move(done), timeout, parts);
+  KeyClaim claim{dst.key_id, dst.secret, dst.addr, dst.length, *rkey};
   std::vector<WorkItem> items;
   items.reserve(parts);
   for (uint32_t i = 0; i < parts; ++i) {
     WorkItem it;
     it.op = op;
     it.kind = Kind::kWrite;
+    it.key = claim;
     uint64_t off = uint64_t{i} * chunk;
     it.length = static_cast<uint32_t>(std::min<uint64_t>(chunk, len - off));
     it.local = addr_of(src) + off;
@@ -284,11 +286,13 @@ void VerbsChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t sr
   uint64_t chunk = core_->max_wr_bytes();
   uint32_t parts = static_cast<uint32_t>((len + chunk - 1) / chunk);
   auto op = make_op(name, std::move(done), timeout, parts);
+  KeyClaim claim{src.key_id, src.secret, src.addr, src.length, *rkey};
   std::vector<WorkItem> items;
   for (uint32_t i = 0; i < parts; ++i) {
     WorkItem it;
     it.op = op;
     it.kind = Kind::kRead;
+    it.key = claim;
     uint64_t off = uint64_t{i} * chunk;
     it.length = static_cast<uint32_t>(std::min<uint64_t>(chunk, len - off));
     it.local = addr_of(dst) + off;
@@ -343,6 +347,7 @@ void VerbsChannel::submit(std::vector<WorkItem> items, const std::shared_ptr<Op>
     if (!error_.is_ok()) {
       finish_op_locked(op, error_, out);
     } else {
+      if (!items.empty() && items.front().key) request_key_check_locked(*items.front().key);
       for (auto& it : items) {
         uint32_t slots = 1;
         if (it.kind == Kind::kWrite && it.notify && *it.notify > kMaxInlineNotify) slots = 2;
@@ -357,6 +362,10 @@ void VerbsChannel::submit(std::vector<WorkItem> items, const std::shared_ptr<Op>
 // ---------------------------------------------------------------- posting
 
 bool VerbsChannel::resources_ready(const WorkItem& item) const {
+  if (item.key) {
+    auto it = keys_.find(*item.key);
+    if (it == keys_.end() || !it->second.valid) return false;  // awaiting the verdict
+  }
   switch (item.kind) {
     case Kind::kSend:
       return credits_.can_send() && !free_bufs_.empty();
@@ -374,6 +383,16 @@ void VerbsChannel::pump_locked(Tasks& out) {
   // and the peer's for ours.
   if (credits_.credit_message_due() && window_.free_slots() >= 1 && !free_bufs_.empty()) {
     post_credit_message_locked(out);
+  }
+  // A head whose verdict was dropped (revoked) asks again.
+  if (const WorkItem* head = window_.front(); head && head->key && !keys_.count(*head->key)) {
+    request_key_check_locked(*head->key);
+  }
+  while (!control_out_.empty() && error_.is_ok() && window_.free_slots() >= 1 &&
+         !free_bufs_.empty() && credits_.can_send()) {
+    Control c = std::move(control_out_.front());
+    control_out_.pop_front();
+    post_control_locked(c, out);
   }
   while (error_.is_ok()) {
     auto next = window_.pop_ready([&](const WorkItem& it) { return resources_ready(it); });
@@ -505,6 +524,104 @@ void VerbsChannel::post_credit_message_locked(Tasks& out) {
   inflight_[wr_id] = InFlight{nullptr, 1, buf};
 }
 
+void VerbsChannel::post_control_locked(const Control& c, Tasks& out) {
+  if (!window_.try_reserve(1)) return;
+  int buf = free_bufs_.back();
+  free_bufs_.pop_back();
+  uint8_t* p = send_mem_ + size_t{peer_.ring_slots} * sizeof(uint64_t) +
+               size_t{static_cast<uint32_t>(buf)} * send_buf_size_;
+  MsgHeader h;
+  h.type = c.type;
+  h.last = true;
+  h.credits = credits_.take_owed();
+  h.encode(p);
+  size_t n = std::min<size_t>(c.payload.size(), send_buf_size_ - kMsgHeaderSize);
+  std::memcpy(p + kMsgHeaderSize, c.payload.data(), n);
+  credits_.consume(false);
+  uint64_t wr_id = next_wr_id_++;
+  ibv_sge sge{addr_of(p), static_cast<uint32_t>(kMsgHeaderSize + n), send_mr_->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  if (!post_locked(&wr, "send control message", out)) return;
+  inflight_[wr_id] = InFlight{nullptr, 1, buf};
+}
+
+void VerbsChannel::request_key_check_locked(const KeyClaim& claim) {
+  if (keys_.count(claim)) return;
+  uint64_t request = next_key_request_++;
+  keys_[claim] = KeyState{false, request};
+  key_requests_[request] = claim;
+  control_out_.push_back({MsgType::kKeyCheck, KeyCheck{request, claim}.encode()});
+}
+
+void VerbsChannel::on_control_locked(const MsgHeader& h, std::span<const uint8_t> payload,
+                                     Tasks& out) {
+  switch (h.type) {
+    case MsgType::kKeyCheck: {
+      auto check = KeyCheck::decode(payload, peer_rank_);
+      if (!check.is_ok()) return fail_locked(check.status(), out);
+      Status verdict = core_->check_claim(check->claim, peer_rank_);
+      KeyVerdict v{check->request, verdict.code(), verdict.reason()};
+      control_out_.push_back({MsgType::kKeyVerdict, v.encode()});
+      return;
+    }
+    case MsgType::kKeyVerdict: {
+      auto v = KeyVerdict::decode(payload, peer_rank_);
+      if (!v.is_ok()) return fail_locked(v.status(), out);
+      auto req = key_requests_.find(v->request);
+      if (req == key_requests_.end()) {
+        return fail_locked(
+            RDMAFLOW_ERROR(Code::kProtocolError, "receive message", peer_rank_,
+                           "verdict for unknown key check " + std::to_string(v->request)),
+            out);
+      }
+      KeyClaim claim = req->second;
+      key_requests_.erase(req);
+      auto state = keys_.find(claim);
+      if (v->code == Code::kOk) {
+        if (state != keys_.end() && state->second.request == v->request) state->second.valid = true;
+        return;
+      }
+      if (state != keys_.end() && state->second.request == v->request) keys_.erase(state);
+      auto refused = window_.remove_if([&](const WorkItem& it) {
+        return it.key && *it.key == claim && it.op->parts_posted == 0;
+      });
+      for (auto& it : refused) {
+        finish_op_locked(it.op,
+                         Status(v->code, it.op->name, peer_rank_,
+                                "peer rank " + std::to_string(peer_rank_) +
+                                    " refused the remote key: " + v->reason),
+                         out);
+      }
+      return;
+    }
+    case MsgType::kKeyRevoked: {
+      auto r = KeyRevoked::decode(payload, peer_rank_);
+      if (!r.is_ok()) return fail_locked(r.status(), out);
+      std::erase_if(keys_,
+                    [&](const auto& e) { return e.first.key_id == r->key_id && e.second.valid; });
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+void VerbsChannel::announce_revoked(uint64_t key_id) {
+  Tasks out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.is_ok() || !connected_) return;
+    control_out_.push_back({MsgType::kKeyRevoked, KeyRevoked{key_id}.encode()});
+    pump_locked(out);
+  }
+  run_tasks(out);
+}
+
 // ---------------------------------------------------------------- completions
 
 void VerbsChannel::poll_send_cq() {
@@ -593,6 +710,8 @@ void VerbsChannel::handle_recv(const ibv_wc& wc) {
               self->inbox_.push_message(std::move(m));
             });
           }
+        } else if (h->type != MsgType::kCredit) {
+          on_control_locked(*h, bytes.subspan(kMsgHeaderSize), out);
         }
       } else {
         bad = RDMAFLOW_ERROR(Code::kProtocolError, "receive", peer_rank_,
@@ -690,41 +809,31 @@ void VerbsChannel::check_timeouts(Clock::time_point now) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_.is_ok()) return;
-    std::shared_ptr<Op> late;
-    auto expired = window_.remove_if([&](const WorkItem& it) { return it.op->deadline <= now; });
-    for (auto& it : expired) {
-      if (it.op->parts_posted > 0) {
-        late = it.op;  // half posted: the peer holds a partial message or write
-      } else {
-        finish_op_locked(
-            it.op,
-            RDMAFLOW_ERROR(Code::kTimeout, it.op->name, peer_rank_,
-                           "not started within " + std::to_string(it.op->timeout.count()) +
-                               " ms: the send queue or the peer's receive credits "
-                               "stayed exhausted"),
-            out);
+    auto late = [&](const Op& op, bool started) {
+      std::string ms = std::to_string(op.timeout.count());
+      return RDMAFLOW_ERROR(
+          Code::kTimeout, op.name, peer_rank_,
+          started ? "no completion within " + ms +
+                        " ms (a posted RDMA operation cannot be recalled: it may still complete)"
+                  : "not started within " + ms +
+                        " ms: waiting for send-queue slots, receive credits or the peer's "
+                        "verdict on the remote key");
+    };
+    // Not started: withdrawn. Half-sent messages keep their remaining fragments
+    // queued so the peer's message stream stays whole.
+    auto expired = window_.remove_if([&](const WorkItem& it) {
+      return it.op->deadline <= now && !(it.kind == Kind::kSend && it.op->parts_posted > 0);
+    });
+    for (auto& it : expired) finish_op_locked(it.op, late(*it.op, it.op->parts_posted > 0), out);
+    window_.for_each([&](const WorkItem& it) {
+      if (!it.op->finished && it.op->deadline <= now)
+        finish_op_locked(it.op, late(*it.op, true), out);
+    });
+    // Posted: reported now; the late completion is dropped (the op is finished).
+    for (auto& [id, f] : inflight_) {
+      if (f.op && !f.op->finished && f.op->deadline <= now) {
+        finish_op_locked(f.op, late(*f.op, true), out);
       }
-    }
-    if (!late) {
-      for (auto& [id, f] : inflight_) {
-        if (f.op && !f.op->finished && f.op->deadline <= now) {
-          late = f.op;
-          break;
-        }
-      }
-    }
-    if (late) {
-      std::string ms = std::to_string(late->timeout.count());
-      finish_op_locked(late,
-                       RDMAFLOW_ERROR(Code::kTimeout, late->name, peer_rank_,
-                                      "no completion within " + ms + " ms"),
-                       out);
-      fail_locked(RDMAFLOW_ERROR(Code::kPeerFailed, "channel", peer_rank_,
-                                 "a " + late->name + " to peer rank " + std::to_string(peer_rank_) +
-                                     " did not complete within " + ms +
-                                     " ms; a posted RDMA operation cannot be cancelled, so the "
-                                     "queue pair was moved to the error state"),
-                  out);
     }
   }
   run_tasks(out);

@@ -9,10 +9,22 @@
 // (flow_control.h); an item is posted when send-queue slots, receive credits
 // (SENDs and immediates) and a send buffer (SENDs) are all available. The
 // progress thread drives completions; every callback runs there, exactly once.
-// A failed work completion, a disconnect, a protocol violation or a posted
-// operation that outlives its timeout makes the error sticky: the QP is moved to
-// the error state (so no late DMA touches memory whose operation was already
-// reported), and every pending operation completes with the error.
+//
+// Remote keys: the NIC checks only the slab's rkey, so before the first write
+// or read with a RemoteKey the channel asks the target (KeyCheck, wire.h)
+// whether key_id, secret, rkey and range form a live grant, and caches the
+// verdict. Work items with an unverified key wait at the head of the queue; a
+// refused key fails its operations with kNotFound / kOutOfRange and the
+// channel carries on. revoke_key() on the target drops the verdict (KeyRevoked).
+//
+// Timeouts: an operation not yet posted is withdrawn with kTimeout. A posted
+// one is reported as kTimeout too, but a work request cannot be recalled: it
+// may still execute. RC completes work requests in order, so once a later
+// operation on the channel has completed, the timed-out one is finished too.
+//
+// A failed work completion, a disconnect or a protocol violation makes the
+// error sticky: the QP is moved to the error state (no late DMA touches memory
+// of operations already reported) and every pending operation fails with it.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -20,10 +32,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -68,6 +83,8 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   void poll_send_cq();
   void handle_recv(const ibv_wc& wc);
   void on_disconnected(const std::string& event);
+  // The local transport revoked a grant: tell the peer (KeyRevoked).
+  void announce_revoked(uint64_t key_id);
   // A fatal error reported outside a work completion (async event, CM error).
   void fail(Status error);
   void check_timeouts(Clock::time_point now);
@@ -102,6 +119,7 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
     uint64_t remote = 0;
     uint32_t rkey = 0;
     std::optional<uint64_t> notify;
+    std::optional<KeyClaim> key;                          // kWrite / kRead: must be verified
     std::shared_ptr<const std::vector<uint8_t>> payload;  // kSend
     size_t frag_offset = 0;
     bool last = true;
@@ -112,6 +130,14 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
     int send_buf = -1;
   };
   using Tasks = std::vector<std::function<void()>>;
+  struct KeyState {
+    bool valid = false;    // the target vouched for it
+    uint64_t request = 0;  // the KeyCheck awaiting a verdict
+  };
+  struct Control {
+    MsgType type;
+    std::vector<uint8_t> payload;
+  };
 
   explicit VerbsChannel(std::shared_ptr<VerbsCore> core);
 
@@ -127,6 +153,10 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   void pump_locked(Tasks& out);
   void post_item_locked(WorkItem item, uint32_t slots, Tasks& out);
   void post_credit_message_locked(Tasks& out);
+  void post_control_locked(const Control& c, Tasks& out);
+  // Makes sure a KeyCheck for `claim` is on its way (or answered).
+  void request_key_check_locked(const KeyClaim& claim);
+  void on_control_locked(const MsgHeader& h, std::span<const uint8_t> payload, Tasks& out);
   bool post_locked(ibv_send_wr* wr, const char* what, Tasks& out);
   void on_send_wc_locked(const ibv_wc& wc, Tasks& out);
   void finish_op_locked(const std::shared_ptr<Op>& op, const Status& status, Tasks& out);
@@ -164,6 +194,10 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   NotifyEncoder encoder_{0};
   MessageReassembler reassembler_{kMaxMessageBytes};
   std::unordered_map<uint64_t, InFlight> inflight_;
+  std::map<KeyClaim, KeyState> keys_;
+  std::unordered_map<uint64_t, KeyClaim> key_requests_;
+  uint64_t next_key_request_ = 1;
+  std::deque<Control> control_out_;  // posted ahead of the queue
   std::vector<int> free_bufs_;
   uint64_t next_wr_id_ = 1;
 };

@@ -167,7 +167,7 @@ Result<RegionId> VerbsCore::register_memory(void* addr, size_t len) {
 }
 
 Status VerbsCore::deregister_memory(RegionId id) {
-  std::lock_guard<std::mutex> lock(mem_mu_);
+  std::unique_lock<std::mutex> lock(mem_mu_);
   auto it = region_base_.find(id);
   if (it == region_base_.end()) {
     return RDMAFLOW_ERROR(Code::kNotFound, "deregister memory", -1,
@@ -177,7 +177,15 @@ Status VerbsCore::deregister_memory(RegionId id) {
   int rc = rit->second.mr ? ibv_dereg_mr(rit->second.mr) : 0;
   regions_.erase(rit);
   region_base_.erase(it);
-  std::erase_if(grants_, [&](const auto& g) { return g.second.region == id; });
+  std::vector<uint64_t> gone;
+  for (const auto& [key_id, g] : grants_) {
+    if (g.region == id) gone.push_back(key_id);
+  }
+  for (uint64_t key_id : gone) grants_.erase(key_id);
+  lock.unlock();
+  for (auto& ch : channels()) {
+    for (uint64_t key_id : gone) ch->announce_revoked(key_id);
+  }
   if (rc != 0) return verbs_error(Code::kInternal, "deregister memory", "ibv_dereg_mr", rc);
   return Status::ok();
 }
@@ -211,19 +219,44 @@ Result<RemoteKey> VerbsCore::export_key(const void* addr, size_t len) {
   std::lock_guard<std::mutex> lock(mem_mu_);
   k.key_id = next_key_++;
   k.secret = rng_();
-  grants_[k.key_id] = Grant{k.secret, mr->id};
+  grants_[k.key_id] = Grant{k.secret, mr->id, k.addr, k.length, mr->rkey};
   return k;
 }
 
-Status VerbsCore::revoke_key(const RemoteKey& key) {
+Status VerbsCore::check_claim(const KeyClaim& c, int peer) const {
+  const char* op = "check remote key";
   std::lock_guard<std::mutex> lock(mem_mu_);
-  auto it = grants_.find(key.key_id);
-  if (key.backend != "verbs" || it == grants_.end() || it->second.secret != key.secret) {
-    return RDMAFLOW_ERROR(Code::kNotFound, "revoke key", -1,
-                          "key " + std::to_string(key.key_id) +
-                              " was not exported by this verbs transport (or already revoked)");
+  auto it = grants_.find(c.key_id);
+  if (it == grants_.end() || it->second.secret != c.secret || it->second.rkey != c.rkey) {
+    return RDMAFLOW_ERROR(Code::kNotFound, op, peer,
+                          "key " + std::to_string(c.key_id) +
+                              " is not a live grant here (unknown, revoked or forged)");
   }
-  grants_.erase(it);
+  const Grant& g = it->second;
+  bool inside =
+      c.addr >= g.addr && c.addr - g.addr <= g.length && c.length <= g.length - (c.addr - g.addr);
+  if (!inside) {
+    return RDMAFLOW_ERROR(Code::kOutOfRange, op, peer,
+                          "key " + std::to_string(c.key_id) + " claims " +
+                              std::to_string(c.length) + " bytes at offset " +
+                              std::to_string(c.addr - g.addr) + " of a " +
+                              std::to_string(g.length) + "-byte grant");
+  }
+  return Status::ok();
+}
+
+Status VerbsCore::revoke_key(const RemoteKey& key) {
+  {
+    std::lock_guard<std::mutex> lock(mem_mu_);
+    auto it = grants_.find(key.key_id);
+    if (key.backend != "verbs" || it == grants_.end() || it->second.secret != key.secret) {
+      return RDMAFLOW_ERROR(Code::kNotFound, "revoke key", -1,
+                            "key " + std::to_string(key.key_id) +
+                                " was not exported by this verbs transport (or already revoked)");
+    }
+    grants_.erase(it);
+  }
+  for (auto& ch : channels()) ch->announce_revoked(key.key_id);
   return Status::ok();
 }
 

@@ -32,6 +32,7 @@
 #include "transport/remote_key.h"
 #include "transport/verbs/config.h"
 #include "transport/verbs/device.h"
+#include "transport/verbs/wire.h"
 
 namespace rdmaflow::verbs {
 
@@ -72,7 +73,13 @@ class VerbsCore {
   // The MR holding all of [addr, addr + len), if any.
   std::optional<LocalMr> find_mr(const void* addr, size_t len) const;
   Result<RemoteKey> export_key(const void* addr, size_t len);
+  // Forgets the grant and tells every channel's peer (KeyRevoked), so their
+  // cached verdicts go; an access already in flight may still land.
   Status revoke_key(const RemoteKey& key);
+  // The target's answer to a KeyCheck: OK when `claim` is a live grant of this
+  // transport (key_id, secret and rkey match) and its range lies inside the
+  // grant; kNotFound or kOutOfRange with the reason otherwise.
+  Status check_claim(const KeyClaim& claim, int peer) const;
 
   // --- receive buffers behind the shared receive queue ---
   // Reserves `n` buffers for a new channel, growing the posted pool if needed.
@@ -114,6 +121,9 @@ class VerbsCore {
   struct Grant {
     uint64_t secret = 0;
     RegionId region = 0;
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    uint32_t rkey = 0;
   };
   struct RecvChunk {
     uint8_t* base = nullptr;

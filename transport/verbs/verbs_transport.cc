@@ -22,6 +22,17 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int kTickMs = 10;
 constexpr size_t kMaxRejectData = 148;  // IB CM REJ private data
+// Local ACK timeout exponent: 4.096 us * 2^14 = 67 ms per try, 8 tries, so a
+// silently vanished peer fails a work request in about half a second (a peer
+// whose process died is usually reported sooner, by a DISCONNECTED event).
+constexpr uint8_t kAckTimeout = 14;
+
+void set_ack_timeout(rdma_cm_id* id) {
+  uint8_t t = kAckTimeout;
+  if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof(t)) != 0) {
+    RDMAFLOW_LOG_DEBUG("verbs: rdma_set_option(ACK_TIMEOUT) failed: {}", std::strerror(errno));
+  }
+}
 
 void set_nonblocking(int fd) {
   int flags = fcntl(fd, F_GETFL);
@@ -361,6 +372,7 @@ Result<std::shared_ptr<Channel>> VerbsTransport::connect(int peer_rank, const st
     if (!ev.is_ok()) return fail(ev.status());
     rdma_ack_cm_event(*ev);
   }
+  set_ack_timeout(id);
   auto created = VerbsChannel::create(core_, id);
   if (!created.is_ok()) return fail(created.status().with_op(op));
   ch = std::move(created).value();
@@ -596,6 +608,7 @@ void VerbsTransport::on_connect_request(rdma_cm_event* ev) {
     rdma_destroy_id(id);
     return;
   }
+  set_ack_timeout(id);
   auto created = VerbsChannel::create(core_, id);
   if (!created.is_ok()) {
     refuse(created.status());

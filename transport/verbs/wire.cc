@@ -1,5 +1,6 @@
 #include "transport/verbs/wire.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -92,8 +93,8 @@ Result<MsgHeader> MsgHeader::decode(std::span<const uint8_t> bytes, int peer) {
   }
   MsgHeader h;
   uint8_t type = bytes[0];
-  if (type != static_cast<uint8_t>(MsgType::kData) &&
-      type != static_cast<uint8_t>(MsgType::kCredit)) {
+  if (type < static_cast<uint8_t>(MsgType::kData) ||
+      type > static_cast<uint8_t>(MsgType::kKeyRevoked)) {
     return RDMAFLOW_ERROR(Code::kProtocolError, "receive message", peer,
                           "unknown message type " + std::to_string(type));
   }
@@ -108,7 +109,78 @@ Result<MsgHeader> MsgHeader::decode(std::span<const uint8_t> bytes, int peer) {
     return RDMAFLOW_ERROR(Code::kProtocolError, "receive message", peer,
                           "credit message with payload or fragment flag");
   }
+  if (h.type != MsgType::kData && !h.last) {
+    return RDMAFLOW_ERROR(Code::kProtocolError, "receive message", peer,
+                          "fragmented control message");
+  }
   return h;
+}
+
+namespace {
+Status bad_control(const char* what, size_t size, int peer) {
+  return RDMAFLOW_ERROR(Code::kProtocolError, "receive message", peer,
+                        std::string("malformed ") + what + " (" + std::to_string(size) + " bytes)");
+}
+}  // namespace
+
+std::vector<uint8_t> KeyCheck::encode() const {
+  std::vector<uint8_t> out;
+  out.reserve(44);
+  put<uint64_t>(out, request);
+  put<uint64_t>(out, claim.key_id);
+  put<uint64_t>(out, claim.secret);
+  put<uint64_t>(out, claim.addr);
+  put<uint64_t>(out, claim.length);
+  put<uint32_t>(out, claim.rkey);
+  return out;
+}
+
+Result<KeyCheck> KeyCheck::decode(std::span<const uint8_t> payload, int peer) {
+  if (payload.size() != 44) return bad_control("key check", payload.size(), peer);
+  const uint8_t* p = payload.data();
+  KeyCheck k;
+  k.request = get<uint64_t>(p);
+  k.claim.key_id = get<uint64_t>(p + 8);
+  k.claim.secret = get<uint64_t>(p + 16);
+  k.claim.addr = get<uint64_t>(p + 24);
+  k.claim.length = get<uint64_t>(p + 32);
+  k.claim.rkey = get<uint32_t>(p + 40);
+  return k;
+}
+
+std::vector<uint8_t> KeyVerdict::encode() const {
+  std::vector<uint8_t> out;
+  put<uint64_t>(out, request);
+  put<uint8_t>(out, static_cast<uint8_t>(code));
+  size_t n = std::min(reason.size(), kMaxVerdictReason);
+  out.insert(out.end(), reason.begin(), reason.begin() + static_cast<std::ptrdiff_t>(n));
+  return out;
+}
+
+Result<KeyVerdict> KeyVerdict::decode(std::span<const uint8_t> payload, int peer) {
+  if (payload.size() < 9 || payload.size() > 9 + kMaxVerdictReason) {
+    return bad_control("key verdict", payload.size(), peer);
+  }
+  KeyVerdict v;
+  v.request = get<uint64_t>(payload.data());
+  uint8_t code = payload[8];
+  if (code > static_cast<uint8_t>(Code::kInternal)) {
+    return bad_control("key verdict", payload.size(), peer);
+  }
+  v.code = static_cast<Code>(code);
+  v.reason.assign(reinterpret_cast<const char*>(payload.data()) + 9, payload.size() - 9);
+  return v;
+}
+
+std::vector<uint8_t> KeyRevoked::encode() const {
+  std::vector<uint8_t> out;
+  put<uint64_t>(out, key_id);
+  return out;
+}
+
+Result<KeyRevoked> KeyRevoked::decode(std::span<const uint8_t> payload, int peer) {
+  if (payload.size() != 8) return bad_control("key revocation", payload.size(), peer);
+  return KeyRevoked{get<uint64_t>(payload.data())};
 }
 
 std::vector<std::pair<size_t, size_t>> plan_fragments(size_t total, size_t max_payload) {

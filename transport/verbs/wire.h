@@ -9,16 +9,25 @@
 // message arrives zero-padded (to 56 / 196 bytes), so trailing bytes are ignored.
 //
 // Every SEND starts with an 8-byte header:
-//   u8 type (1 data, 2 credit) | u8 flags (bit 0: last fragment) | u16 zero | u32 credits
-// `credits` returns receive buffers to the peer. A message larger than one
-// buffer is split into fragments on the (ordered) RC queue pair and joined again.
-// All integers little endian.
+//   u8 type | u8 flags (bit 0: last fragment) | u16 zero | u32 credits
+// `credits` returns receive buffers to the peer. Types:
+//   1 data         a user message (fragment); larger than one buffer -> several
+//                  fragments on the (ordered) RC queue pair, joined again
+//   2 credit       credits only, no payload
+//   3 key check    "may I use this RemoteKey?" (KeyCheck), before the first
+//                  one-sided access with a key on a channel
+//   4 key verdict  the answer (KeyVerdict): ok, not found, out of range
+//   5 key revoked  the grant behind key_id was revoked (KeyRevoked)
+// The key messages let the target refuse a forged, unknown, revoked or inflated
+// key before any byte moves: the NIC only knows the slab's rkey. All integers
+// little endian.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -31,7 +40,7 @@ inline constexpr uint16_t kHelloVersion = 1;
 inline constexpr size_t kHelloSize = 36;
 // librdmacm allows 56 bytes of private data in a connect request (RDMA_PS_TCP).
 inline constexpr size_t kMaxConnectPrivateData = 56;
-inline constexpr uint32_t kMinMsgSize = 64;
+inline constexpr uint32_t kMinMsgSize = 256;  // room for a KeyVerdict
 inline constexpr uint32_t kMaxMsgSize = 1u << 24;
 
 struct Hello {
@@ -47,7 +56,13 @@ struct Hello {
   static Result<Hello> decode(std::span<const uint8_t> bytes);
 };
 
-enum class MsgType : uint8_t { kData = 1, kCredit = 2 };
+enum class MsgType : uint8_t {
+  kData = 1,
+  kCredit = 2,
+  kKeyCheck = 3,
+  kKeyVerdict = 4,
+  kKeyRevoked = 5
+};
 inline constexpr uint8_t kFlagLastFragment = 1;
 inline constexpr size_t kMsgHeaderSize = 8;
 
@@ -58,6 +73,42 @@ struct MsgHeader {
 
   void encode(uint8_t* out) const;  // writes kMsgHeaderSize bytes
   static Result<MsgHeader> decode(std::span<const uint8_t> bytes, int peer);
+};
+
+// The identity of a RemoteKey as the initiator presents it (everything the
+// target must vouch for).
+struct KeyClaim {
+  uint64_t key_id = 0;
+  uint64_t secret = 0;
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  uint32_t rkey = 0;
+  auto operator<=>(const KeyClaim&) const = default;
+};
+
+// u64 request | u64 key_id | u64 secret | u64 addr | u64 length | u32 rkey
+struct KeyCheck {
+  uint64_t request = 0;
+  KeyClaim claim;
+  std::vector<uint8_t> encode() const;
+  static Result<KeyCheck> decode(std::span<const uint8_t> payload, int peer);
+};
+
+// u64 request | u8 code (rdmaflow::Code) | reason text (at most kMaxVerdictReason bytes)
+inline constexpr size_t kMaxVerdictReason = 200;
+struct KeyVerdict {
+  uint64_t request = 0;
+  Code code = Code::kOk;
+  std::string reason;
+  std::vector<uint8_t> encode() const;  // truncates the reason
+  static Result<KeyVerdict> decode(std::span<const uint8_t> payload, int peer);
+};
+
+// u64 key_id
+struct KeyRevoked {
+  uint64_t key_id = 0;
+  std::vector<uint8_t> encode() const;
+  static Result<KeyRevoked> decode(std::span<const uint8_t> payload, int peer);
 };
 
 // [offset, length) pieces of a `total`-byte message for buffers holding
