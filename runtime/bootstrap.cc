@@ -154,7 +154,10 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::create(BootstrapOptions options) {
   }
   b->internal_ = std::make_shared<PrefixStore>(b->root_store_, "rdmaflow");
   b->user_store_ = std::make_shared<PrefixStore>(b->root_store_, "user");
+  // Until it has joined, this process is not part of the job: if anything above or
+  // in join() fails, there is no goodbye to say and no server to keep alive.
   RDMAFLOW_RETURN_IF_ERROR(b->join(b->timeout_));
+  b->finalized_ = false;
   RDMAFLOW_LOG_INFO("bootstrap ready: rank {} of {}{} in {:.1f} ms", rank, world,
                     world > 1 ? " via rendezvous " + b->rendezvous_ : std::string(),
                     ms_since(start));
@@ -319,36 +322,46 @@ Result<ChannelMesh> Bootstrap::connect_mesh(const TransportSelector& select,
                             allgather(mine.encode(), remaining(deadline)));
   const double publish_ms = ms_since(start);
 
-  // 3. Check each pair agrees before anyone waits on it.
-  Status local = mine.failure;
-  std::vector<bool> skip(world, true);
-  std::vector<std::string> peer_address(world);
-  for (int p = 0; p < world && local.is_ok(); ++p) {
-    if (p == me) continue;
+  // 3. Every rank holds the same records, so every rank reaches the same verdict on
+  // them: if any rank failed to listen or any pair disagrees on its transport, all
+  // ranks return the same error now, and nobody waits on a connection that will
+  // never come.
+  if (!mine.failure.is_ok()) return mine.failure;
+  std::vector<MeshRecord> recs(world);
+  for (int p = 0; p < world; ++p) {
     auto rec = MeshRecord::decode(records[p], world);
     if (!rec) {
-      local = RDMAFLOW_ERROR(Code::kProtocolError, op, p, "malformed mesh record from this rank");
-    } else if (rec->failed()) {
-      local =
-          RDMAFLOW_ERROR(Code::kPeerFailed, op, p,
-                         "rank " + std::to_string(p) + " could not listen: " + rec->failure_text);
-    } else if (rec->choice_for(me) != chosen[p]->name()) {
-      local = RDMAFLOW_ERROR(Code::kInvalidArgument, op, p,
-                             "this rank chose transport '" + chosen[p]->name() + "' for rank " +
-                                 std::to_string(p) + " but rank " + std::to_string(p) + " chose '" +
-                                 rec->choice_for(me) + "' for this rank");
-    } else {
-      skip[p] = false;
-      peer_address[p] = rec->address_of(chosen[p]->name());
+      return RDMAFLOW_ERROR(Code::kProtocolError, op, p, "malformed mesh record from this rank");
+    }
+    if (rec->failed()) {
+      return RDMAFLOW_ERROR(
+          Code::kPeerFailed, op, p,
+          "rank " + std::to_string(p) + " could not set up: " + rec->failure_text);
+    }
+    recs[p] = std::move(*rec);
+  }
+  for (int i = 0; i < world; ++i) {
+    for (int j = i + 1; j < world; ++j) {
+      const std::string ci = recs[i].choice_for(j), cj = recs[j].choice_for(i);
+      if (ci != cj || ci.empty()) {
+        return RDMAFLOW_ERROR(Code::kInvalidArgument, op, i == me ? j : i,
+                              "rank " + std::to_string(i) + " chose transport '" + ci +
+                                  "' for rank " + std::to_string(j) + " but rank " +
+                                  std::to_string(j) + " chose '" + cj + "' for rank " +
+                                  std::to_string(i));
+      }
     }
   }
+  std::vector<std::string> peer_address(world);
+  for (int p = 0; p < me; ++p) peer_address[p] = recs[p].address_of(chosen[p]->name());
+  Status local;
 
   // 4. The higher rank connects, the lower accepts. Accepts run on their own thread
   // so that no rank waits on a peer that is itself waiting.
   Status accept_error, connect_error;
   double accept_ms = 0, connect_ms = 0;
   int accepted = 0, connected = 0;
-  if (local.is_ok()) {
+  {
     std::thread acceptor([&] {
       const auto t0 = Clock::now();
       for (int p = me + 1; p < world; ++p) {

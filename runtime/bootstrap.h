@@ -112,7 +112,7 @@ class Bootstrap {
   uint64_t barriers_ = 0;
   uint64_t allgathers_ = 0;
   uint64_t meshes_ = 0;
-  bool finalized_ = false;
+  bool finalized_ = true;  // until create() has joined
 };
 
 }  // namespace rdmaflow

@@ -1,0 +1,439 @@
+// Bootstrap: rendezvous of real processes, barrier/allgather through the store,
+// the server's lifetime, misconfigurations, and the full channel mesh over TCP.
+#include "runtime/bootstrap.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "tests/runtime/multiprocess.h"
+
+namespace rdmaflow {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::free_tcp_port;
+using testing::run_processes;
+using Clock = std::chrono::steady_clock;
+
+RankInfo ranks(int rank, int world) {
+  RankInfo info;
+  info.rank = rank;
+  info.world_size = world;
+  info.local_rank = rank;
+  info.single_host = true;
+  info.source = "test";
+  return info;
+}
+
+BootstrapOptions options_for(int rank, int world, int port, Millis timeout = 10000ms) {
+  BootstrapOptions o;
+  o.rank_info = ranks(rank, world);
+  o.rendezvous = "127.0.0.1:" + std::to_string(port);
+  o.timeout = timeout;
+  return o;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+std::string text_of(const Bytes& b) {
+  return as_string(b);
+}
+
+// Sends "r->p" on every channel and expects "p->r" from each.
+int exchange_on_every_channel(const ChannelMesh& mesh, int me, const std::string& tag) {
+  CompletionGroup sent;
+  for (int p = 0; p < static_cast<int>(mesh.size()); ++p) {
+    if (p == me) {
+      CHILD_CHECK(mesh[p] == nullptr);
+      continue;
+    }
+    CHILD_CHECK(mesh[p] != nullptr);
+    CHILD_CHECK(mesh[p]->peer_rank() == p);
+    mesh[p]->send_message(to_bytes(tag + std::to_string(me) + "->" + std::to_string(p)), sent.add(),
+                          5000ms);
+  }
+  CHILD_OK(sent.wait(5000ms));
+  for (int p = 0; p < static_cast<int>(mesh.size()); ++p) {
+    if (p == me) continue;
+    auto msg = mesh[p]->inbox().recv_message(5000ms);
+    CHILD_OK(msg);
+    if (text_of(*msg) != tag + std::to_string(p) + "->" + std::to_string(me)) {
+      std::fprintf(stderr, "rank %d got '%s' from rank %d\n", me, text_of(*msg).c_str(), p);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+// A second, real TCP transport under another name, to exercise per-peer choice.
+class RenamedTransport : public Transport {
+ public:
+  RenamedTransport(std::unique_ptr<Transport> inner, std::string name)
+      : inner_(std::move(inner)), name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+  std::string registrar_name() const override { return name_; }
+  Result<RegionId> register_memory(void* addr, size_t len) override {
+    return inner_->register_memory(addr, len);
+  }
+  Status deregister_memory(RegionId region) override { return inner_->deregister_memory(region); }
+  Result<std::string> listen() override { return inner_->listen(); }
+  Result<std::shared_ptr<Channel>> connect(int peer, const std::string& address,
+                                           Millis timeout) override {
+    return inner_->connect(peer, address, timeout);
+  }
+  Result<std::shared_ptr<Channel>> accept(int peer, Millis timeout) override {
+    return inner_->accept(peer, timeout);
+  }
+  Result<RemoteKey> export_key(const void* addr, size_t len) override {
+    return inner_->export_key(addr, len);
+  }
+  Status revoke_key(const RemoteKey& key) override { return inner_->revoke_key(key); }
+  void shutdown() override { inner_->shutdown(); }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::string name_;
+};
+
+// ---- one process ----
+
+TEST(Bootstrap, SingleProcessNeedsNoRendezvous) {
+  BootstrapOptions o;
+  o.rank_info = ranks(0, 1);
+  auto boot = Bootstrap::create(o);
+  ASSERT_TRUE(boot.is_ok()) << boot.status().to_string();
+  Bootstrap& b = **boot;
+  EXPECT_EQ(b.rank(), 0);
+  EXPECT_EQ(b.world_size(), 1);
+  EXPECT_EQ(b.rendezvous(), "");
+  EXPECT_TRUE(b.barrier().is_ok());
+  auto all = b.allgather(to_bytes("me"));
+  ASSERT_TRUE(all.is_ok());
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ(text_of((*all)[0]), "me");
+  ASSERT_TRUE(b.store().set("k", to_bytes("v")).is_ok());
+  EXPECT_EQ(text_of(*b.store().get("k")), "v");
+  auto mesh = b.connect_mesh([](int) -> Transport* { return nullptr; });  // no peers to ask for
+  ASSERT_TRUE(mesh.is_ok()) << mesh.status().to_string();
+  ASSERT_EQ(mesh->size(), 1u);
+  EXPECT_EQ((*mesh)[0], nullptr);
+  EXPECT_TRUE(b.finalize().is_ok());
+}
+
+// ---- several processes ----
+
+TEST(Bootstrap, FourProcessesFromTheEnvironment) {
+  const int port = free_tcp_port();
+  constexpr int kWorld = 4;
+  auto codes = run_processes(kWorld, [&](int rank) -> int {
+    ::setenv("RDMAFLOW_RANK", std::to_string(rank).c_str(), 1);
+    ::setenv("RDMAFLOW_WORLD_SIZE", std::to_string(kWorld).c_str(), 1);
+    ::setenv("RDMAFLOW_RENDEZVOUS", ("127.0.0.1:" + std::to_string(port)).c_str(), 1);
+    ::setenv("RDMAFLOW_TIMEOUT_MS", "10000", 1);
+    auto boot = Bootstrap::create();
+    CHILD_OK(boot);
+    Bootstrap& b = **boot;
+    CHILD_CHECK(b.rank() == rank);
+    CHILD_CHECK(b.world_size() == kWorld);
+    CHILD_CHECK(contains(b.rank_info().source, "RDMAFLOW_RANK"));
+    CHILD_CHECK(b.rendezvous() == "127.0.0.1:" + std::to_string(port));
+    CHILD_CHECK(b.timeout() == 10000ms);
+
+    auto all = b.allgather(to_bytes("rank" + std::to_string(rank)));
+    CHILD_OK(all);
+    CHILD_CHECK(all->size() == kWorld);
+    for (int r = 0; r < kWorld; ++r) CHILD_CHECK(text_of((*all)[r]) == "rank" + std::to_string(r));
+
+    // The user namespace of the store is shared by every rank.
+    CHILD_OK(b.store().set("hello/" + std::to_string(rank), to_bytes("x")));
+    CHILD_OK(b.store().wait({"hello/0", "hello/1", "hello/2", "hello/3"}));
+    auto n = b.store().add("count", 1);
+    CHILD_OK(n);
+    for (int i = 0; i < 3; ++i) CHILD_OK(b.barrier());
+    CHILD_CHECK(text_of(*b.store().get("count")) == "4");
+
+    // A second allgather does not see the first one's values.
+    auto again = b.allgather(to_bytes(std::string(rank + 1, 'z')));
+    CHILD_OK(again);
+    for (int r = 0; r < kWorld; ++r) CHILD_CHECK((*again)[r].size() == static_cast<size_t>(r + 1));
+    CHILD_OK(b.finalize());
+    return 0;
+  });
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+TEST(Bootstrap, RankZeroServesUntilEveryRankSaidGoodbye) {
+  const int port = free_tcp_port();
+  auto codes = run_processes(2, [&](int rank) -> int {
+    auto boot = Bootstrap::create(options_for(rank, 2, port));
+    CHILD_OK(boot);
+    if (rank == 0) {
+      CHILD_OK((*boot)->store().set("written/by/0", to_bytes("still here")));
+      const auto t0 = Clock::now();
+      boot->reset();  // rank 0 is done, but rank 1 has not read yet
+      const auto lingered = Clock::now() - t0;
+      CHILD_CHECK(lingered >= 150ms);  // it waited for rank 1's goodbye
+      CHILD_CHECK(lingered < 5000ms);
+      return 0;
+    }
+    std::this_thread::sleep_for(250ms);  // a late reader
+    auto v = (*boot)->store().get("written/by/0", 2000ms);
+    CHILD_OK(v);
+    CHILD_CHECK(text_of(*v) == "still here");
+    return 0;  // the destructor says goodbye
+  });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+}
+
+TEST(Bootstrap, LaggingRankZeroIsWaitedFor) {
+  // Every other rank starts first and keeps retrying until rank 0 serves.
+  const int port = free_tcp_port();
+  auto codes = run_processes(3, [&](int rank) -> int {
+    if (rank == 0) std::this_thread::sleep_for(300ms);
+    auto boot = Bootstrap::create(options_for(rank, 3, port));
+    CHILD_OK(boot);
+    CHILD_OK((*boot)->barrier());
+    return 0;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+
+TEST(Bootstrap, BarrierTimeoutSaysHowManyArrived) {
+  const int port = free_tcp_port();
+  // World of 3, only 2 processes: joining cannot complete.
+  auto codes = run_processes(2, [&](int rank) -> int {
+    const auto t0 = Clock::now();
+    auto boot = Bootstrap::create(options_for(rank, 3, port, 400ms));
+    CHILD_CHECK(!boot.is_ok());
+    const std::string msg = boot.status().to_string();
+    // Rank 0 times out first and stops serving: rank 1 may see the server go away.
+    const bool counted =
+        boot.status().code() == Code::kTimeout && contains(msg, "only 2 of 3 ranks arrived within");
+    const bool server_gone = rank == 1 && boot.status().code() == Code::kPeerFailed &&
+                             contains(msg, "lost the connection to the rendezvous");
+    if (!counted && !server_gone) {
+      std::fprintf(stderr, "unexpected: %s\n", msg.c_str());
+      return 1;
+    }
+    CHILD_CHECK(Clock::now() - t0 < 3000ms);
+    return 0;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+
+TEST(Bootstrap, DuplicateRankIsRefused) {
+  const int port = free_tcp_port();
+  // Processes claim ranks 0, 1 and 1 of a world of 2.
+  auto codes = run_processes(3, [&](int i) -> int {
+    if (i == 2) std::this_thread::sleep_for(100ms);  // the impostor comes last
+    auto boot = Bootstrap::create(options_for(i == 0 ? 0 : 1, 2, port, 3000ms));
+    if (i == 2) {
+      CHILD_CHECK(!boot.is_ok());
+      if (!contains(boot.status().to_string(), "already joined")) {
+        std::fprintf(stderr, "unexpected: %s\n", boot.status().to_string().c_str());
+        return 1;
+      }
+      return 0;
+    }
+    CHILD_OK(boot);
+    std::this_thread::sleep_for(300ms);  // keep the server up for the impostor
+    return 0;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
+}
+
+TEST(Bootstrap, WorldSizeDisagreementIsAnError) {
+  const int port = free_tcp_port();
+  auto codes = run_processes(2, [&](int rank) -> int {
+    auto boot = Bootstrap::create(options_for(rank, rank == 0 ? 2 : 3, port, 500ms));
+    CHILD_CHECK(!boot.is_ok());
+    if (rank == 1 && !contains(boot.status().to_string(), "rank 0 has 2")) {
+      std::fprintf(stderr, "unexpected: %s\n", boot.status().to_string().c_str());
+      return 1;
+    }
+    return 0;
+  });
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+}
+
+TEST(Bootstrap, RendezvousMustBeKnownForSeveralHosts) {
+  ::unsetenv("RDMAFLOW_RENDEZVOUS");
+  BootstrapOptions o;
+  o.rank_info = ranks(1, 2);
+  o.rank_info->single_host.reset();  // e.g. RDMAFLOW_RANK without RDMAFLOW_LOCAL_SIZE
+  o.timeout = 200ms;
+  auto boot = Bootstrap::create(o);
+  ASSERT_FALSE(boot.is_ok());
+  EXPECT_TRUE(contains(boot.status().to_string(), "RDMAFLOW_RENDEZVOUS is not set"))
+      << boot.status().to_string();
+
+  // On one host the default is used (nobody serves it here: the error names it).
+  o.rank_info->single_host = true;
+  boot = Bootstrap::create(o);
+  ASSERT_FALSE(boot.is_ok());
+  EXPECT_TRUE(contains(boot.status().to_string(), kDefaultLocalRendezvous))
+      << boot.status().to_string();
+
+  o.rendezvous = "localhost";
+  boot = Bootstrap::create(o);
+  ASSERT_FALSE(boot.is_ok());
+  EXPECT_EQ(boot.status().code(), Code::kInvalidArgument);
+  o.rendezvous = "127.0.0.1:0";
+  boot = Bootstrap::create(o);
+  ASSERT_FALSE(boot.is_ok());
+  EXPECT_TRUE(contains(boot.status().to_string(), "port 0")) << boot.status().to_string();
+}
+
+// ---- the channel mesh over the TCP transport ----
+
+TEST(BootstrapMesh, FourProcessesFullMeshOverTcp) {
+  const int port = free_tcp_port();
+  constexpr int kWorld = 4;
+  auto codes = run_processes(kWorld, [&](int rank) -> int {
+    auto boot = Bootstrap::create(options_for(rank, kWorld, port));
+    CHILD_OK(boot);
+    Bootstrap& b = **boot;
+    auto tcp = make_transport("tcp", b.transport_config());
+    CHILD_OK(tcp);
+    const auto t0 = Clock::now();
+    auto mesh = b.connect_mesh(**tcp);
+    CHILD_OK(mesh);
+    if (rank == 0) {
+      std::fprintf(stderr, "4-rank tcp mesh built in %.1f ms\n",
+                   std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    CHILD_CHECK(mesh->size() == kWorld);
+    if (exchange_on_every_channel(*mesh, rank, "m1:") != 0) return 1;
+
+    // One-sided write with notify on every channel, keys exchanged through allgather.
+    std::vector<uint8_t> landing(kWorld * 64, 0);
+    auto region = (*tcp)->register_memory(landing.data(), landing.size());
+    CHILD_OK(region);
+    auto key = (*tcp)->export_key(landing.data(), landing.size());
+    CHILD_OK(key);
+    auto keys = b.allgather(key->serialize());
+    CHILD_OK(keys);
+    std::vector<uint8_t> src(64, static_cast<uint8_t>(0xA0 + rank));
+    CompletionGroup writes;
+    for (int p = 0; p < kWorld; ++p) {
+      if (p == rank) continue;
+      auto peer_key = RemoteKey::deserialize((*keys)[p]);
+      CHILD_OK(peer_key);
+      (*mesh)[p]->write(src.data(), src.size(), *peer_key, rank * 64, uint64_t(rank), writes.add(),
+                        5000ms);
+    }
+    CHILD_OK(writes.wait(5000ms));
+    for (int p = 0; p < kWorld; ++p) {
+      if (p == rank) continue;
+      CHILD_OK((*mesh)[p]->inbox().wait_notify_value(uint64_t(p), 5000ms));
+      CHILD_CHECK(landing[p * 64] == 0xA0 + p && landing[p * 64 + 63] == 0xA0 + p);
+    }
+    CHILD_OK(b.barrier());  // nobody tears down before everyone is done
+
+    // A second mesh over a second transport, in the same job.
+    auto tcp2 = make_transport("tcp", b.transport_config());
+    CHILD_OK(tcp2);
+    auto mesh2 = b.connect_mesh(**tcp2);
+    CHILD_OK(mesh2);
+    if (exchange_on_every_channel(*mesh2, rank, "m2:") != 0) return 1;
+    CHILD_OK(b.barrier());
+    (*tcp2)->shutdown();
+    (*tcp)->shutdown();
+    return 0;
+  });
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+TEST(BootstrapMesh, TransportChosenPerPeer) {
+  const int port = free_tcp_port();
+  constexpr int kWorld = 4;
+  auto codes = run_processes(kWorld, [&](int rank) -> int {
+    auto boot = Bootstrap::create(options_for(rank, kWorld, port));
+    CHILD_OK(boot);
+    Bootstrap& b = **boot;
+    auto plain = make_transport("tcp", b.transport_config());
+    CHILD_OK(plain);
+    auto inner = make_transport("tcp", b.transport_config());
+    CHILD_OK(inner);
+    RenamedTransport alt(std::move(*inner), "tcp-alt");
+    // Pairs with an odd rank sum use the alternative; both ends agree.
+    auto select = [&](int peer) -> Transport* {
+      return (peer + rank) % 2 == 1 ? static_cast<Transport*>(&alt) : plain->get();
+    };
+    auto mesh = b.connect_mesh(select);
+    CHILD_OK(mesh);
+    if (exchange_on_every_channel(*mesh, rank, "pp:") != 0) return 1;
+    CHILD_OK(b.barrier());
+    alt.shutdown();
+    (*plain)->shutdown();
+    return 0;
+  });
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+TEST(BootstrapMesh, DisagreementFailsFastOnEveryRank) {
+  const int port = free_tcp_port();
+  constexpr int kWorld = 3;
+  auto codes = run_processes(kWorld, [&](int rank) -> int {
+    auto boot = Bootstrap::create(options_for(rank, kWorld, port, 20000ms));
+    CHILD_OK(boot);
+    Bootstrap& b = **boot;
+    auto plain = make_transport("tcp", b.transport_config());
+    CHILD_OK(plain);
+    auto inner = make_transport("tcp", b.transport_config());
+    CHILD_OK(inner);
+    RenamedTransport alt(std::move(*inner), "tcp-alt");
+    // Rank 2 wants "tcp-alt" towards rank 0; everyone else uses "tcp".
+    auto select = [&](int peer) -> Transport* {
+      return rank == 2 && peer == 0 ? static_cast<Transport*>(&alt) : plain->get();
+    };
+    const auto t0 = Clock::now();
+    auto mesh = b.connect_mesh(select);
+    const auto took = Clock::now() - t0;
+    CHILD_CHECK(!mesh.is_ok());
+    const std::string msg = mesh.status().to_string();
+    if (!contains(msg, "tcp-alt")) {
+      std::fprintf(stderr, "rank %d: unexpected: %s\n", rank, msg.c_str());
+      return 1;
+    }
+    CHILD_CHECK(took < 5000ms);  // nobody waited for the 20 s timeout
+    // The job is still usable after the failure.
+    CHILD_OK(b.barrier());
+    return 0;
+  });
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+TEST(BootstrapMesh, ARankWithoutATransportFailsTheMeshEverywhere) {
+  const int port = free_tcp_port();
+  constexpr int kWorld = 3;
+  auto codes = run_processes(kWorld, [&](int rank) -> int {
+    auto boot = Bootstrap::create(options_for(rank, kWorld, port, 20000ms));
+    CHILD_OK(boot);
+    Bootstrap& b = **boot;
+    auto tcp = make_transport("tcp", b.transport_config());
+    CHILD_OK(tcp);
+    auto select = [&](int) -> Transport* { return rank == 1 ? nullptr : tcp->get(); };
+    const auto t0 = Clock::now();
+    auto mesh = b.connect_mesh(select);
+    CHILD_CHECK(!mesh.is_ok());
+    const std::string msg = mesh.status().to_string();
+    if (!contains(msg, "no transport chosen")) {
+      std::fprintf(stderr, "rank %d: unexpected: %s\n", rank, msg.c_str());
+      return 1;
+    }
+    CHILD_CHECK(Clock::now() - t0 < 5000ms);
+    return 0;
+  });
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+}  // namespace
+}  // namespace rdmaflow
