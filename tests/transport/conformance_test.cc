@@ -22,7 +22,7 @@ const Backend kBackends[] = {
     {"tcp", "tcp", {}},
     // {"ucx_shm", "ucx", {{"UCX_TLS", "shm,self"}}},
     // {"ucx_tcp", "ucx", {{"UCX_TLS", "tcp,self"}}},
-    // {"verbs", "verbs", {}},
+    {"verbs", "verbs", {}},
 };
 
 class Conformance : public ::testing::TestWithParam<Backend> {
