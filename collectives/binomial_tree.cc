@@ -1,0 +1,72 @@
+// Binomial tree algorithms: ceil(log2 n) rounds, each rank talks to at most one
+// parent and log2 n children. The Program splits the buffer into pieces, so a
+// piece moves up (reduce) or down (broadcast) the tree while the next one is in
+// flight behind it: a pipelined tree.
+#include "collectives/algorithms.h"
+#include "collectives/topology.h"
+
+namespace rdmaflow {
+namespace {
+
+// Reduce the whole buffer up the tree into `acc` at `root` (acc may be tmp at
+// the other ranks). Leaves send their input straight from `in`.
+void reduce_up(const CollArgs& a, Program& p, const TreeNode& node, std::byte* acc, bool is_root) {
+  const std::byte* cur = a.in;
+  for (int child : node.children) {
+    p.recv_reduce(child, acc, cur, a.count);
+    cur = acc;
+  }
+  if (is_root) {
+    p.copy(acc, cur, a.count);  // no children: the result is the input
+    if (a.op == ReduceOp::kAvg) p.scale(acc, a.count);
+  } else {
+    p.send(node.parent, cur, a.count);
+  }
+  p.next_step();
+}
+
+// Broadcast `buf` down the tree; the largest subtree is served first.
+void broadcast_down(const CollArgs& a, Program& p, const TreeNode& node, std::byte* buf,
+                    const std::byte* root_src, bool is_root) {
+  if (!is_root) p.recv(node.parent, buf, a.count);
+  const std::byte* src = is_root ? root_src : buf;
+  for (auto it = node.children.rbegin(); it != node.children.rend(); ++it) {
+    p.send(*it, src, a.count);
+  }
+  p.next_step();
+}
+
+}  // namespace
+
+void tree_reduce(const CollArgs& a, Program& p) {
+  TreeNode node = binomial_tree(a.world, a.rank, a.root);
+  const bool is_root = a.rank == a.root;
+  reduce_up(a, p, node, is_root ? a.out : a.tmp, is_root);
+}
+
+void tree_broadcast(const CollArgs& a, Program& p) {
+  TreeNode node = binomial_tree(a.world, a.rank, a.root);
+  const bool is_root = a.rank == a.root;
+  if (is_root) p.copy(a.out, a.in, a.count);
+  broadcast_down(a, p, node, a.out, a.in, is_root);
+}
+
+void tree_allreduce(const CollArgs& a, Program& p) {
+  TreeNode node = binomial_tree(a.world, a.rank, 0);
+  const bool is_root = a.rank == 0;
+  reduce_up(a, p, node, a.out, is_root);
+  broadcast_down(a, p, node, a.out, a.out, is_root);
+}
+
+void tree_barrier(const CollArgs& a, Program& p) {
+  // A one-byte allreduce: nobody leaves before the root heard from everyone.
+  CollArgs b = a;
+  b.type = DataType::kU8;
+  b.op = ReduceOp::kMax;
+  b.count = 1;
+  b.in = a.tmp;
+  b.out = a.tmp + 1;
+  tree_allreduce(b, p);
+}
+
+}  // namespace rdmaflow

@@ -1,0 +1,19 @@
+// Dissemination barrier (Hensgen, Finkel & Manber): in round k every rank
+// signals rank+2^k and waits for rank-2^k. After ceil(log2 n) rounds every rank
+// has transitively heard from all others. The one-byte token a round sends is
+// the one the previous round received, which orders the rounds.
+#include "collectives/algorithms.h"
+
+namespace rdmaflow {
+
+void dissemination_barrier(const CollArgs& a, Program& p) {
+  const int n = a.world, r = a.rank;
+  int k = 0;
+  for (int d = 1; d < n; d *= 2, ++k) {
+    p.send((r + d) % n, a.tmp + k, 1);
+    p.recv((r - d + n) % n, a.tmp + k + 1, 1);
+    p.next_step();
+  }
+}
+
+}  // namespace rdmaflow

@@ -1,0 +1,38 @@
+// Direct exchanges: pairwise alltoall (at step s, send to rank+s and receive
+// from rank-s, so every rank has one partner in each direction per step) and
+// the direct allgather (every rank writes its block to every other rank at
+// once; fine for small blocks and small worlds).
+#include "collectives/algorithms.h"
+
+namespace rdmaflow {
+
+void pairwise_alltoall(const CollArgs& a, Program& p) {
+  const int n = a.world, r = a.rank;
+  const size_t c = a.count;
+  // In place: the input is overwritten as blocks arrive, so send from a copy.
+  const std::byte* in = a.in;
+  if (a.in == a.out && n > 1) {
+    p.copy(a.tmp, a.in, c * n);
+    in = a.tmp;
+  }
+  p.copy(a.out_at(r * c), in + r * c * a.es(), c);
+  for (int s = 1; s < n; ++s) {
+    const int to = (r + s) % n, from = (r - s + n) % n;
+    p.send(to, in + to * c * a.es(), c);
+    p.recv(from, a.out_at(from * c), c);
+    p.next_step();
+  }
+}
+
+void direct_allgather(const CollArgs& a, Program& p) {
+  const int n = a.world, r = a.rank;
+  const size_t c = a.count;
+  p.copy(a.out_at(r * c), a.in, c);
+  for (int s = 1; s < n; ++s) p.send((r + s) % n, a.in, c);
+  for (int s = 1; s < n; ++s) {
+    const int from = (r - s + n) % n;
+    p.recv(from, a.out_at(from * c), c);
+  }
+}
+
+}  // namespace rdmaflow

@@ -1,0 +1,102 @@
+// Program: one rank's schedule for one collective, written in a tiny
+// communication vocabulary:
+//
+//   send(peer, src, n)                write n elements into the peer's slot, with notify
+//   recv(peer, dst, n)                wait for the notify, copy the slot into dst
+//   recv_reduce(peer, dst, a, n)      wait for the notify, dst = a (op) slot
+//   copy(dst, src, n), scale(dst, n)  local work (scale finishes kAvg)
+//
+// Algorithms (ring.cc, binomial_tree.cc, ...) emit these calls in the order the
+// paper's pseudocode would execute them with blocking operations. Messages are
+// split into pieces of at most `piece_elems` elements; the sender and the
+// receiver split a message the same way, so the k-th piece this rank sends to
+// a peer is the k-th piece that peer receives from this rank.
+//
+// finalize() turns the list into a dataflow graph: an item depends on every
+// earlier item whose buffer range it conflicts with (read-after-write,
+// write-after-read, write-after-write). The executor runs any item whose
+// dependencies are done, so piece k+1 travels while piece k is reduced, and a
+// chunk forwarded at step s+1 leaves as soon as its piece was reduced at step s
+// (pipelining across steps with no per-step barrier).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collectives/types.h"
+#include "transport/dtype.h"
+
+namespace rdmaflow {
+
+enum class ItemKind : uint8_t { kSend, kRecv, kCopy, kScale };
+
+struct Item {
+  ItemKind kind = ItemKind::kSend;
+  bool reduce = false;             // kRecv: dst = operand (op) incoming
+  int peer = -1;                   // kSend / kRecv
+  uint32_t step = 0;               // algorithm step (for messages and debugging)
+  uint64_t ordinal = 0;            // k-th piece sent to / received from `peer`
+  const std::byte* src = nullptr;  // kSend: source; kRecv+reduce: operand; kCopy: source
+  std::byte* dst = nullptr;        // kRecv / kCopy / kScale: destination
+  size_t elems = 0;
+};
+
+class Program {
+ public:
+  Program(int world, DataType type, ReduceOp op, size_t piece_elems);
+
+  // ---- the vocabulary ----
+  void send(int peer, const void* src, size_t elems);
+  void recv(int peer, void* dst, size_t elems);
+  // dst = operand (op) incoming. `operand` may equal dst.
+  void recv_reduce(int peer, void* dst, const void* operand, size_t elems);
+  void copy(void* dst, const void* src, size_t elems);
+  void scale(void* dst, size_t elems);  // dst /= world (finishes kAvg)
+  // Marks the start of the next algorithm step (only labels items).
+  void next_step() { ++step_; }
+
+  // Computes dependencies; call once after the last item.
+  void finalize();
+
+  DataType type() const { return type_; }
+  ReduceOp op() const { return op_; }
+  int world() const { return world_; }
+  size_t elem_size() const { return elem_size_; }
+  size_t piece_elems() const { return piece_elems_; }
+  const std::vector<Item>& items() const { return items_; }
+  // Items that must complete before item i may start.
+  const std::vector<uint32_t>& deps(size_t i) const { return deps_[i]; }
+  // Number of pieces this rank sends to / receives from `peer`.
+  uint64_t sends_to(int peer) const { return sends_[peer]; }
+  uint64_t recvs_from(int peer) const { return recvs_[peer]; }
+  uint32_t steps() const { return step_ + 1; }
+
+  // Human-readable listing ("step 2: send 1024 to rank 3 ..."), for debugging.
+  std::string describe() const;
+
+ private:
+  void add(Item item);
+
+  int world_;
+  DataType type_;
+  ReduceOp op_;
+  size_t elem_size_;
+  size_t piece_elems_;
+  uint32_t step_ = 0;
+  std::vector<Item> items_;
+  std::vector<std::vector<uint32_t>> deps_;
+  std::vector<uint64_t> sends_;
+  std::vector<uint64_t> recvs_;
+};
+
+// Element range [begin, begin + size) of block `b` when `count` elements are
+// split into `blocks` nearly equal blocks (the first count % blocks get one more).
+struct BlockRange {
+  size_t begin = 0;
+  size_t size = 0;
+};
+BlockRange block_range(size_t count, size_t blocks, size_t b);
+
+}  // namespace rdmaflow

@@ -1,0 +1,155 @@
+// Rabenseifner's algorithm (Thakur, Rabenseifner & Gropp 2005): a
+// reduce-scatter by recursive halving (step k exchanges half of the current
+// window with the rank 2^k away... from the far end) followed by an allgather
+// by recursive doubling. 2 log2(p) messages, 2(p-1)/p of the data on the wire.
+//
+// A world that is not a power of two is folded the TRG way first: in each pair
+// (2i, 2i+1) of the first 2r ranks, the even rank sends the second half of its
+// vector and receives the first half; each reduces its half; the even rank then
+// sends its reduced half to the odd one, which carries the pair through the
+// power-of-two phase and hands the result back at the end.
+#include "collectives/algorithms.h"
+#include "collectives/topology.h"
+
+namespace rdmaflow {
+namespace {
+
+// Element range of virtual blocks [lo, hi) when `layout` maps virtual block v
+// to its element range.
+template <typename Layout>
+BlockRange span(Layout layout, int lo, int hi) {
+  if (lo >= hi) return {layout(lo).begin, 0};
+  BlockRange first = layout(lo), last = layout(hi - 1);
+  return {first.begin, last.begin + last.size - first.begin};
+}
+
+// The fold's first half: afterwards the odd rank of a pair holds both ranks'
+// contributions in `acc` (full length `total`); returns where the power-of-two
+// phase reads this rank's current data from.
+const std::byte* fold_in(const CollArgs& a, Program& p, const Fold& f, std::byte* acc,
+                         size_t total) {
+  if (f.partner < 0) return a.in;
+  const size_t es = a.es();
+  const size_t h = total / 2;
+  if (f.folded_away()) {
+    p.send(f.partner, a.in + h * es, total - h);
+    p.recv_reduce(f.partner, acc, a.in, h);
+    p.send(f.partner, acc, h);
+  } else {
+    p.send(f.partner, a.in, h);
+    p.recv_reduce(f.partner, acc + h * es, a.in + h * es, total - h);
+    p.recv(f.partner, acc, h);
+  }
+  p.next_step();
+  return acc;
+}
+
+// Recursive halving over the p virtual ranks: on return this rank's window is
+// virtual block vrank, reduced over everyone, in `acc`.
+template <typename Layout>
+void halving(const CollArgs& a, Program& p, const Fold& f, Layout layout, const std::byte* cur,
+             std::byte* acc) {
+  const size_t es = a.es();
+  int lo = 0, hi = f.pof2;
+  for (int d = f.pof2 / 2; d >= 1; d /= 2) {
+    const int peer = fold_real_rank(f, f.vrank ^ d);
+    const int mid = (lo + hi) / 2;
+    const bool low = (f.vrank & d) == 0;
+    BlockRange give = low ? span(layout, mid, hi) : span(layout, lo, mid);
+    BlockRange keep = low ? span(layout, lo, mid) : span(layout, mid, hi);
+    p.send(peer, cur + give.begin * es, give.size);
+    p.recv_reduce(peer, acc + keep.begin * es, cur + keep.begin * es, keep.size);
+    if (low) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+    cur = acc;
+    p.next_step();
+  }
+  if (f.pof2 == 1) p.copy(acc, cur, span(layout, 0, 1).size);
+}
+
+// Recursive doubling allgather of the virtual blocks in `buf`.
+template <typename Layout>
+void doubling(const CollArgs& a, Program& p, const Fold& f, Layout layout, std::byte* buf) {
+  const size_t es = a.es();
+  for (int d = 1; d < f.pof2; d *= 2) {
+    const int pv = f.vrank ^ d;
+    const int lo = f.vrank & ~(d - 1), plo = pv & ~(d - 1);
+    BlockRange mine = span(layout, lo, lo + d), theirs = span(layout, plo, plo + d);
+    const int peer = fold_real_rank(f, pv);
+    p.send(peer, buf + mine.begin * es, mine.size);
+    p.recv(peer, buf + theirs.begin * es, theirs.size);
+    p.next_step();
+  }
+}
+
+}  // namespace
+
+void rabenseifner_allreduce(const CollArgs& a, Program& p) {
+  if (a.world == 1) return p.copy(a.out, a.in, a.count);
+  const Fold f = make_fold(a.world, a.rank);
+  const std::byte* cur = fold_in(a, p, f, a.out, a.count);
+  if (f.folded_away()) {
+    p.recv(f.partner, a.out, a.count);
+    return;
+  }
+  auto layout = [&](int v) { return block_range(a.count, f.pof2, v); };
+  halving(a, p, f, layout, cur, a.out);
+  if (a.op == ReduceOp::kAvg) {
+    BlockRange mine = layout(f.vrank);
+    p.scale(a.out_at(mine.begin), mine.size);
+  }
+  doubling(a, p, f, layout, a.out);
+  if (f.partner >= 0) p.send(f.partner, a.out, a.count);
+}
+
+void rabenseifner_reduce_scatter(const CollArgs& a, Program& p) {
+  const size_t c = a.count;
+  if (a.world == 1) return p.copy(a.out, a.in, c);
+  const Fold f = make_fold(a.world, a.rank);
+  const size_t total = c * a.world;
+  const std::byte* cur = fold_in(a, p, f, a.tmp, total);
+  if (f.folded_away()) {
+    p.recv(f.partner, a.out, c);
+    return;
+  }
+  // Virtual block v holds the real blocks of the ranks it stands for.
+  auto layout = [&](int v) {
+    const size_t first = fold_first_real(f, v), last = fold_last_real(f, v);
+    return BlockRange{first * c, (last - first + 1) * c};
+  };
+  halving(a, p, f, layout, cur, a.tmp);
+  if (a.op == ReduceOp::kAvg) {
+    BlockRange mine = layout(f.vrank);
+    p.scale(a.tmp_at(mine.begin), mine.size);
+  }
+  if (f.partner >= 0) p.send(f.partner, a.tmp_at(f.partner * c), c);
+  p.copy(a.out, a.tmp_at(a.rank * c), c);
+}
+
+void rabenseifner_reduce(const CollArgs& a, Program& p) {
+  if (a.world == 1) return p.copy(a.out, a.in, a.count);
+  const Fold f = make_fold(a.world, a.rank);
+  const bool is_root = a.rank == a.root;
+  std::byte* acc = is_root ? a.out : a.tmp;
+  const std::byte* cur = fold_in(a, p, f, acc, a.count);
+  auto layout = [&](int v) { return block_range(a.count, f.pof2, v); };
+  if (!f.folded_away()) {
+    halving(a, p, f, layout, cur, acc);
+    BlockRange mine = layout(f.vrank);
+    if (a.op == ReduceOp::kAvg) p.scale(acc + mine.begin * a.es(), mine.size);
+    if (!is_root) p.send(a.root, acc + mine.begin * a.es(), mine.size);
+  }
+  if (is_root) {
+    // Gather: every virtual rank's block straight to the root.
+    for (int v = 0; v < f.pof2; ++v) {
+      if (v == f.vrank) continue;
+      BlockRange b = layout(v);
+      p.recv(fold_real_rank(f, v), a.out_at(b.begin), b.size);
+    }
+  }
+}
+
+}  // namespace rdmaflow

@@ -1,0 +1,89 @@
+// Recursive doubling: log2(p) steps, each exchanging the whole (allreduce) or
+// the accumulated (allgather) data with the rank 2^k away. The fewest
+// messages, so the choice for tiny buffers where latency is everything. A
+// world that is not a power of two is folded as in rabenseifner.cc (the even
+// rank of each of the first r pairs hands everything to its odd partner).
+#include "collectives/algorithms.h"
+#include "collectives/topology.h"
+
+namespace rdmaflow {
+
+void rd_allreduce(const CollArgs& a, Program& p) {
+  if (a.world == 1) return p.copy(a.out, a.in, a.count);
+  const Fold f = make_fold(a.world, a.rank);
+  if (f.folded_away()) {
+    p.send(f.partner, a.in, a.count);
+    p.next_step();
+    p.recv(f.partner, a.out, a.count);
+    return;
+  }
+  const std::byte* cur = a.in;
+  if (f.partner >= 0) {
+    p.recv_reduce(f.partner, a.out, a.in, a.count);
+    cur = a.out;
+    p.next_step();
+  }
+  // Alternate between tmp and out so that a step never overwrites what the
+  // previous one is still sending; the last step lands in out.
+  int steps = 0;
+  for (int d = 1; d < f.pof2; d *= 2) ++steps;
+  int k = 0;
+  for (int d = 1; d < f.pof2; d *= 2, ++k) {
+    const int peer = fold_real_rank(f, f.vrank ^ d);
+    std::byte* dst = ((steps - 1 - k) % 2 == 0) ? a.out : a.tmp;
+    p.send(peer, cur, a.count);
+    p.recv_reduce(peer, dst, cur, a.count);
+    cur = dst;
+    p.next_step();
+  }
+  if (a.op == ReduceOp::kAvg) p.scale(a.out, a.count);
+  if (f.partner >= 0) p.send(f.partner, a.out, a.count);
+}
+
+void rd_allgather(const CollArgs& a, Program& p) {
+  const int n = a.world, r = a.rank;
+  const size_t c = a.count;
+  p.copy(a.out_at(r * c), a.in, c);
+  if (n == 1) return;
+  const Fold f = make_fold(n, r);
+  if (f.folded_away()) {
+    p.send(f.partner, a.out_at(r * c), c);
+    p.next_step();
+    p.recv(f.partner, a.out, r * c);
+    p.recv(f.partner, a.out_at((r + 1) * c), (n - r - 1) * c);
+    return;
+  }
+  if (f.partner >= 0) {
+    p.recv(f.partner, a.out_at(f.partner * c), c);
+    p.next_step();
+  }
+  // Virtual windows map to contiguous ranges of real blocks.
+  for (int d = 1; d < f.pof2; d *= 2) {
+    const int pv = f.vrank ^ d;
+    const int lo = f.vrank & ~(d - 1), plo = pv & ~(d - 1);
+    const size_t mine = fold_first_real(f, lo) * c;
+    const size_t mine_n = (fold_last_real(f, lo + d - 1) + 1) * c - mine;
+    const size_t theirs = fold_first_real(f, plo) * c;
+    const size_t theirs_n = (fold_last_real(f, plo + d - 1) + 1) * c - theirs;
+    const int peer = fold_real_rank(f, pv);
+    p.send(peer, a.out_at(mine), mine_n);
+    p.recv(peer, a.out_at(theirs), theirs_n);
+    p.next_step();
+  }
+  if (f.partner >= 0) {
+    p.send(f.partner, a.out, f.partner * c);
+    p.send(f.partner, a.out_at((f.partner + 1) * c), (n - f.partner - 1) * c);
+  }
+}
+
+void rd_reduce_scatter(const CollArgs& a, Program& p) {
+  // Tiny buffers only: allreduce everything, keep this rank's block.
+  CollArgs b = a;
+  b.count = a.count * a.world;
+  b.out = a.tmp;
+  b.tmp = a.tmp + b.count * a.es();
+  rd_allreduce(b, p);
+  p.copy(a.out, a.tmp_at(a.rank * a.count), a.count);
+}
+
+}  // namespace rdmaflow

@@ -1,0 +1,315 @@
+// Checks every algorithm's schedule in one process: the Programs of all ranks
+// are run against each other by a tiny in-memory interpreter that delivers
+// pieces in random order, reads a send's source only when it is delivered
+// (so a missing write-after-read dependency corrupts data), and enforces the
+// slot credits (so a schedule that could deadlock on credits is caught).
+// The transports are tested by the process tests (collectives_test.cc).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <tuple>
+
+#include "collectives/algorithms.h"
+#include "collectives/reduce_kernels.h"
+#include "collectives/topology.h"
+#include "tests/collectives/reference.h"
+
+namespace rdmaflow {
+namespace {
+
+struct SimRank {
+  std::vector<std::byte> in, out, tmp;
+  std::unique_ptr<Program> prog;
+  std::vector<int> remaining;
+  std::vector<std::vector<uint32_t>> dependents;
+  std::vector<uint8_t> state;     // 0 waiting, 1 in flight (send), 2 done
+  std::set<uint32_t> candidates;  // dependencies done, not finished
+};
+
+// Runs the world; returns "" or a description of the failure.
+std::string simulate(CollectiveKind kind, Algorithm algo, DataType t, ReduceOp op, int world,
+                     size_t count, int root, size_t piece, int slots, uint32_t seed,
+                     bool in_place) {
+  const size_t es = dtype_size(t);
+  std::vector<SimRank> ranks(world);
+  for (int r = 0; r < world; ++r) {
+    SimRank& s = ranks[r];
+    s.in.resize(test::input_elems(kind, count, world) * es + 1);
+    s.out.resize(test::output_elems(kind, count, world) * es + 1);
+    test::make_input(kind, t, op, r, world, seed, s.in.data(), count);
+    CollArgs a;
+    a.kind = kind;
+    a.in = s.in.data();
+    a.out = s.out.data();
+    a.count = count;
+    a.type = t;
+    a.op = op;
+    a.root = root;
+    a.rank = r;
+    a.world = world;
+    if (in_place) {
+      if (kind == CollectiveKind::kAllgather) {
+        std::memcpy(s.out.data() + r * count * es, s.in.data(), count * es);
+        a.in = s.out.data() + r * count * es;
+      } else if (kind == CollectiveKind::kReduceScatter) {
+        s.out = s.in;
+        a.in = s.out.data();
+        a.out = s.out.data() + r * count * es;
+      } else {
+        s.out = s.in;
+        s.out.resize(std::max(s.out.size(), test::output_elems(kind, count, world) * es + 1));
+        a.in = a.out = s.out.data();
+      }
+    }
+    s.tmp.resize(temp_elems(a, algo) * es + 8);
+    a.tmp = s.tmp.data();
+    s.prog = std::make_unique<Program>(world, t, op, piece);
+    Status st = build_program(a, algo, *s.prog);
+    if (!st.is_ok()) return st.to_string();
+    s.prog->finalize();
+    const size_t n = s.prog->items().size();
+    s.remaining.resize(n);
+    s.dependents.assign(n, {});
+    s.state.assign(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+      s.remaining[i] = static_cast<int>(s.prog->deps(i).size());
+      for (uint32_t d : s.prog->deps(i)) s.dependents[d].push_back(static_cast<uint32_t>(i));
+      if (s.remaining[i] == 0) s.candidates.insert(static_cast<uint32_t>(i));
+    }
+    // Keep the output pointer the checker reads from.
+    if (in_place && kind == CollectiveKind::kReduceScatter) {
+      // out view starts at block r
+    }
+  }
+  // Delivered pieces: (from, to, ordinal) -> bytes; consumed ordinals per (to, from).
+  std::map<std::tuple<int, int, uint64_t>, std::vector<std::byte>> wire;
+  std::set<std::tuple<int, int, uint64_t>> consumed;  // (receiver, sender, ordinal)
+  std::mt19937 rng(seed * 7 + world);
+
+  auto finish = [&](int r, uint32_t i) {
+    SimRank& s = ranks[r];
+    s.state[i] = 2;
+    s.candidates.erase(i);
+    for (uint32_t d : s.dependents[i]) {
+      if (--s.remaining[d] == 0) s.candidates.insert(d);
+    }
+  };
+  for (;;) {
+    // (rank, item, action) with action 0 = start, 1 = deliver an in-flight send
+    std::vector<std::tuple<int, uint32_t, int>> ready;
+    for (int r = 0; r < world; ++r) {
+      SimRank& s = ranks[r];
+      const auto& items = s.prog->items();
+      for (uint32_t i : s.candidates) {
+        const Item& it = items[i];
+        if (s.state[i] == 1) {
+          ready.emplace_back(r, i, 1);
+          continue;
+        }
+        if (s.state[i] != 0 || s.remaining[i] != 0) continue;
+        if (it.kind == ItemKind::kSend) {
+          if (it.ordinal >= static_cast<uint64_t>(slots) &&
+              !consumed.count({it.peer, r, it.ordinal - slots}))
+            continue;
+        } else if (it.kind == ItemKind::kRecv) {
+          if (!wire.count({it.peer, r, it.ordinal})) continue;
+        }
+        ready.emplace_back(r, i, 0);
+      }
+    }
+    if (ready.empty()) break;
+    auto [r, i, action] = ready[rng() % ready.size()];
+    SimRank& s = ranks[r];
+    const Item& it = s.prog->items()[i];
+    const size_t bytes = it.elems * es;
+    switch (it.kind) {
+      case ItemKind::kSend:
+        if (action == 0) {
+          s.state[i] = 1;
+        } else {
+          wire[{r, it.peer, it.ordinal}] = std::vector<std::byte>(it.src, it.src + bytes);
+          finish(r, i);
+        }
+        break;
+      case ItemKind::kRecv: {
+        auto key = std::make_tuple(it.peer, r, it.ordinal);
+        auto& data = wire[key];
+        if (data.size() != bytes) {
+          return "rank " + std::to_string(r) + " expected " + std::to_string(bytes) +
+                 " bytes from rank " + std::to_string(it.peer) + " piece " +
+                 std::to_string(it.ordinal) + ", got " + std::to_string(data.size());
+        }
+        if (it.reduce) {
+          reduce_buffers(t, op, it.dst, it.src, data.data(), it.elems);
+        } else {
+          std::memcpy(it.dst, data.data(), bytes);
+        }
+        wire.erase(key);
+        consumed.insert({r, it.peer, it.ordinal});
+        finish(r, i);
+        break;
+      }
+      case ItemKind::kCopy:
+        std::memmove(it.dst, it.src, bytes);
+        finish(r, i);
+        break;
+      case ItemKind::kScale:
+        scale_average(t, it.dst, it.elems, world);
+        finish(r, i);
+        break;
+    }
+  }
+  for (int r = 0; r < world; ++r) {
+    const auto& st = ranks[r].state;
+    for (size_t i = 0; i < st.size(); ++i) {
+      if (st[i] != 2) {
+        return "deadlock: rank " + std::to_string(r) + " stuck at item " + std::to_string(i) +
+               "\n" + ranks[r].prog->describe();
+      }
+    }
+  }
+  if (!wire.empty()) return "undelivered pieces left on the wire";
+  for (int r = 0; r < world; ++r) {
+    const std::byte* out = ranks[r].out.data();
+    if (in_place && kind == CollectiveKind::kReduceScatter) out += r * count * es;
+    std::string first;
+    size_t wrong = test::check_output(kind, t, op, r, world, root, seed, out, count, &first);
+    if (wrong)
+      return "rank " + std::to_string(r) + ": " + std::to_string(wrong) + " wrong, " + first;
+  }
+  return "";
+}
+
+struct AlgoCase {
+  CollectiveKind kind;
+  Algorithm algo;
+};
+
+const AlgoCase kCases[] = {
+    {CollectiveKind::kAllreduce, Algorithm::kRing},
+    {CollectiveKind::kAllreduce, Algorithm::kTree},
+    {CollectiveKind::kAllreduce, Algorithm::kDoubleBinaryTree},
+    {CollectiveKind::kAllreduce, Algorithm::kRabenseifner},
+    {CollectiveKind::kAllreduce, Algorithm::kRecursiveDoubling},
+    {CollectiveKind::kReduceScatter, Algorithm::kRing},
+    {CollectiveKind::kReduceScatter, Algorithm::kRabenseifner},
+    {CollectiveKind::kReduceScatter, Algorithm::kRecursiveDoubling},
+    {CollectiveKind::kAllgather, Algorithm::kRing},
+    {CollectiveKind::kAllgather, Algorithm::kRecursiveDoubling},
+    {CollectiveKind::kAllgather, Algorithm::kDirect},
+    {CollectiveKind::kBroadcast, Algorithm::kRing},
+    {CollectiveKind::kBroadcast, Algorithm::kTree},
+    {CollectiveKind::kReduce, Algorithm::kRing},
+    {CollectiveKind::kReduce, Algorithm::kTree},
+    {CollectiveKind::kReduce, Algorithm::kRabenseifner},
+    {CollectiveKind::kAlltoall, Algorithm::kPairwise},
+    {CollectiveKind::kBarrier, Algorithm::kDissemination},
+    {CollectiveKind::kBarrier, Algorithm::kTree},
+};
+
+bool reduces(CollectiveKind k) {
+  return k == CollectiveKind::kAllreduce || k == CollectiveKind::kReduceScatter ||
+         k == CollectiveKind::kReduce;
+}
+
+TEST(Schedule, EveryAlgorithmEveryWorldSize) {
+  const DataType types[] = {DataType::kF32, DataType::kF64, DataType::kF16, DataType::kBF16,
+                            DataType::kI32, DataType::kI64, DataType::kU8};
+  uint32_t seed = 1;
+  for (const AlgoCase& c : kCases) {
+    for (int world = 1; world <= 8; ++world) {
+      const bool per_rank = c.kind == CollectiveKind::kReduceScatter ||
+                            c.kind == CollectiveKind::kAllgather ||
+                            c.kind == CollectiveKind::kAlltoall;
+      const size_t counts[] = {0, 1, static_cast<size_t>(world > 1 ? world - 1 : 1), 37,
+                               per_rank ? 53u : 301u};
+      for (size_t count : counts) {
+        for (bool in_place : {false, true}) {
+          for (int rep = 0; rep < 3; ++rep) {
+            // Rotate through types and reductions; the process tests run the full product.
+            const DataType t = types[seed % 7];
+            const ReduceOp op = reduces(c.kind) ? kAllReduceOps[(seed / 7) % 5] : ReduceOp::kSum;
+            const bool barrier = c.kind == CollectiveKind::kBarrier;
+            const int root = world > 1 ? static_cast<int>(seed % world) : 0;
+            const size_t piece = 1 + seed % 9;
+            std::string err = simulate(c.kind, c.algo, barrier ? DataType::kF32 : t, op, world,
+                                       barrier ? 1 : count, root, piece, 1 + seed % 3, seed,
+                                       in_place && !barrier);
+            ASSERT_EQ(err, "") << collective_name(c.kind) << "/" << algorithm_name(c.algo)
+                               << " world " << world << " count " << count << " " << dtype_name(t)
+                               << " " << reduce_op_name(op) << " root " << root << " piece "
+                               << piece << (in_place ? " in-place" : "");
+            ++seed;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Topology, BinaryTreesSpanEveryRank) {
+  for (int n = 1; n <= 64; ++n) {
+    for (int which = 0; which < 3; ++which) {
+      std::vector<TreeNode> nodes;
+      for (int r = 0; r < n; ++r) {
+        if (which == 0) nodes.push_back(binary_tree(n, r));
+        if (which == 1) nodes.push_back(double_binary_tree(n, r).second);
+        if (which == 2) nodes.push_back(binomial_tree(n, r, n / 2));
+      }
+      int roots = 0;
+      std::vector<int> parent_of(n, -2);
+      for (int r = 0; r < n; ++r) {
+        if (nodes[r].parent < 0) ++roots;
+        if (which < 2) {
+          ASSERT_LE(nodes[r].children.size(), 2u);
+        }
+        for (int c : nodes[r].children) {
+          ASSERT_GE(c, 0);
+          ASSERT_LT(c, n);
+          ASSERT_EQ(parent_of[c], -2) << "rank " << c << " has two parents";
+          parent_of[c] = r;
+        }
+      }
+      ASSERT_EQ(roots, 1) << "n=" << n << " tree " << which;
+      for (int r = 0; r < n; ++r) {
+        if (nodes[r].parent >= 0) {
+          ASSERT_EQ(parent_of[r], nodes[r].parent) << "n=" << n << " rank " << r;
+        }
+        // Walk up: reaches the root within n hops (no cycle).
+        int x = r, hops = 0;
+        while (nodes[x].parent >= 0 && hops <= n) x = nodes[x].parent, ++hops;
+        ASSERT_LE(hops, n);
+      }
+    }
+    // A rank is internal in at most one of the two trees (for n > 2).
+    if (n > 2) {
+      for (int r = 0; r < n; ++r) {
+        DoubleTree dt = double_binary_tree(n, r);
+        EXPECT_FALSE(!dt.first.children.empty() && !dt.second.children.empty() &&
+                     dt.first.parent >= 0 && dt.second.parent >= 0)
+            << "n=" << n << " rank " << r << " internal in both trees";
+      }
+    }
+  }
+}
+
+TEST(Topology, FoldPairsTheFirstRanks) {
+  for (int n = 1; n <= 20; ++n) {
+    int active = 0;
+    for (int r = 0; r < n; ++r) {
+      Fold f = make_fold(n, r);
+      EXPECT_TRUE(is_pow2(f.pof2));
+      if (!f.folded_away()) {
+        ++active;
+        EXPECT_EQ(fold_real_rank(f, f.vrank), r);
+      }
+    }
+    EXPECT_EQ(active, floor_pow2(n));
+  }
+}
+
+}  // namespace
+}  // namespace rdmaflow
