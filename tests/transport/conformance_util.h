@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -145,6 +146,10 @@ struct Node {
     config.world_size = world;
     config.ifname = ifname;
     config.connect_timeout = Millis(20000);
+    auto names = transport_backend_names();
+    if (std::find(names.begin(), names.end(), b.name) == names.end()) {
+      ex.skip(std::string("backend '") + b.name + "' is not built into this binary");
+    }
     auto t = make_transport(b.name, config);
     if (!t.is_ok() && t.status().code() == Code::kNotViable) ex.skip(t.status().to_string());
     RDMAFLOW_RETURN_IF_ERROR(t.status());

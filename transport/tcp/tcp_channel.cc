@@ -1,6 +1,9 @@
 #include "transport/tcp/tcp_channel.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
@@ -31,6 +34,60 @@ std::string errno_text(int err) {
 }
 
 }  // namespace
+
+// ------------------------------------------------------------------ waiter
+
+TcpWaiter::~TcpWaiter() {
+  if (event_fd_ >= 0) ::close(event_fd_);
+}
+
+void TcpWaiter::wake() {
+  if (polling_.load() == 0) return;
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(event_fd_, &one, sizeof(one));
+}
+
+bool TcpWaiter::drive(const std::function<bool()>& ready, Clock::time_point deadline) {
+  constexpr auto kSpin = std::chrono::microseconds(50);
+  struct Active {
+    std::atomic<int>& n;
+    explicit Active(std::atomic<int>& a) : n(a) { ++n; }
+    ~Active() { --n; }
+  } active(active_);
+  for (;;) {
+    if (retired_.load()) return false;
+    ++polling_;  // before checking ready(): a delivery after the check writes the eventfd
+    if (ready()) {
+      --polling_;
+      return true;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      --polling_;
+      return false;
+    }
+    pollfd fds[2] = {{socket_fd_, POLLIN, 0}, {event_fd_, POLLIN, 0}};
+    int r = ::poll(fds, 2, static_cast<int>(std::min<int64_t>(left.count() + 1, 100)));
+    --polling_;
+    if (r < 0 && errno != EINTR) return false;
+    if (r <= 0) continue;
+    if (fds[1].revents != 0) {
+      uint64_t v;
+      [[maybe_unused]] ssize_t n = ::read(event_fd_, &v, sizeof(v));
+      if (ready()) return true;
+    }
+    if (fds[0].revents == 0) continue;
+    // The progress thread woke up with us and is processing these bytes.
+    const auto until = Clock::now() + kSpin;
+    do {
+      if (ready()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    } while (Clock::now() < until);
+    return false;  // not for this wait: sleep until the progress thread delivers
+  }
+}
 
 // One operation: a user write / read / message, or the serving side of a peer's
 // read. Slots are recycled (no allocation per operation once warm); the id is
@@ -89,9 +146,17 @@ TcpChannel::TcpChannel(std::shared_ptr<IoLoop> loop, std::shared_ptr<GrantTable>
   }
   rx_.stage = std::make_unique<uint8_t[]>(kStageBytes);
   inbox_.set_peer(peer_);
+  if (options_.wait_poll) {
+    int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (efd >= 0) {
+      waiter_ = std::make_shared<TcpWaiter>(fd_, efd);
+      inbox_.set_wait_driver(waiter_);
+    }
+  }
 }
 
 TcpChannel::~TcpChannel() {
+  if (waiter_) waiter_->retire();
   boost::system::error_code ec;
   if (socket_) socket_->close(ec);
 }
@@ -193,19 +258,24 @@ void TcpChannel::deliver(DoneList& done) {
       if (d.cb) d.cb(d.status);
     }
     done.clear();
+    if (waiter_) waiter_->wake();
     return;
   }
-  loop_->post([d = std::move(done)]() mutable {
+  loop_->post([d = std::move(done), w = waiter_]() mutable {
     for (auto& x : d) {
       if (x.cb) x.cb(x.status);
     }
+    if (w) w->wake();
   });
   done.clear();
 }
 
 void TcpChannel::complete_soon(Callback done, Status status) {
   if (!done) return;
-  loop_->post([cb = std::move(done), st = std::move(status)] { cb(st); });
+  loop_->post([cb = std::move(done), st = std::move(status), w = waiter_] {
+    cb(st);
+    if (w) w->wake();
+  });
 }
 
 Status TcpChannel::check_key(const RemoteKey& key, uint64_t offset, uint64_t len,
@@ -224,6 +294,7 @@ Status TcpChannel::check_key(const RemoteKey& key, uint64_t offset, uint64_t len
 }
 
 void TcpChannel::submit(Op* op, std::unique_lock<std::mutex>& lock) {
+  if (waiter_) attach_wait_driver(op->done, waiter_);
   enqueue_locked(op);
   bool become_sender = sender_ == Sender::kIdle;
   if (become_sender) sender_ = Sender::kActive;
@@ -374,11 +445,13 @@ void TcpChannel::fail(const Status& error) {
   RDMAFLOW_LOG_DEBUG("tcp channel to rank {} failed: {}", peer_, error.to_string());
   deliver(done);
   inbox_.fail(error);
+  if (waiter_) waiter_->wake();
 }
 
 void TcpChannel::release_socket() {
   std::unique_lock<std::mutex> lock(mu_);
   sender_cv_.wait_for(lock, std::chrono::seconds(5), [&] { return sender_ != Sender::kActive; });
+  if (waiter_) waiter_->retire();
   boost::system::error_code ec;
   if (socket_) socket_->close(ec);
 }
@@ -961,6 +1034,7 @@ bool TcpChannel::on_payload_done() {
   // ACK queued above goes out when the receive turn ends.
   if (notify) inbox_.push_notify(h.value);
   deliver(done);
+  if (waiter_ && (notify || type == FrameType::kMessage)) waiter_->wake();
   return !rx_.stopped;
 }
 

@@ -18,6 +18,7 @@
 
 #include <sys/uio.h>
 
+#include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/container/small_vector.hpp>
 #include <condition_variable>
@@ -35,6 +36,38 @@ namespace rdmaflow::tcp {
 
 struct TcpOptions {
   uint64_t chunk_bytes = 1ull << 20;  // payload per write / read-response frame
+  bool wait_poll = true;              // RDMAFLOW_TCP_WAIT_POLL: see TcpWaiter
+};
+
+// How a user thread waits on this channel (WaitDriver, transport/channel.h).
+//
+// A waiter sleeping on the inbox's condition variable is woken only after the
+// progress thread was woken by the socket and processed the frame: two
+// wake-ups in a row per message. Instead the waiter polls the socket itself
+// (plus an eventfd the progress thread signals after it delivered something),
+// so it wakes up at the same time as the progress thread; it then spins
+// briefly until the progress thread has delivered. Frames are still processed
+// only by the progress thread. When readable bytes turn out not to be for
+// this wait (bulk data, other operations), the waiter falls back to the
+// condition variable.
+class TcpWaiter final : public WaitDriver {
+ public:
+  TcpWaiter(int socket_fd, int event_fd) : socket_fd_(socket_fd), event_fd_(event_fd) {}
+  ~TcpWaiter() override;
+  bool drive(const std::function<bool()>& ready, Clock::time_point deadline) override;
+  // Progress thread: something was delivered; wake a waiter blocked in poll().
+  void wake();
+  // The socket is about to be closed: stop polling it.
+  void retire() { retired_.store(true); }
+  // A thread is waiting in drive() right now.
+  bool active() const { return active_.load(std::memory_order_relaxed) > 0; }
+
+ private:
+  int socket_fd_;
+  int event_fd_;
+  std::atomic<int> polling_{0};
+  std::atomic<int> active_{0};
+  std::atomic<bool> retired_{false};
 };
 
 class TcpChannel final : public Channel, public std::enable_shared_from_this<TcpChannel> {
@@ -151,6 +184,7 @@ class TcpChannel final : public Channel, public std::enable_shared_from_this<Tcp
 
   std::shared_ptr<IoLoop> loop_;
   std::shared_ptr<GrantTable> grants_;
+  std::shared_ptr<TcpWaiter> waiter_;  // null when RDMAFLOW_TCP_WAIT_POLL=0
   std::optional<boost::asio::ip::tcp::socket> socket_;
   int fd_ = -1;
   int self_;

@@ -122,6 +122,7 @@ Result<std::unique_ptr<Transport>> TcpTransport::create(const TransportConfig& c
       std::clamp<int64_t>(env_or("RDMAFLOW_TCP_CHUNK", static_cast<int64_t>(o.channel.chunk_bytes)),
                           4096, static_cast<int64_t>(kMaxChunkPayload)));
   o.busy_poll_us = std::max<int64_t>(0, env_or("RDMAFLOW_TCP_BUSY_POLL", 0));
+  o.channel.wait_poll = env_or("RDMAFLOW_TCP_WAIT_POLL", 1) != 0;
   int64_t port = env_or("RDMAFLOW_TCP_PORT", 0);
   if (port < 0 || port > 65535) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, "create tcp transport", -1,
