@@ -550,7 +550,7 @@ int run(int rank, Oob& oob, const Options& o) {
 void usage() {
   std::printf(
       "usage: p2p [--transport NAME]... [--quick] [--json] [--spin] [--seconds S]\n"
-      "           [--lat-max BYTES] [--bw-max BYTES] [--rank R --rendezvous HOST:PORT]\n"
+      "           [--lat-min/--lat-max BYTES] [--bw-min/--bw-max BYTES] [--rank R --rendezvous HOST:PORT]\n"
       "Forks its two processes unless --rank (or OMPI_COMM_WORLD_RANK / PMI_RANK) is given;\n"
       "then rank 0 listens on the rendezvous port and rank 1 connects to it.\n");
 }
@@ -577,6 +577,10 @@ Options parse(int argc, char** argv) {
       o.seconds = std::stod(next());
     } else if (a == "--lat-max") {
       o.lat_max = std::stoull(next());
+    } else if (a == "--lat-min") {
+      o.lat_min = std::stoull(next());
+    } else if (a == "--bw-min") {
+      o.bw_min = std::stoull(next());
     } else if (a == "--bw-max") {
       o.bw_max = std::stoull(next());
     } else if (a == "--rank") {
