@@ -49,7 +49,7 @@ std::string short_path(std::string_view file) {
 }
 }  // namespace
 
-Status::Status(Code code, std::string op, int peer, std::string reason, std::source_location where)
+Status::Status(Code code, std::string op, int peer, std::string reason, SourceLocation where)
     : code_(code), peer_(peer), op_(std::move(op)), reason_(std::move(reason)) {
   if (code_ != Code::kOk) {
     where_ = short_path(where.file_name()) + ":" + std::to_string(where.line());

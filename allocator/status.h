@@ -17,6 +17,30 @@
 
 namespace rdmaflow {
 
+#if defined(__cpp_lib_source_location)
+using SourceLocation = std::source_location;
+#else
+// Stand-in for compilers whose standard library lacks std::source_location
+// (Debian's clang 14 with libstdc++ 12, used for the libFuzzer builds). With
+// g++ SourceLocation is std::source_location itself.
+class SourceLocation {
+ public:
+  static constexpr SourceLocation current(const char* file = __builtin_FILE(),
+                                          unsigned line = __builtin_LINE()) noexcept {
+    SourceLocation l;
+    l.file_ = file;
+    l.line_ = line;
+    return l;
+  }
+  constexpr const char* file_name() const noexcept { return file_; }
+  constexpr unsigned line() const noexcept { return line_; }
+
+ private:
+  const char* file_ = "";
+  unsigned line_ = 0;
+};
+#endif
+
 enum class Code : uint8_t {
   kOk = 0,
   kInvalidArgument,    // caller passed something malformed
@@ -39,7 +63,7 @@ class [[nodiscard]] Status {
   Status() = default;  // OK
 
   Status(Code code, std::string op, int peer, std::string reason,
-         std::source_location where = std::source_location::current());
+         SourceLocation where = SourceLocation::current());
 
   static Status ok() { return Status(); }
 
@@ -93,7 +117,7 @@ class [[nodiscard]] Result {
 
 // Shorthands that capture the caller's location.
 #define RDMAFLOW_ERROR(code, op, peer, reason) \
-  ::rdmaflow::Status((code), (op), (peer), (reason), std::source_location::current())
+  ::rdmaflow::Status((code), (op), (peer), (reason), ::rdmaflow::SourceLocation::current())
 
 #define RDMAFLOW_RETURN_IF_ERROR(expr)  \
   do {                                  \
