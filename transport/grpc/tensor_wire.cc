@@ -186,6 +186,8 @@ Status decode_tensor(CodedInputStream& in, const ContentSink& sink, Decoded& d, 
     }
   }
   if (!in.ConsumedEntireMessage()) return malformed(op, peer, "bad tag in TensorProto");
+  // The stream may end before the length the TensorProto announced.
+  if (in.BytesUntilLimit() > 0) return malformed(op, peer, "truncated TensorProto");
   return Status::ok();
 }
 
