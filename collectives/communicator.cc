@@ -1,0 +1,514 @@
+#include "collectives/communicator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "allocator/env.h"
+#include "allocator/log.h"
+#include "collectives/algorithms.h"
+#include "collectives/executor.h"
+#include "collectives/program.h"
+#include "collectives/reduce_kernels.h"
+
+namespace rdmaflow {
+
+using Clock = std::chrono::steady_clock;
+
+namespace detail {
+struct OpState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+  Algorithm algorithm = Algorithm::kAuto;
+  CollectiveKind kind = CollectiveKind::kAllreduce;
+  Clock::time_point deadline;
+
+  void complete(Status st) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+      status = std::move(st);
+    }
+    cv.notify_all();
+  }
+};
+}  // namespace detail
+
+struct Communicator::Call {
+  CollArgs args;
+  Algorithm algo = Algorithm::kAuto;
+  size_t piece_elems = 1;
+  int lane = 0;
+  uint64_t ticket = 0;
+  Clock::time_point deadline;
+  std::string what;  // "allreduce[ring]"
+  std::shared_ptr<detail::OpState> state = std::make_shared<detail::OpState>();
+};
+
+struct Communicator::Lane {
+  int index = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t next_ticket = 0;  // tickets handed out in call order
+  uint64_t turn = 0;         // the ticket allowed to run
+  std::deque<std::shared_ptr<Call>> queue;
+  std::thread worker;
+  bool stop = false;
+  std::byte* tmp = nullptr;  // local temporary memory of the running call
+  size_t tmp_bytes = 0;
+  ~Lane() { std::free(tmp); }
+};
+
+// ---------------- Request ----------------
+
+bool Request::test() const {
+  if (!state_) return true;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done;
+}
+
+Status Request::wait(std::optional<Millis> timeout) {
+  if (!state_) return RDMAFLOW_ERROR(Code::kInvalidArgument, "wait", -1, "empty request");
+  std::unique_lock<std::mutex> lock(state_->mu);
+  const auto until = timeout ? Clock::now() + *timeout : state_->deadline + Millis(5000);
+  if (!state_->cv.wait_until(lock, until, [&] { return state_->done; })) {
+    return RDMAFLOW_ERROR(Code::kTimeout, std::string(collective_name(state_->kind)), -1,
+                          "still running after the wait's timeout (the collective goes on)");
+  }
+  return state_->status;
+}
+
+Algorithm Request::algorithm() const {
+  return state_ ? state_->algorithm : Algorithm::kAuto;
+}
+CollectiveKind Request::kind() const {
+  return state_ ? state_->kind : CollectiveKind::kAllreduce;
+}
+
+// ---------------- creation ----------------
+
+namespace {
+
+Result<int64_t> knob(const char* name, int64_t given, int64_t fallback, int64_t min) {
+  if (given > 0) return given;
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t v, env_int(name, fallback));
+  if (v < min) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, "create communicator", -1,
+                          std::string(name) + " must be at least " + std::to_string(min));
+  }
+  return v;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup setup,
+                                                           CommunicatorOptions options) {
+  const char* op = "create communicator";
+  std::unique_ptr<Communicator> c(new Communicator());
+  c->rank_ = setup.rank;
+  c->world_ = setup.world;
+  c->options_ = options;
+
+  FabricConfig cfg;
+  RDMAFLOW_ASSIGN_OR_RETURN(
+      int64_t slot_bytes,
+      knob("RDMAFLOW_COLL_SLOT_BYTES", static_cast<int64_t>(options.slot_bytes), 512 * 1024, 64));
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t slots, knob("RDMAFLOW_COLL_SLOTS", options.slots, 4, 1));
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t lanes, knob("RDMAFLOW_COLL_LANES", options.lanes, 2, 1));
+  int64_t spin = options.spin_us;
+  if (spin < 0) {
+    RDMAFLOW_ASSIGN_OR_RETURN(spin, env_int("RDMAFLOW_COLL_SPIN_US", 50));
+  }
+  cfg.slot_bytes = static_cast<size_t>(slot_bytes);
+  cfg.slots = static_cast<int>(slots);
+  cfg.lanes = static_cast<int>(std::min<int64_t>(lanes, 63));
+  cfg.spin = std::chrono::microseconds(std::max<int64_t>(0, spin));
+  cfg.timeout = options.timeout.value_or(default_timeout());
+  c->options_.timeout = cfg.timeout;
+
+  // Forced algorithms from the environment, checked once.
+  c->env_algo_.resize(std::size(kAllCollectives));
+  for (CollectiveKind k : kAllCollectives) {
+    auto v = env_string(collective_algo_env(k));
+    if (!v || *v == "auto") continue;
+    auto a = parse_algorithm(*v);
+    if (!a || !algorithm_supports(*a, k)) {
+      return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
+                            std::string(collective_algo_env(k)) + "='" + *v +
+                                "' is not an algorithm of " + std::string(collective_name(k)));
+    }
+    c->env_algo_[static_cast<size_t>(k)] = *a;
+  }
+
+  std::vector<Transport*> transports = setup.transports;
+  if (transports.empty()) transports.assign(setup.world, setup.transport);
+  RDMAFLOW_ASSIGN_OR_RETURN(
+      c->fabric_, Fabric::create(setup.rank, setup.world, setup.channels, transports, cfg));
+  for (int l = 0; l < cfg.lanes; ++l) {
+    c->lanes_.push_back(std::make_unique<Lane>());
+    c->lanes_.back()->index = l;
+  }
+  CostParams params;
+  params.piece_bytes = cfg.slot_bytes;
+  c->model_ = CostModel(setup.world, params);
+  if (options.measure && setup.world > 1) RDMAFLOW_RETURN_IF_ERROR(c->measure());
+  RDMAFLOW_LOG_DEBUG("collectives: rank {} of {}: {} lanes x {} slots x {} B per peer; {}",
+                     c->rank_, c->world_, cfg.lanes, cfg.slots, cfg.slot_bytes,
+                     c->model_.params().to_string());
+  return c;
+}
+
+Communicator::~Communicator() {
+  for (auto& lane : lanes_) {
+    {
+      std::lock_guard<std::mutex> lock(lane->mu);
+      lane->stop = true;
+    }
+    lane->cv.notify_all();
+    if (lane->worker.joinable()) lane->worker.join();
+  }
+}
+
+// Ping-pong with the partner rank ^ 1 to measure alpha and beta; time the
+// reduction kernel for gamma; take the maximum over ranks.
+Status Communicator::measure() {
+  const auto deadline = Clock::now() + *options_.timeout;
+  const int partner = rank_ ^ 1;
+  std::vector<std::byte> a(256 * 1024), b(256 * 1024);
+  const size_t large = std::min<size_t>(a.size(), fabric_->config().slot_bytes);
+  auto pingpong = [&](size_t bytes, int iters, double* seconds) -> Status {
+    Program p(world_, DataType::kU8, ReduceOp::kSum, bytes);
+    for (int i = 0; i < iters; ++i) {
+      if (rank_ % 2 == 0) {
+        p.send(partner, a.data(), bytes);
+        p.recv(partner, b.data(), bytes);
+      } else {
+        p.recv(partner, b.data(), bytes);
+        p.send(partner, b.data(), bytes);
+      }
+    }
+    p.finalize();
+    const auto t0 = Clock::now();
+    RDMAFLOW_RETURN_IF_ERROR(execute(*fabric_, p, 0, deadline, "measure channels"));
+    *seconds = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+    return Status::ok();
+  };
+  double params[3] = {0, 0, 0};
+  if (partner < world_) {
+    double t = 0, small = 0, big = 0;
+    RDMAFLOW_RETURN_IF_ERROR(pingpong(8, 4, &t));  // warm up
+    RDMAFLOW_RETURN_IF_ERROR(pingpong(8, 16, &small));
+    RDMAFLOW_RETURN_IF_ERROR(pingpong(large, 1, &t));
+    RDMAFLOW_RETURN_IF_ERROR(pingpong(large, 4, &big));
+    params[0] = small / 2;
+    params[1] = std::max(1e-12, (big - small) / 2 / static_cast<double>(large));
+  }
+  {
+    std::vector<float> x(64 * 1024, 1.0f), y(64 * 1024, 2.0f);
+    reduce_buffers(DataType::kF32, ReduceOp::kSum, x.data(), x.data(), y.data(), x.size());
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 8; ++i) {
+      reduce_buffers(DataType::kF32, ReduceOp::kSum, x.data(), x.data(), y.data(), x.size());
+    }
+    params[2] = std::chrono::duration<double>(Clock::now() - t0).count() / 8 /
+                static_cast<double>(x.size() * sizeof(float));
+  }
+  // Agree: the maximum over ranks, by recursive doubling on lane 0.
+  double agreed[3] = {0, 0, 0};
+  CollArgs args;
+  args.kind = CollectiveKind::kAllreduce;
+  args.in = reinterpret_cast<const std::byte*>(params);
+  args.out = reinterpret_cast<std::byte*>(agreed);
+  std::vector<double> tmp(3);
+  args.tmp = reinterpret_cast<std::byte*>(tmp.data());
+  args.count = 3;
+  args.type = DataType::kF64;
+  args.op = ReduceOp::kMax;
+  args.rank = rank_;
+  args.world = world_;
+  Program p(world_, DataType::kF64, ReduceOp::kMax, 3);
+  rd_allreduce(args, p);
+  p.finalize();
+  RDMAFLOW_RETURN_IF_ERROR(execute(*fabric_, p, 0, deadline, "agree on channel costs"));
+  CostParams cp = model_.params();
+  if (agreed[0] > 0) cp.alpha = agreed[0];
+  if (agreed[1] > 0) cp.beta = agreed[1];
+  if (agreed[2] > 0) cp.gamma = agreed[2];
+  model_ = CostModel(world_, cp);
+  return Status::ok();
+}
+
+// ---------------- calls ----------------
+
+Result<Algorithm> Communicator::select(CollectiveKind kind, size_t count, DataType type,
+                                       const CallOptions& options) const {
+  Algorithm algo = options.algorithm;
+  if (algo == Algorithm::kAuto && env_algo_[static_cast<size_t>(kind)]) {
+    algo = *env_algo_[static_cast<size_t>(kind)];
+  }
+  if (algo == Algorithm::kAuto) {
+    size_t bytes = count * dtype_size(type);
+    if (kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllgather ||
+        kind == CollectiveKind::kAlltoall) {
+      bytes *= static_cast<size_t>(world_);
+    }
+    algo = model_.choose(kind, bytes);
+  }
+  if (!algorithm_supports(algo, kind)) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, std::string(collective_name(kind)), -1,
+                          "algorithm '" + std::string(algorithm_name(algo)) +
+                              "' does not implement " + std::string(collective_name(kind)));
+  }
+  return algo;
+}
+
+Result<std::shared_ptr<Communicator::Call>> Communicator::prepare(CollectiveKind kind,
+                                                                  const void* in, void* out,
+                                                                  size_t count, DataType type,
+                                                                  ReduceOp op, int root,
+                                                                  const CallOptions& options) {
+  const std::string name(collective_name(kind));
+  const bool reduces = kind == CollectiveKind::kAllreduce ||
+                       kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kReduce;
+  const bool rooted = kind == CollectiveKind::kBroadcast || kind == CollectiveKind::kReduce;
+  if (kind == CollectiveKind::kBarrier) {
+    count = 1;
+    type = DataType::kU8;
+    in = nullptr;
+    out = nullptr;
+  }
+  if (reduces && !reducible_dtype(type)) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, name, -1,
+                          "cannot reduce elements of type " + std::string(dtype_name(type)));
+  }
+  if (rooted && (root < 0 || root >= world_)) {
+    return RDMAFLOW_ERROR(
+        Code::kInvalidArgument, name, -1,
+        "root " + std::to_string(root) + " outside world of " + std::to_string(world_));
+  }
+  const size_t es = dtype_size(type);
+  if (count > (SIZE_MAX / es) / static_cast<size_t>(world_)) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, name, -1, "count too large");
+  }
+  if (kind != CollectiveKind::kBarrier && count > 0) {
+    const bool root_only_out = kind == CollectiveKind::kReduce && rank_ != root;
+    const bool root_only_in = kind == CollectiveKind::kBroadcast && rank_ != root;
+    if ((in == nullptr && !root_only_in) || (out == nullptr && !root_only_out)) {
+      return RDMAFLOW_ERROR(Code::kInvalidArgument, name, -1, "null buffer");
+    }
+  }
+  RDMAFLOW_ASSIGN_OR_RETURN(Algorithm algo, select(kind, count, type, options));
+  auto call = std::make_shared<Call>();
+  CollArgs& a = call->args;
+  a.kind = kind;
+  a.in = static_cast<const std::byte*>(in);
+  a.out = static_cast<std::byte*>(out);
+  a.count = count;
+  a.type = type;
+  a.op = op;
+  a.root = root;
+  a.rank = rank_;
+  a.world = world_;
+  if (kind == CollectiveKind::kBroadcast && a.in == nullptr) a.in = a.out;
+  call->algo = algo;
+  const uint64_t seq = calls_.fetch_add(1);
+  call->lane = static_cast<int>(options.tag.value_or(seq) % lanes_.size());
+  call->deadline = Clock::now() + options.timeout.value_or(*options_.timeout);
+  call->what = name + "[" + std::string(algorithm_name(algo)) + "]";
+  call->state->algorithm = algo;
+  call->state->kind = kind;
+  call->state->deadline = call->deadline;
+
+  // Piece size: a quarter of a rank's share, between 32 KiB and a slot.
+  const size_t slot = fabric_->config().slot_bytes;
+  size_t piece = options_.piece_bytes;
+  if (piece == 0) {
+    size_t total = count * es;
+    if (kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllgather ||
+        kind == CollectiveKind::kAlltoall) {
+      total *= static_cast<size_t>(world_);
+    }
+    piece = std::clamp<size_t>(total / (static_cast<size_t>(world_) * 4), 32 * 1024, slot);
+  }
+  piece = std::min(piece, slot);
+  call->piece_elems = std::max<size_t>(1, piece / es);
+  RDMAFLOW_LOG_DEBUG(
+      "collectives: {} of {} x {} on lane {}: {}", call->what, count, dtype_name(type), call->lane,
+      options.algorithm != Algorithm::kAuto  ? "forced by the caller"
+      : env_algo_[static_cast<size_t>(kind)] ? std::string("forced by ") + collective_algo_env(kind)
+                                             : "chosen by the cost model");
+  return call;
+}
+
+Status Communicator::execute_call(Call& call, Lane& lane) {
+  {
+    std::lock_guard<std::mutex> lock(broken_mu_);
+    if (!broken_.is_ok()) {
+      return RDMAFLOW_ERROR(Code::kCancelled, call.what, broken_.peer(),
+                            "communicator is broken by an earlier failure: " + broken_.to_string());
+    }
+  }
+  CollArgs& a = call.args;
+  const size_t es = dtype_size(a.type);
+  const size_t need = temp_elems(a, call.algo) * es + 64;
+  if (need > lane.tmp_bytes) {
+    std::free(lane.tmp);
+    const size_t bytes = (need + 4095) / 4096 * 4096;
+    lane.tmp = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
+    if (lane.tmp == nullptr) {
+      lane.tmp_bytes = 0;
+      return RDMAFLOW_ERROR(Code::kResourceExhausted, call.what, -1,
+                            "cannot allocate " + std::to_string(bytes) + " temporary bytes");
+    }
+    std::memset(lane.tmp, 0, bytes);
+    lane.tmp_bytes = bytes;
+  }
+  a.tmp = lane.tmp;
+  Program program(world_, a.type, a.op, call.piece_elems);
+  RDMAFLOW_RETURN_IF_ERROR(build_program(a, call.algo, program));
+  program.finalize();
+  Status st = execute(*fabric_, program, lane.index, call.deadline, call.what);
+  if (!st.is_ok()) {
+    std::lock_guard<std::mutex> lock(broken_mu_);
+    if (broken_.is_ok()) broken_ = st;
+  }
+  return st;
+}
+
+Status Communicator::run(CollectiveKind kind, const void* in, void* out, size_t count,
+                         DataType type, ReduceOp op, int root, const CallOptions& options) {
+  if (count == 0 && kind != CollectiveKind::kBarrier) {
+    calls_.fetch_add(1);
+    return Status::ok();
+  }
+  RDMAFLOW_ASSIGN_OR_RETURN(auto call, prepare(kind, in, out, count, type, op, root, options));
+  Lane& lane = *lanes_[call->lane];
+  // Wait for our turn on the lane (calls on a lane run in call order), then run
+  // on this thread: no hand-off to a worker for blocking calls.
+  {
+    std::unique_lock<std::mutex> lock(lane.mu);
+    call->ticket = lane.next_ticket++;
+    lane.cv.wait(lock, [&] { return lane.turn == call->ticket; });
+  }
+  Status st = execute_call(*call, lane);
+  {
+    std::lock_guard<std::mutex> lock(lane.mu);
+    ++lane.turn;
+  }
+  lane.cv.notify_all();
+  return st;
+}
+
+Request Communicator::start(CollectiveKind kind, const void* in, void* out, size_t count,
+                            DataType type, ReduceOp op, int root, const CallOptions& options) {
+  auto failed = [&](Status st) {
+    auto s = std::make_shared<detail::OpState>();
+    s->kind = kind;
+    s->complete(std::move(st));
+    return Request(s);
+  };
+  if (count == 0 && kind != CollectiveKind::kBarrier) {
+    calls_.fetch_add(1);
+    return failed(Status::ok());
+  }
+  auto call = prepare(kind, in, out, count, type, op, root, options);
+  if (!call.is_ok()) return failed(call.status());
+  Lane& lane = *lanes_[(*call)->lane];
+  {
+    std::lock_guard<std::mutex> lock(lane.mu);
+    (*call)->ticket = lane.next_ticket++;
+    lane.queue.push_back(*call);
+    if (!lane.worker.joinable()) lane.worker = std::thread([this, l = &lane] { worker_loop(l); });
+  }
+  lane.cv.notify_all();
+  return Request((*call)->state);
+}
+
+void Communicator::worker_loop(Lane* lane) {
+  std::unique_lock<std::mutex> lock(lane->mu);
+  for (;;) {
+    lane->cv.wait(lock, [&] {
+      return lane->stop || (!lane->queue.empty() && lane->turn == lane->queue.front()->ticket);
+    });
+    if (lane->queue.empty() || lane->turn != lane->queue.front()->ticket) {
+      // Stopping: fail whatever never got its turn.
+      for (auto& c : lane->queue) {
+        c->state->complete(RDMAFLOW_ERROR(Code::kCancelled, c->what, -1,
+                                          "communicator destroyed before the call ran"));
+      }
+      lane->queue.clear();
+      return;
+    }
+    auto call = lane->queue.front();
+    lane->queue.pop_front();
+    lock.unlock();
+    Status st = execute_call(*call, *lane);
+    lock.lock();
+    ++lane->turn;
+    lane->cv.notify_all();
+    call->state->complete(std::move(st));
+  }
+}
+
+// ---------------- per-kind shorthands ----------------
+
+Status Communicator::allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op,
+                               const CallOptions& o) {
+  return run(CollectiveKind::kAllreduce, in, out, count, type, op, 0, o);
+}
+Status Communicator::reduce_scatter(const void* in, void* out, size_t recv_count, DataType type,
+                                    ReduceOp op, const CallOptions& o) {
+  return run(CollectiveKind::kReduceScatter, in, out, recv_count, type, op, 0, o);
+}
+Status Communicator::allgather(const void* in, void* out, size_t send_count, DataType type,
+                               const CallOptions& o) {
+  return run(CollectiveKind::kAllgather, in, out, send_count, type, ReduceOp::kSum, 0, o);
+}
+Status Communicator::broadcast(const void* in, void* out, size_t count, DataType type, int root,
+                               const CallOptions& o) {
+  return run(CollectiveKind::kBroadcast, in, out, count, type, ReduceOp::kSum, root, o);
+}
+Status Communicator::reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op,
+                            int root, const CallOptions& o) {
+  return run(CollectiveKind::kReduce, in, out, count, type, op, root, o);
+}
+Status Communicator::barrier(const CallOptions& o) {
+  return run(CollectiveKind::kBarrier, nullptr, nullptr, 1, DataType::kU8, ReduceOp::kMax, 0, o);
+}
+Status Communicator::alltoall(const void* in, void* out, size_t count, DataType type,
+                              const CallOptions& o) {
+  return run(CollectiveKind::kAlltoall, in, out, count, type, ReduceOp::kSum, 0, o);
+}
+
+Request Communicator::start_allreduce(const void* in, void* out, size_t count, DataType type,
+                                      ReduceOp op, const CallOptions& o) {
+  return start(CollectiveKind::kAllreduce, in, out, count, type, op, 0, o);
+}
+Request Communicator::start_reduce_scatter(const void* in, void* out, size_t recv_count,
+                                           DataType type, ReduceOp op, const CallOptions& o) {
+  return start(CollectiveKind::kReduceScatter, in, out, recv_count, type, op, 0, o);
+}
+Request Communicator::start_allgather(const void* in, void* out, size_t send_count, DataType type,
+                                      const CallOptions& o) {
+  return start(CollectiveKind::kAllgather, in, out, send_count, type, ReduceOp::kSum, 0, o);
+}
+Request Communicator::start_broadcast(const void* in, void* out, size_t count, DataType type,
+                                      int root, const CallOptions& o) {
+  return start(CollectiveKind::kBroadcast, in, out, count, type, ReduceOp::kSum, root, o);
+}
+Request Communicator::start_reduce(const void* in, void* out, size_t count, DataType type,
+                                   ReduceOp op, int root, const CallOptions& o) {
+  return start(CollectiveKind::kReduce, in, out, count, type, op, root, o);
+}
+Request Communicator::start_barrier(const CallOptions& o) {
+  return start(CollectiveKind::kBarrier, nullptr, nullptr, 1, DataType::kU8, ReduceOp::kMax, 0, o);
+}
+Request Communicator::start_alltoall(const void* in, void* out, size_t count, DataType type,
+                                     const CallOptions& o) {
+  return start(CollectiveKind::kAlltoall, in, out, count, type, ReduceOp::kSum, 0, o);
+}
+
+}  // namespace rdmaflow

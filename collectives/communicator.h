@@ -1,0 +1,180 @@
+// Communicator: collectives over the channels the bootstrap built.
+//
+//   CommunicatorSetup s{rank, world, channels /* null for self */, &transport};
+//   auto comm = Communicator::create(s);
+//   (*comm)->allreduce(in, out, n, DataType::kF32, ReduceOp::kSum);      // blocking
+//   Request r = (*comm)->start_allreduce(in, out, n, DataType::kF32, ReduceOp::kSum);
+//   ... r.test() ... r.wait(Millis(100)) ...
+//
+// Semantics follow NCCL: every rank calls the same collectives in the same
+// order with the same counts, types, reductions and roots. In place is
+// `in == out` (allgather: in == out + rank * count; reduce_scatter:
+// out == in + rank * count). Every call has a deadline (CallOptions::timeout,
+// default RDMAFLOW_TIMEOUT_MS); errors name the collective, the algorithm and the
+// peer ("allreduce[ring] (peer rank 3) failed: timeout: ...").
+//
+// Several collectives may be in flight at once: each runs on a lane
+// (tag % lanes, the tag defaulting to the call's sequence number), lanes have
+// separate scratch slots and sequence numbers, so they never mix. Calls on the
+// same lane run in call order. Issue calls from one thread, or give explicit
+// tags when several threads issue them.
+//
+// Memory: data always moves by one-sided writes with notify into registered
+// scratch slots taken once at creation; user buffers are never registered per
+// call. The TCP and UCX backends read the source straight from user memory;
+// for backends that need a registered source (verbs) pieces are staged through
+// registered memory first.
+//
+// After an error the communicator is broken (its lanes' sequence numbers no
+// longer agree with the peers'); later calls fail at once with that error.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "allocator/status.h"
+#include "collectives/cost_model.h"
+#include "collectives/fabric.h"
+#include "collectives/types.h"
+#include "transport/channel.h"
+#include "transport/dtype.h"
+#include "transport/transport.h"
+
+namespace rdmaflow {
+
+struct CommunicatorSetup {
+  int rank = 0;
+  int world = 1;
+  // world entries, indexed by peer rank; null for this rank.
+  std::vector<std::shared_ptr<Channel>> channels;
+  // The transport the channels belong to (registers the scratch memory), or
+  // one per peer in `transports` (world entries) when peers use different ones.
+  Transport* transport = nullptr;
+  std::vector<Transport*> transports;
+};
+
+struct CommunicatorOptions {
+  size_t slot_bytes = 0;          // 0: RDMAFLOW_COLL_SLOT_BYTES, default 512 KiB
+  int slots = 0;                  // per peer per lane; 0: RDMAFLOW_COLL_SLOTS, default 4
+  int lanes = 0;                  // 0: RDMAFLOW_COLL_LANES, default 2
+  int spin_us = -1;               // -1: RDMAFLOW_COLL_SPIN_US, default 50
+  size_t piece_bytes = 0;         // 0: chosen per call (<= slot_bytes)
+  bool measure = true;            // measure alpha/beta at creation (else defaults)
+  std::optional<Millis> timeout;  // default RDMAFLOW_TIMEOUT_MS
+};
+
+struct CallOptions {
+  Algorithm algorithm = Algorithm::kAuto;  // kAuto: RDMAFLOW_<OP>_ALGO, else the cost model
+  std::optional<uint64_t> tag;             // picks the lane; default: call sequence number
+  std::optional<Millis> timeout;           // the collective's deadline
+};
+
+namespace detail {
+struct OpState;
+}
+
+// Handle of an asynchronous collective.
+class Request {
+ public:
+  Request() = default;
+  bool valid() const { return state_ != nullptr; }
+  // True once the collective finished (successfully or not).
+  bool test() const;
+  // Waits up to `timeout` (default: until the collective's own deadline). A
+  // kTimeout from here means "not finished yet": the collective goes on and
+  // wait() may be called again.
+  Status wait(std::optional<Millis> timeout = std::nullopt);
+  Algorithm algorithm() const;
+  CollectiveKind kind() const;
+
+ private:
+  friend class Communicator;
+  explicit Request(std::shared_ptr<detail::OpState> s) : state_(std::move(s)) {}
+  std::shared_ptr<detail::OpState> state_;
+};
+
+class Communicator {
+ public:
+  static Result<std::unique_ptr<Communicator>> create(CommunicatorSetup setup,
+                                                      CommunicatorOptions options = {});
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
+  const CostModel& cost_model() const { return model_; }
+  const FabricConfig& config() const { return fabric_->config(); }
+
+  // The algorithm a call would use (forced, from the environment, or the model's).
+  Result<Algorithm> select(CollectiveKind kind, size_t count, DataType type,
+                           const CallOptions& options = {}) const;
+
+  // ---- blocking ----
+  Status allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op,
+                   const CallOptions& options = {});
+  Status reduce_scatter(const void* in, void* out, size_t recv_count, DataType type, ReduceOp op,
+                        const CallOptions& options = {});
+  Status allgather(const void* in, void* out, size_t send_count, DataType type,
+                   const CallOptions& options = {});
+  Status broadcast(const void* in, void* out, size_t count, DataType type, int root,
+                   const CallOptions& options = {});
+  Status reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, int root,
+                const CallOptions& options = {});
+  Status barrier(const CallOptions& options = {});
+  Status alltoall(const void* in, void* out, size_t count, DataType type,
+                  const CallOptions& options = {});
+
+  // ---- asynchronous ----
+  Request start_allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op,
+                          const CallOptions& options = {});
+  Request start_reduce_scatter(const void* in, void* out, size_t recv_count, DataType type,
+                               ReduceOp op, const CallOptions& options = {});
+  Request start_allgather(const void* in, void* out, size_t send_count, DataType type,
+                          const CallOptions& options = {});
+  Request start_broadcast(const void* in, void* out, size_t count, DataType type, int root,
+                          const CallOptions& options = {});
+  Request start_reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op,
+                       int root, const CallOptions& options = {});
+  Request start_barrier(const CallOptions& options = {});
+  Request start_alltoall(const void* in, void* out, size_t count, DataType type,
+                         const CallOptions& options = {});
+
+  // Any collective by kind (count as in the per-kind calls; root and op where
+  // they apply).
+  Request start(CollectiveKind kind, const void* in, void* out, size_t count, DataType type,
+                ReduceOp op, int root, const CallOptions& options = {});
+  Status run(CollectiveKind kind, const void* in, void* out, size_t count, DataType type,
+             ReduceOp op, int root, const CallOptions& options = {});
+
+ private:
+  struct Call;
+  struct Lane;
+  Communicator() = default;
+  Result<std::shared_ptr<Call>> prepare(CollectiveKind kind, const void* in, void* out,
+                                        size_t count, DataType type, ReduceOp op, int root,
+                                        const CallOptions& options);
+  Status execute_call(Call& call, Lane& lane);
+  Status measure();
+  void worker_loop(Lane* lane);
+
+  int rank_ = 0;
+  int world_ = 1;
+  CommunicatorOptions options_;
+  std::unique_ptr<Fabric> fabric_;
+  CostModel model_;
+  std::vector<std::optional<Algorithm>> env_algo_;  // per CollectiveKind
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  std::atomic<uint64_t> calls_{0};
+  mutable std::mutex broken_mu_;
+  Status broken_;
+};
+
+}  // namespace rdmaflow

@@ -1,0 +1,47 @@
+// The alpha-beta-gamma cost model (Hockney; Thakur, Rabenseifner & Gropp) that
+// picks an algorithm per call: alpha = seconds per message, beta = seconds per
+// byte on the wire, gamma = seconds per byte reduced. alpha and beta are
+// measured on the communicator's own channels when it is created (a few
+// ping-pongs between rank pairs, bounded in time); gamma by timing the f32 sum
+// kernel. Every rank uses the maximum over ranks, so all pick the same.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "collectives/types.h"
+
+namespace rdmaflow {
+
+struct CostParams {
+  double alpha = 10e-6;    // s per message
+  double beta = 0.5e-9;    // s per byte
+  double gamma = 0.25e-9;  // s per byte reduced
+  size_t piece_bytes = 512 * 1024;
+  std::string to_string() const;
+};
+
+class CostModel {
+ public:
+  CostModel() = default;
+  CostModel(int world, CostParams params) : world_(world), p_(params) {}
+
+  // Estimated seconds of `algo` for a call moving `bytes` (the bytes of the
+  // largest buffer of the call); +inf when the algorithm does not implement the
+  // collective.
+  double cost(CollectiveKind kind, Algorithm algo, size_t bytes) const;
+  // The cheapest algorithm for the call.
+  Algorithm choose(CollectiveKind kind, size_t bytes) const;
+  const CostParams& params() const { return p_; }
+  int world() const { return world_; }
+
+ private:
+  int world_ = 1;
+  CostParams p_;
+};
+
+// The algorithms that implement `kind`, in a fixed order.
+std::vector<Algorithm> algorithms_for(CollectiveKind kind);
+
+}  // namespace rdmaflow

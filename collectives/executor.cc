@@ -1,0 +1,218 @@
+#include "collectives/executor.h"
+
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "collectives/reduce_kernels.h"
+
+namespace rdmaflow {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Write completions, filled on progress threads, drained by the executor.
+struct Completions {
+  std::mutex mu;
+  std::vector<uint32_t> done;
+  Status error;
+  int error_peer = -1;
+  size_t in_flight = 0;  // guarded by mu
+};
+
+std::string item_text(const Item& it, uint64_t seq) {
+  std::string s = it.kind == ItemKind::kSend ? "sending" : "receiving";
+  s += " piece " + std::to_string(seq) + " of step " + std::to_string(it.step) +
+       (it.kind == ItemKind::kSend ? " to" : " from") + " rank " + std::to_string(it.peer);
+  return s;
+}
+
+}  // namespace
+
+Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_point deadline,
+               const std::string& what) {
+  const auto& items = program.items();
+  const size_t n = items.size();
+  if (n == 0) return Status::ok();
+  const int world = program.world();
+  const size_t es = program.elem_size();
+  const FabricConfig& cfg = fabric.config();
+
+  std::vector<uint32_t> remaining(n);
+  std::vector<std::vector<uint32_t>> dependents(n);
+  std::vector<uint32_t> ready;
+  for (size_t i = 0; i < n; ++i) {
+    remaining[i] = static_cast<uint32_t>(program.deps(i).size());
+    for (uint32_t d : program.deps(i)) dependents[d].push_back(static_cast<uint32_t>(i));
+    if (remaining[i] == 0) ready.push_back(static_cast<uint32_t>(i));
+  }
+  std::vector<uint64_t> send_base(world, 0), recv_base(world, 0);
+  for (int p = 0; p < world; ++p) {
+    if (p == fabric.rank()) continue;
+    send_base[p] = fabric.peer(p).send_seq[lane];
+    recv_base[p] = fabric.peer(p).recv_seq[lane];
+  }
+
+  auto comps = std::make_shared<Completions>();
+  Signal& sig = fabric.signal();
+  size_t finished = 0;
+  Status failure;
+
+  auto finish = [&](uint32_t i) {
+    ++finished;
+    for (uint32_t d : dependents[i]) {
+      if (--remaining[d] == 0) ready.push_back(d);
+    }
+  };
+
+  std::vector<uint32_t> drained;
+  while (finished < n && failure.is_ok()) {
+    const uint64_t epoch = sig.epoch();
+    {
+      std::lock_guard<std::mutex> lock(comps->mu);
+      drained.swap(comps->done);
+      if (!comps->error.is_ok()) failure = comps->error;
+    }
+    for (uint32_t i : drained) finish(i);
+    drained.clear();
+    if (!failure.is_ok()) break;
+
+    bool progressed = false;
+    for (size_t k = 0; k < ready.size();) {
+      const uint32_t i = ready[k];
+      const Item& it = items[i];
+      bool started = false;
+      switch (it.kind) {
+        case ItemKind::kSend: {
+          const uint64_t seq = send_base[it.peer] + it.ordinal;
+          if (seq >= static_cast<uint64_t>(cfg.slots) &&
+              !fabric.credit_arrived(it.peer, lane, seq - cfg.slots)) {
+            break;
+          }
+          Fabric::Peer& peer = fabric.peer(it.peer);
+          const size_t bytes = it.elems * es;
+          const void* src = it.src;
+          if (peer.staged) {
+            std::byte* stage = peer.local + fabric.stage_offset() + fabric.slot_offset(lane, seq);
+            std::memcpy(stage, it.src, bytes);
+            src = stage;
+          }
+          {
+            std::lock_guard<std::mutex> lock(comps->mu);
+            ++comps->in_flight;
+          }
+          const int p = it.peer;
+          Signal* s = &sig;
+          peer.channel->write(
+              src, bytes, peer.remote, fabric.slot_offset(lane, seq),
+              notify_code::encode(notify_code::kData, lane, seq),
+              [comps, i, p, s](const Status& st) {
+                {
+                  std::lock_guard<std::mutex> lock(comps->mu);
+                  --comps->in_flight;
+                  if (st.is_ok()) {
+                    comps->done.push_back(i);
+                  } else if (comps->error.is_ok()) {
+                    comps->error = st;
+                    comps->error_peer = p;
+                  }
+                }
+                s->notify();
+              },
+              std::chrono::duration_cast<Millis>(deadline - Clock::now()) + Millis(1));
+          started = true;  // finishes when the write completes
+          break;
+        }
+        case ItemKind::kRecv: {
+          const uint64_t seq = recv_base[it.peer] + it.ordinal;
+          if (!fabric.data_arrived(it.peer, lane, seq)) break;
+          Fabric::Peer& peer = fabric.peer(it.peer);
+          const std::byte* slot = peer.local + fabric.slot_offset(lane, seq);
+          if (it.reduce) {
+            reduce_buffers(program.type(), program.op(), it.dst, it.src, slot, it.elems);
+          } else {
+            std::memcpy(it.dst, slot, it.elems * es);
+          }
+          // Hand the slot back. A failed credit is not this call's failure
+          // (its data is here); the next call that needs the peer sees the
+          // channel's sticky error.
+          const std::byte* word = peer.local + fabric.control_offset() + 8;
+          peer.channel->write(
+              word, 8, peer.remote, fabric.control_offset(),
+              notify_code::encode(notify_code::kCredit, lane, seq), [](const Status&) {},
+              cfg.timeout);
+          started = true;
+          finish(i);
+          break;
+        }
+        case ItemKind::kCopy:
+          std::memmove(it.dst, it.src, it.elems * es);
+          started = true;
+          finish(i);
+          break;
+        case ItemKind::kScale:
+          scale_average(program.type(), it.dst, it.elems, world);
+          started = true;
+          finish(i);
+          break;
+      }
+      if (started) {
+        progressed = true;
+        ready[k] = ready.back();
+        ready.pop_back();
+      } else {
+        ++k;
+      }
+    }
+    if (progressed || finished == n) continue;
+
+    // Nothing could move: check the peers we wait on, then wait.
+    int waiting_peer = -1;
+    std::string waiting_for = "write completions";
+    for (uint32_t i : ready) {
+      const Item& it = items[i];
+      if (it.peer < 0) continue;
+      Status st = fabric.peer_error(it.peer);
+      if (!st.is_ok()) {
+        failure = st;
+        break;
+      }
+      if (waiting_peer < 0) {
+        waiting_peer = it.peer;
+        const uint64_t seq =
+            (it.kind == ItemKind::kSend ? send_base[it.peer] : recv_base[it.peer]) + it.ordinal;
+        waiting_for = item_text(it, seq);
+        if (it.kind == ItemKind::kSend) waiting_for += " (waiting for its slot to be freed)";
+      }
+    }
+    if (!failure.is_ok()) break;
+    if (!sig.wait(epoch, deadline, cfg.spin) && Clock::now() >= deadline) {
+      failure = RDMAFLOW_ERROR(Code::kTimeout, what, waiting_peer,
+                               "no progress before the deadline while " + waiting_for + " (" +
+                                   std::to_string(finished) + " of " + std::to_string(n) +
+                                   " pieces done)");
+    }
+  }
+
+  if (!failure.is_ok()) {
+    // Writes still reading our buffers must finish (or time out) before we return.
+    for (;;) {
+      const uint64_t epoch = sig.epoch();
+      {
+        std::lock_guard<std::mutex> lock(comps->mu);
+        if (comps->in_flight == 0) break;
+      }
+      sig.wait(epoch, Clock::now() + Millis(100), std::chrono::microseconds(0));
+    }
+    return failure.with_op(what);
+  }
+  // Advance the lane's sequence numbers past this program's pieces.
+  for (int p = 0; p < world; ++p) {
+    if (p == fabric.rank()) continue;
+    fabric.peer(p).send_seq[lane] += program.sends_to(p);
+    fabric.peer(p).recv_seq[lane] += program.recvs_from(p);
+  }
+  return Status::ok();
+}
+
+}  // namespace rdmaflow

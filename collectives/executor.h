@@ -1,0 +1,28 @@
+// Executor: runs one rank's Program over the Fabric on one lane.
+//
+// It is a small dataflow engine on the calling thread: any item whose
+// dependencies are done runs as soon as its remote condition holds (a send
+// needs the credit of its slot, a receive needs its piece's notify). Sends are
+// posted asynchronously, so reductions on this thread overlap the transfers
+// the transports' progress threads carry out. While nothing is ready it waits
+// on the fabric's Signal (spin briefly, then sleep), never longer than the
+// deadline.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "allocator/status.h"
+#include "collectives/fabric.h"
+#include "collectives/program.h"
+
+namespace rdmaflow {
+
+// Runs `program` (finalized) on `lane`. `what` names the collective in errors,
+// e.g. "allreduce[ring]". On failure the lane's sequence numbers are left
+// inconsistent with the peers': the caller must treat the communicator as
+// broken (as MPI and NCCL do).
+Status execute(Fabric& fabric, const Program& program, int lane,
+               std::chrono::steady_clock::time_point deadline, const std::string& what);
+
+}  // namespace rdmaflow

@@ -1,0 +1,230 @@
+#include "collectives/fabric.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "allocator/log.h"
+
+namespace rdmaflow {
+namespace {
+
+constexpr char kHello[8] = {'R', 'F', 'C', 'O', 'L', 'L', '0', '1'};
+
+void put_u64(std::vector<uint8_t>& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+uint64_t get_u64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+// Takes every notify out of `inbox`, records ours, puts the others back.
+void drain(Fabric::Shared& s, Inbox& inbox, int peer) {
+  thread_local int depth = 0;
+  if (depth > 0) return;  // our own push_notify() of foreign values
+  ++depth;
+  std::vector<uint64_t> foreign;
+  Fabric::PeerSlots& ps = s.peers[peer];
+  while (auto v = inbox.poll_notify()) {
+    if ((*v & notify_code::kMagicMask) != notify_code::kMagic) {
+      foreign.push_back(*v);
+      continue;
+    }
+    const uint64_t kind = (*v >> 54) & 3;
+    const int lane = static_cast<int>((*v >> 48) & 63);
+    const uint64_t seq = *v & notify_code::kSeqMask;
+    if (lane >= s.lanes) continue;
+    const size_t idx = static_cast<size_t>(lane) * s.slots + seq % s.slots;
+    auto& cell = kind == notify_code::kData ? ps.data[idx] : ps.credit[idx];
+    cell.store(seq + 1, std::memory_order_release);
+  }
+  for (uint64_t v : foreign) inbox.push_notify(v);
+  --depth;
+  s.signal.notify();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Fabric>> Fabric::create(int rank, int world,
+                                               std::vector<std::shared_ptr<Channel>> channels,
+                                               std::vector<Transport*> transports,
+                                               FabricConfig config) {
+  const char* op = "create communicator";
+  if (world < 1 || rank < 0 || rank >= world) {
+    return RDMAFLOW_ERROR(
+        Code::kInvalidArgument, op, -1,
+        "rank " + std::to_string(rank) + " outside world " + std::to_string(world));
+  }
+  if (static_cast<int>(channels.size()) != world) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
+                          "expected " + std::to_string(world) + " channel entries, got " +
+                              std::to_string(channels.size()));
+  }
+  if (static_cast<int>(transports.size()) != world) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
+                          "expected " + std::to_string(world) + " transport entries, got " +
+                              std::to_string(transports.size()));
+  }
+  if (config.lanes < 1 || config.lanes > 63 || config.slots < 1 || config.slot_bytes < 64) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
+                          "need 1..63 lanes, >= 1 slot and slots of >= 64 bytes");
+  }
+  config.slot_bytes = (config.slot_bytes + 63) / 64 * 64;
+  std::unique_ptr<Fabric> f(new Fabric());
+  f->rank_ = rank;
+  f->world_ = world;
+  f->config_ = config;
+  f->peers_.resize(world);
+  f->shared_ = std::make_shared<Shared>();
+  f->shared_->lanes = config.lanes;
+  f->shared_->slots = config.slots;
+  f->shared_->peers.resize(world);
+  const size_t cells = static_cast<size_t>(config.lanes) * config.slots;
+  for (int p = 0; p < world; ++p) {
+    if (p == rank) continue;
+    if (!channels[p]) {
+      return RDMAFLOW_ERROR(Code::kInvalidArgument, op, p, "no channel to this peer");
+    }
+    if (transports[p] == nullptr) {
+      return RDMAFLOW_ERROR(Code::kInvalidArgument, op, p, "no transport for this peer");
+    }
+    Peer& peer = f->peers_[p];
+    peer.channel = channels[p];
+    peer.staged = peer.channel->backend() == "verbs";
+    peer.send_seq.assign(config.lanes, 0);
+    peer.recv_seq.assign(config.lanes, 0);
+    PeerSlots& ps = f->shared_->peers[p];
+    ps.data = std::make_unique<std::atomic<uint64_t>[]>(cells);
+    ps.credit = std::make_unique<std::atomic<uint64_t>[]>(cells);
+    for (size_t i = 0; i < cells; ++i) {
+      ps.data[i].store(0);
+      ps.credit[i].store(0);
+    }
+  }
+  RDMAFLOW_RETURN_IF_ERROR(f->setup(std::move(transports)));
+  return f;
+}
+
+Status Fabric::setup(std::vector<Transport*> transports) {
+  const char* op = "create communicator";
+  data_bytes_ = static_cast<size_t>(config_.lanes) * config_.slots * config_.slot_bytes;
+  bool any_staged = false;
+  for (const Peer& p : peers_) any_staged |= p.staged;
+  region_bytes_ = data_bytes_ + kControlBytes + (any_staged ? data_bytes_ : 0);
+  block_bytes_ = (region_bytes_ * world_ + 4095) / 4096 * 4096;
+  if (world_ == 1) return Status::ok();
+  block_ = static_cast<std::byte*>(std::aligned_alloc(4096, block_bytes_));
+  if (block_ == nullptr) {
+    return RDMAFLOW_ERROR(Code::kResourceExhausted, op, -1,
+                          "cannot allocate " + std::to_string(block_bytes_) + " scratch bytes");
+  }
+  std::memset(block_, 0, block_bytes_);
+
+  // Register once with each distinct transport.
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank_) continue;
+    Transport* t = transports[p];
+    bool seen = false;
+    for (const auto& r : registrations_) seen |= r.transport == t;
+    if (seen) continue;
+    auto region = t->register_memory(block_, block_bytes_);
+    if (!region.is_ok()) return region.status().with_op("register collective scratch");
+    registrations_.push_back({t, *region});
+  }
+
+  // Send every peer the key of its region and our configuration.
+  CompletionGroup sent;
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank_) continue;
+    Peer& peer = peers_[p];
+    peer.local = block_ + static_cast<size_t>(p) * region_bytes_;
+    auto key = transports[p]->export_key(peer.local, data_bytes_ + kControlBytes);
+    if (!key.is_ok()) return key.status().with_op("export collective scratch key");
+    exported_.emplace_back(transports[p], *key);
+    std::vector<uint8_t> msg(kHello, kHello + sizeof(kHello));
+    put_u64(msg, static_cast<uint64_t>(world_));
+    put_u64(msg, static_cast<uint64_t>(rank_));
+    put_u64(msg, config_.slot_bytes);
+    put_u64(msg, static_cast<uint64_t>(config_.slots));
+    put_u64(msg, static_cast<uint64_t>(config_.lanes));
+    auto kb = key->serialize();
+    msg.insert(msg.end(), kb.begin(), kb.end());
+    peer.channel->send_message(std::move(msg), sent.add(), config_.timeout);
+  }
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank_) continue;
+    Peer& peer = peers_[p];
+    auto msg = peer.channel->inbox().recv_message(config_.timeout);
+    if (!msg.is_ok()) return msg.status().with_op("receive collective scratch key");
+    const auto& m = *msg;
+    if (m.size() < sizeof(kHello) + 40 || std::memcmp(m.data(), kHello, sizeof(kHello)) != 0) {
+      return RDMAFLOW_ERROR(Code::kProtocolError, op, p,
+                            "unexpected setup message (is the peer creating a communicator?)");
+    }
+    const uint8_t* q = m.data() + sizeof(kHello);
+    const uint64_t world = get_u64(q), prank = get_u64(q + 8), slot_bytes = get_u64(q + 16),
+                   slots = get_u64(q + 24), lanes = get_u64(q + 32);
+    if (world != static_cast<uint64_t>(world_) || prank != static_cast<uint64_t>(p)) {
+      return RDMAFLOW_ERROR(Code::kProtocolError, op, p,
+                            "peer says it is rank " + std::to_string(prank) + " of " +
+                                std::to_string(world) + ", expected rank " + std::to_string(p) +
+                                " of " + std::to_string(world_));
+    }
+    if (slot_bytes != config_.slot_bytes || slots != static_cast<uint64_t>(config_.slots) ||
+        lanes != static_cast<uint64_t>(config_.lanes)) {
+      return RDMAFLOW_ERROR(
+          Code::kInvalidArgument, op, p,
+          "configuration differs: peer has slot_bytes=" + std::to_string(slot_bytes) +
+              " slots=" + std::to_string(slots) + " lanes=" + std::to_string(lanes) +
+              ", this rank slot_bytes=" + std::to_string(config_.slot_bytes) + " slots=" +
+              std::to_string(config_.slots) + " lanes=" + std::to_string(config_.lanes) +
+              " (RDMAFLOW_COLL_SLOT_BYTES / _SLOTS / _LANES must match on every rank)");
+    }
+    auto key = RemoteKey::deserialize(
+        std::span<const uint8_t>(m.data() + sizeof(kHello) + 40, m.size() - sizeof(kHello) - 40));
+    if (!key.is_ok()) return key.status().with_op("receive collective scratch key");
+    if (key->length < data_bytes_ + kControlBytes) {
+      return RDMAFLOW_ERROR(Code::kProtocolError, op, p, "scratch key too short");
+    }
+    peer.remote = *key;
+  }
+  RDMAFLOW_RETURN_IF_ERROR(sent.wait(config_.timeout, "send collective scratch keys"));
+  install_listeners();
+  return Status::ok();
+}
+
+void Fabric::install_listeners() {
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank_) continue;
+    Inbox* inbox = &peers_[p].channel->inbox();
+    std::weak_ptr<Shared> weak = shared_;
+    inbox->set_notify_listener([weak, inbox, p] {
+      if (auto s = weak.lock()) drain(*s, *inbox, p);
+    });
+    drain(*shared_, *inbox, p);  // whatever arrived before the listener
+  }
+}
+
+Status Fabric::peer_error(int p) const {
+  if (p < 0 || p == rank_ || !peers_[p].channel) return Status::ok();
+  return peers_[p].channel->error();
+}
+
+Fabric::~Fabric() {
+  for (Peer& p : peers_) {
+    if (p.channel) p.channel->inbox().set_notify_listener(nullptr);
+  }
+  for (auto& [t, key] : exported_) {
+    Status st = t->revoke_key(key);
+    if (!st.is_ok()) RDMAFLOW_LOG_DEBUG("collectives: {}", st.to_string());
+  }
+  for (const auto& r : registrations_) {
+    Status st = r.transport->deregister_memory(r.region);
+    if (!st.is_ok()) RDMAFLOW_LOG_DEBUG("collectives: {}", st.to_string());
+  }
+  std::free(block_);
+}
+
+}  // namespace rdmaflow

@@ -1,0 +1,156 @@
+// Helpers for the collectives process tests: a rank's transport, channels to
+// every peer and Communicator, over a named backend; and a checker that
+// caches expected results so big matrices stay fast.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "tests/collectives/reference.h"
+#include "tests/harness/process_harness.h"
+#include "transport/transport.h"
+
+namespace rdmaflow::testing {
+
+struct CollBackend {
+  const char* label;
+  const char* name;
+  std::vector<std::pair<const char*, const char*>> env;
+};
+inline std::ostream& operator<<(std::ostream& os, const CollBackend& b) {
+  return os << b.label;
+}
+
+inline const std::vector<CollBackend>& coll_backends() {
+  static const std::vector<CollBackend> kBackends = {
+      {"tcp", "tcp", {}},
+      {"ucx", "ucx", {}},
+  };
+  return kBackends;
+}
+
+struct CommNode {
+  std::unique_ptr<Transport> transport;
+  std::vector<std::shared_ptr<Channel>> peers;
+  std::unique_ptr<Communicator> comm;
+
+  ~CommNode() {
+    comm.reset();
+    if (transport) transport->shutdown();
+  }
+};
+
+// Builds the mesh over `backend` and the communicator; skips the rank (and so
+// the test) when the backend is not viable here.
+inline Status make_comm_node(const CollBackend& backend, int rank, int world, Exchange& ex,
+                             CommNode& node, CommunicatorOptions options = {}) {
+  for (auto& [k, v] : backend.env) setenv(k, v, 1);
+  TransportConfig cfg;
+  cfg.rank = rank;
+  cfg.world_size = world;
+  auto t = make_transport(backend.name, cfg);
+  if (!t.is_ok()) {
+    if (t.status().code() == Code::kNotViable || t.status().code() == Code::kNotFound) {
+      ex.skip(std::string(backend.label) + " not available: " + t.status().to_string());
+    }
+    return t.status();
+  }
+  node.transport = std::move(t).value();
+  RDMAFLOW_ASSIGN_OR_RETURN(std::string address, node.transport->listen());
+  RDMAFLOW_ASSIGN_OR_RETURN(auto addresses, ex.allgather(address));
+  node.peers.assign(static_cast<size_t>(world), nullptr);
+  for (int p = rank + 1; p < world; ++p) {
+    RDMAFLOW_ASSIGN_OR_RETURN(node.peers[p],
+                              node.transport->connect(p, addresses[p], Millis(20000)));
+  }
+  for (int p = 0; p < rank; ++p) {
+    RDMAFLOW_ASSIGN_OR_RETURN(node.peers[p], node.transport->accept(p, Millis(20000)));
+  }
+  CommunicatorSetup setup;
+  setup.rank = rank;
+  setup.world = world;
+  setup.channels = node.peers;
+  setup.transport = node.transport.get();
+  RDMAFLOW_ASSIGN_OR_RETURN(node.comm, Communicator::create(setup, options));
+  return Status::ok();
+}
+
+// 64-byte aligned, zeroed memory.
+struct Mem {
+  explicit Mem(size_t n = 0) { resize(n); }
+  ~Mem() { std::free(p); }
+  Mem(const Mem&) = delete;
+  Mem& operator=(const Mem&) = delete;
+  void resize(size_t n) {
+    std::free(p);
+    bytes = n;
+    p = static_cast<std::byte*>(std::aligned_alloc(64, (n + 64) / 64 * 64));
+    std::memset(p, 0, (n + 64) / 64 * 64);
+  }
+  std::byte* p = nullptr;
+  size_t bytes = 0;
+};
+
+// One collective call, checked against the local reference.
+struct CallSpec {
+  CollectiveKind kind;
+  Algorithm algo;
+  DataType type;
+  ReduceOp op;
+  size_t count;
+  int root = 0;
+  bool in_place = false;
+  uint32_t seed = 1;
+};
+
+inline std::string describe(const CallSpec& c, int world) {
+  return std::string(collective_name(c.kind)) + "[" + std::string(algorithm_name(c.algo)) +
+         "] world " + std::to_string(world) + " count " + std::to_string(c.count) + " " +
+         std::string(dtype_name(c.type)) + " " + std::string(reduce_op_name(c.op)) + " root " +
+         std::to_string(c.root) + (c.in_place ? " in-place" : "");
+}
+
+// Runs one call on this rank and returns the number of wrong elements
+// (or an error). `first` describes the first wrong element.
+inline Result<size_t> run_and_check(Communicator& comm, const CallSpec& c, std::string* first,
+                                    std::optional<Millis> timeout = std::nullopt) {
+  const int world = comm.world_size(), rank = comm.rank();
+  const size_t es = dtype_size(c.type);
+  const size_t in_elems = test::input_elems(c.kind, c.count, world);
+  const size_t out_elems = test::output_elems(c.kind, c.count, world);
+  Mem in(in_elems * es), out(std::max(in_elems, out_elems) * es);
+  test::make_input(c.kind, c.type, c.op, rank, world, c.seed, in.p, c.count);
+  const std::byte* src = in.p;
+  std::byte* dst = out.p;
+  if (c.in_place) {
+    switch (c.kind) {
+      case CollectiveKind::kAllgather:
+        std::memcpy(out.p + rank * c.count * es, in.p, c.count * es);
+        src = out.p + rank * c.count * es;
+        break;
+      case CollectiveKind::kReduceScatter:
+        std::memcpy(out.p, in.p, in_elems * es);
+        src = out.p;
+        dst = out.p + rank * c.count * es;
+        break;
+      default:
+        std::memcpy(out.p, in.p, in_elems * es);
+        src = dst = out.p;
+        break;
+    }
+  }
+  CallOptions o;
+  o.algorithm = c.algo;
+  o.timeout = timeout;
+  if (c.kind == CollectiveKind::kBroadcast && rank != c.root && !c.in_place) src = nullptr;
+  RDMAFLOW_RETURN_IF_ERROR(comm.run(c.kind, src, dst, c.count, c.type, c.op, c.root, o));
+  return test::check_output(c.kind, c.type, c.op, rank, world, c.root, c.seed, dst, c.count, first);
+}
+
+}  // namespace rdmaflow::testing

@@ -1,0 +1,263 @@
+// Collectives in real processes over real channels (TCP, and UCX when it is
+// built and viable): a representative slice of the correctness matrix (the
+// whole product runs under the "collectives-full" label, matrix_test.cc),
+// asynchronous calls in flight at once, algorithm forcing, and failures that
+// name the peer and the collective.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "tests/collectives/coll_util.h"
+
+namespace rdmaflow::testing {
+namespace {
+
+class Collectives : public ::testing::TestWithParam<CollBackend> {
+ protected:
+  const CollBackend& backend() const { return GetParam(); }
+};
+
+struct AlgoOf {
+  CollectiveKind kind;
+  Algorithm algo;
+};
+const AlgoOf kAlgos[] = {
+    {CollectiveKind::kAllreduce, Algorithm::kRing},
+    {CollectiveKind::kAllreduce, Algorithm::kTree},
+    {CollectiveKind::kAllreduce, Algorithm::kDoubleBinaryTree},
+    {CollectiveKind::kAllreduce, Algorithm::kRabenseifner},
+    {CollectiveKind::kAllreduce, Algorithm::kRecursiveDoubling},
+    {CollectiveKind::kReduceScatter, Algorithm::kRing},
+    {CollectiveKind::kReduceScatter, Algorithm::kRabenseifner},
+    {CollectiveKind::kReduceScatter, Algorithm::kRecursiveDoubling},
+    {CollectiveKind::kAllgather, Algorithm::kRing},
+    {CollectiveKind::kAllgather, Algorithm::kRecursiveDoubling},
+    {CollectiveKind::kAllgather, Algorithm::kDirect},
+    {CollectiveKind::kBroadcast, Algorithm::kRing},
+    {CollectiveKind::kBroadcast, Algorithm::kTree},
+    {CollectiveKind::kReduce, Algorithm::kRing},
+    {CollectiveKind::kReduce, Algorithm::kTree},
+    {CollectiveKind::kReduce, Algorithm::kRabenseifner},
+    {CollectiveKind::kAlltoall, Algorithm::kPairwise},
+    {CollectiveKind::kBarrier, Algorithm::kDissemination},
+    {CollectiveKind::kBarrier, Algorithm::kTree},
+};
+
+bool reduces(CollectiveKind k) {
+  return k == CollectiveKind::kAllreduce || k == CollectiveKind::kReduceScatter ||
+         k == CollectiveKind::kReduce;
+}
+
+const DataType kTypes[] = {DataType::kF32, DataType::kF64, DataType::kF16, DataType::kBF16,
+                           DataType::kI32, DataType::kI64, DataType::kU8};
+
+// Every algorithm at every world size 1..8, with counts 0, 1, < world, odd and
+// a few pieces' worth; types and reductions rotate so each appears everywhere.
+TEST_P(Collectives, EveryAlgorithmRepresentativeSlice) {
+  for (int world : {1, 2, 3, 4, 5, 6, 7, 8}) {
+    RunOptions ro;
+    ro.timeout = Millis(120000);
+    auto r = run_ranks(
+        world,
+        [&](int rank, int n, Exchange& ex) {
+          CommNode node;
+          CommunicatorOptions opts;
+          opts.slot_bytes = 4096;  // many pieces and slot reuse even for small counts
+          opts.slots = 2;
+          RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node, opts));
+          uint32_t seed = 1;
+          for (const AlgoOf& a : kAlgos) {
+            const size_t counts[] = {0, 1, static_cast<size_t>(std::max(1, n - 1)), 1001, 5003};
+            for (size_t count : counts) {
+              CallSpec c;
+              c.kind = a.kind;
+              c.algo = a.algo;
+              c.type = kTypes[seed % 7];
+              c.op = reduces(a.kind) ? kAllReduceOps[(seed / 7) % 5] : ReduceOp::kSum;
+              c.count = count;
+              c.root = static_cast<int>(seed % n);
+              c.in_place = seed % 2 == 0 && a.kind != CollectiveKind::kBarrier;
+              c.seed = seed++;
+              std::string first;
+              auto wrong = run_and_check(*node.comm, c, &first);
+              RF_ASSERT_OK(wrong);
+              EXPECT_EQ(*wrong, 0u) << "rank " << rank << ": " << describe(c, n) << ": " << first;
+              if (*wrong) return 1;
+            }
+          }
+          return 0;
+        },
+        ro);
+    ASSERT_TRUE(r.ok || r.skipped) << "world " << world << ": " << r.message;
+    if (r.skipped) GTEST_SKIP() << r.message;
+  }
+}
+
+// 1 MiB + 1 elements through every allreduce algorithm at a non-power-of-two
+// world, with the default (large) slots.
+TEST_P(Collectives, LargeAllreduceEveryAlgorithm) {
+  auto r = run_ranks(3, [&](int rank, int n, Exchange& ex) {
+    CommNode node;
+    RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node));
+    uint32_t seed = 7;
+    for (Algorithm algo : {Algorithm::kRing, Algorithm::kTree, Algorithm::kDoubleBinaryTree,
+                           Algorithm::kRabenseifner, Algorithm::kRecursiveDoubling}) {
+      CallSpec c{CollectiveKind::kAllreduce, algo, DataType::kF32, ReduceOp::kSum, (1u << 20) + 1};
+      c.seed = seed++;
+      std::string first;
+      auto wrong = run_and_check(*node.comm, c, &first);
+      RF_ASSERT_OK(wrong);
+      EXPECT_EQ(*wrong, 0u) << describe(c, n) << ": " << first;
+    }
+    return 0;
+  });
+  if (r.skipped) GTEST_SKIP() << r.message;
+  ASSERT_TRUE(r.ok) << r.message;
+}
+
+// Several collectives in flight at once on different lanes, finished in any
+// order, each matched by its tag.
+TEST_P(Collectives, AsynchronousCallsInFlightTogether) {
+  auto r = run_ranks(4, [&](int rank, int n, Exchange& ex) {
+    // Buffers outlive the communicator (declared first, destroyed last).
+    std::vector<std::unique_ptr<Mem>> ins, outs;
+    CommNode node;
+    CommunicatorOptions opts;
+    opts.lanes = 4;
+    opts.slot_bytes = 16384;
+    RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node, opts));
+    const size_t count = 50000;
+    std::vector<Request> reqs;
+    for (int k = 0; k < 4; ++k) {
+      ins.push_back(std::make_unique<Mem>(count * 4));
+      outs.push_back(std::make_unique<Mem>(count * 4 * n));
+      test::fill_input(DataType::kF32, ReduceOp::kSum, rank, 100 + k, ins[k]->p, count);
+      CallOptions o;
+      o.tag = static_cast<uint64_t>(k);
+      o.algorithm = k % 2 && k != 3 ? Algorithm::kRabenseifner : Algorithm::kRing;
+      if (k == 3) {
+        reqs.push_back(node.comm->start_allgather(ins[k]->p, outs[k]->p, count, DataType::kF32, o));
+      } else {
+        reqs.push_back(node.comm->start_allreduce(ins[k]->p, outs[k]->p, count, DataType::kF32,
+                                                  ReduceOp::kSum, o));
+      }
+    }
+    // A blocking call on a lane that also has async work queued.
+    Mem bin(8), bout(8);
+    test::fill_input(DataType::kI64, ReduceOp::kMax, rank, 9, bin.p, 1);
+    CallOptions o;
+    o.tag = 1;
+    RF_ASSERT_OK(node.comm->allreduce(bin.p, bout.p, 1, DataType::kI64, ReduceOp::kMax, o));
+    EXPECT_EQ(test::count_wrong_reduced(DataType::kI64, ReduceOp::kMax, n, 9, bout.p, 1, 0), 0u);
+    for (int k = 3; k >= 0; --k) {
+      RF_ASSERT_OK(reqs[k].wait());
+      EXPECT_TRUE(reqs[k].test());
+      std::string first;
+      if (k == 3) {
+        for (int b = 0; b < n; ++b) {
+          EXPECT_EQ(test::count_wrong_input(DataType::kF32, ReduceOp::kSum, b, 100 + k,
+                                            outs[k]->p + b * count * 4, count, 0, &first),
+                    0u)
+              << first;
+        }
+      } else {
+        EXPECT_EQ(test::count_wrong_reduced(DataType::kF32, ReduceOp::kSum, n, 100 + k, outs[k]->p,
+                                            count, 0, &first),
+                  0u)
+            << "request " << k << ": " << first;
+      }
+    }
+    return 0;
+  });
+  if (r.skipped) GTEST_SKIP() << r.message;
+  ASSERT_TRUE(r.ok) << r.message;
+}
+
+// RDMAFLOW_ALLREDUCE_ALGO forces the algorithm; an unknown name is refused.
+TEST_P(Collectives, EnvironmentForcesTheAlgorithm) {
+  auto r = run_ranks(2, [&](int rank, int n, Exchange& ex) {
+    setenv("RDMAFLOW_ALLREDUCE_ALGO", "rabenseifner", 1);
+    setenv("RDMAFLOW_BROADCAST_ALGO", "tree", 1);
+    CommNode node;
+    RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node));
+    auto a = node.comm->select(CollectiveKind::kAllreduce, 1 << 20, DataType::kF32);
+    RF_ASSERT_OK(a);
+    EXPECT_EQ(*a, Algorithm::kRabenseifner);
+    auto b = node.comm->select(CollectiveKind::kBroadcast, 8, DataType::kF32);
+    RF_ASSERT_OK(b);
+    EXPECT_EQ(*b, Algorithm::kTree);
+    // The caller's choice wins over the environment.
+    CallOptions o;
+    o.algorithm = Algorithm::kRing;
+    EXPECT_EQ(*node.comm->select(CollectiveKind::kAllreduce, 8, DataType::kF32, o),
+              Algorithm::kRing);
+    o.algorithm = Algorithm::kPairwise;
+    EXPECT_FALSE(node.comm->select(CollectiveKind::kAllreduce, 8, DataType::kF32, o).is_ok());
+    return 0;
+  });
+  if (r.skipped) GTEST_SKIP() << r.message;
+  ASSERT_TRUE(r.ok) << r.message;
+}
+
+// A rank that dies: the others' collective fails within its deadline, with an
+// error naming the collective and a peer; later calls fail at once.
+TEST_P(Collectives, DeadPeerIsNamedAndBreaksTheCommunicator) {
+  RunOptions ro;
+  ro.may_be_killed = {2};
+  auto r = run_ranks(
+      3,
+      [&](int rank, int n, Exchange& ex) {
+        CommNode node;
+        RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node));
+        RF_ASSERT_OK(ex.barrier());
+        if (rank == 2) {
+          pause();  // killed by rank 0
+          return 0;
+        }
+        if (rank == 0) RF_ASSERT_OK(ex.kill(2));
+        std::vector<float> in(4096, 1.0f), out(4096);
+        CallOptions o;
+        o.algorithm = Algorithm::kRing;
+        o.timeout = Millis(3000);
+        const auto t0 = std::chrono::steady_clock::now();
+        Status st = node.comm->allreduce(in.data(), out.data(), in.size(), DataType::kF32,
+                                         ReduceOp::kSum, o);
+        const auto took = std::chrono::steady_clock::now() - t0;
+        EXPECT_FALSE(st.is_ok());
+        EXPECT_NE(st.to_string().find("allreduce[ring]"), std::string::npos) << st.to_string();
+        EXPECT_GE(st.peer(), 0) << st.to_string();
+        EXPECT_LT(took, std::chrono::milliseconds(8000));
+        Status again = node.comm->barrier();
+        EXPECT_FALSE(again.is_ok());
+        return 0;
+      },
+      ro);
+  if (r.skipped) GTEST_SKIP() << r.message;
+  ASSERT_TRUE(r.ok) << r.message;
+}
+
+// Bad arguments are refused with an error, never a crash.
+TEST_P(Collectives, BadArgumentsAreRefused) {
+  auto r = run_ranks(2, [&](int rank, int n, Exchange& ex) {
+    CommNode node;
+    RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node));
+    float x = 1, y = 0;
+    EXPECT_EQ(node.comm->allreduce(nullptr, &y, 1, DataType::kF32, ReduceOp::kSum).code(),
+              Code::kInvalidArgument);
+    EXPECT_EQ(node.comm->broadcast(&x, &y, 1, DataType::kF32, 5).code(), Code::kInvalidArgument);
+    EXPECT_EQ(node.comm->allreduce(&x, &y, 1, DataType::kBool, ReduceOp::kSum).code(),
+              Code::kInvalidArgument);
+    // Still usable afterwards.
+    RF_ASSERT_OK(node.comm->allreduce(&x, &y, 1, DataType::kF32, ReduceOp::kSum));
+    EXPECT_EQ(y, 2.0f);
+    return 0;
+  });
+  if (r.skipped) GTEST_SKIP() << r.message;
+  ASSERT_TRUE(r.ok) << r.message;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Collectives, ::testing::ValuesIn(coll_backends()),
+                         [](const auto& info) { return std::string(info.param.label); });
+
+}  // namespace
+}  // namespace rdmaflow::testing
