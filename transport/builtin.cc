@@ -10,6 +10,9 @@ void register_tcp_transport();
 #ifdef RDMAFLOW_HAVE_VERBS
 void register_verbs_transport();
 #endif
+#ifdef RDMAFLOW_HAVE_UCX
+void register_ucx_transport();
+#endif
 
 void register_builtin_transports() {
   static std::once_flag once;
@@ -17,6 +20,9 @@ void register_builtin_transports() {
     register_tcp_transport();
 #ifdef RDMAFLOW_HAVE_VERBS
     register_verbs_transport();
+#endif
+#ifdef RDMAFLOW_HAVE_UCX
+    register_ucx_transport();
 #endif
   });
 }

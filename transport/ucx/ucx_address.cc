@@ -1,0 +1,156 @@
+#include "transport/ucx/ucx_address.h"
+
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace rdmaflow::ucx {
+
+namespace {
+
+constexpr const char* kPrefix = "ucx:1:";
+
+std::string read_first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// Field 22 (starttime) of /proc/<pid>/stat; 0 when unreadable.
+uint64_t process_start_time(int64_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = stat.rfind(')');  // the command name may contain spaces and ')'
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22; ++i) {  // fields 1 and 2 are before ')'
+    if (!(fields >> field)) return 0;
+  }
+  uint64_t v = 0;
+  std::from_chars(field.data(), field.data() + field.size(), v);
+  return v;
+}
+
+template <typename T>
+bool parse_number(std::string_view s, T& out) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size() && !s.empty();
+}
+
+// FNV-1a over the worker address: catches truncated or altered addresses, which
+// UCX itself may accept (it ignores trailing bytes) and then reach the wrong worker.
+uint64_t checksum(std::span<const uint8_t> bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint8_t b : bytes) h = (h ^ b) * 1099511628211ull;
+  return h;
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+const ProcessIdentity& self_identity() {
+  static const ProcessIdentity id = [] {
+    ProcessIdentity p;
+    p.boot_id = read_first_line("/proc/sys/kernel/random/boot_id");
+    if (p.boot_id.empty() || p.boot_id.find(':') != std::string::npos) p.boot_id = "unknown";
+    struct stat st {};
+    if (::stat("/proc/self/ns/pid", &st) == 0) p.pid_ns = st.st_ino;
+    p.pid = ::getpid();
+    p.start_time = process_start_time(p.pid);
+    return p;
+  }();
+  return id;
+}
+
+std::string encode_address(const ProcessIdentity& identity, std::span<const uint8_t> worker) {
+  static const char* kHex = "0123456789abcdef";
+  std::string out = kPrefix + identity.boot_id + ":" + std::to_string(identity.pid_ns) + ":" +
+                    std::to_string(identity.pid) + ":" + std::to_string(identity.start_time) + ":" +
+                    std::to_string(checksum(worker)) + ":";
+  out.reserve(out.size() + 2 * worker.size());
+  for (uint8_t b : worker) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
+}
+
+Result<PeerAddress> decode_address(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    std::string shown = text.size() > 48 ? text.substr(0, 48) + "..." : text;
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, "parse ucx address", -1,
+                          "'" + shown + "' is not a UCX backend address (" + why +
+                              "; expected ucx:1:<boot id>:<pid ns>:<pid>:<start>:<sum>:<hex>)");
+  };
+  if (text.rfind(kPrefix, 0) != 0) return bad("wrong prefix");
+  std::vector<std::string_view> parts;
+  std::string_view rest(text);
+  rest.remove_prefix(std::strlen(kPrefix));
+  for (int i = 0; i < 5; ++i) {
+    auto colon = rest.find(':');
+    if (colon == std::string_view::npos) return bad("missing fields");
+    parts.push_back(rest.substr(0, colon));
+    rest.remove_prefix(colon + 1);
+  }
+  PeerAddress a;
+  a.identity.boot_id = std::string(parts[0]);
+  if (a.identity.boot_id.empty()) return bad("empty boot id");
+  if (!parse_number(parts[1], a.identity.pid_ns) || !parse_number(parts[2], a.identity.pid) ||
+      !parse_number(parts[3], a.identity.start_time) || a.identity.pid <= 0) {
+    return bad("bad process identity");
+  }
+  if (rest.empty() || rest.size() % 2 != 0) return bad("worker address is not an even hex string");
+  a.worker.reserve(rest.size() / 2);
+  for (size_t i = 0; i < rest.size(); i += 2) {
+    int hi = hex_value(rest[i]), lo = hex_value(rest[i + 1]);
+    if (hi < 0 || lo < 0) return bad("worker address is not hex");
+    a.worker.push_back(static_cast<uint8_t>(hi << 4 | lo));
+  }
+  uint64_t sum = 0;
+  if (!parse_number(parts[4], sum) || sum != checksum(a.worker)) {
+    return bad("checksum mismatch: truncated or altered");
+  }
+  return a;
+}
+
+bool same_host(const ProcessIdentity& a, const ProcessIdentity& b) {
+  return a.boot_id == b.boot_id && a.boot_id != "unknown" && a.pid_ns == b.pid_ns && a.pid_ns != 0;
+}
+
+Result<int> open_peer_pidfd(const ProcessIdentity& peer, int peer_rank, const char* op) {
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(peer.pid), 0));
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ESRCH) {
+      return RDMAFLOW_ERROR(Code::kConnectionFailed, op, peer_rank,
+                            "peer process " + std::to_string(peer.pid) + " is not running");
+    }
+    return RDMAFLOW_ERROR(
+        Code::kConnectionFailed, op, peer_rank,
+        "pidfd_open(" + std::to_string(peer.pid) + ") failed: " + std::strerror(err));
+  }
+  // The pidfd pins the process; now make sure it is the one that published the address.
+  if (peer.start_time != 0 && process_start_time(peer.pid) != peer.start_time) {
+    ::close(fd);
+    return RDMAFLOW_ERROR(Code::kConnectionFailed, op, peer_rank,
+                          "peer process " + std::to_string(peer.pid) +
+                              " exited (its pid now belongs to another process)");
+  }
+  return fd;
+}
+
+}  // namespace rdmaflow::ucx

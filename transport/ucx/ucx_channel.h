@@ -1,0 +1,170 @@
+// UcxChannel: one UCP endpoint to one peer, keeping the channel contract.
+//
+// Two data paths (docs/ucx.md, "Data paths"), chosen per channel:
+//  - rma: ucp_put_nbx / ucp_get_nbx with the peer's packed rkeys (true
+//    one-sided where the transport supports RMA on registered memory, e.g.
+//    InfiniBand/RoCE, TCP put). Small writes still travel as one AM.
+//  - am: the write is an active message the receiver validates and places —
+//    eager data is copied, rendezvous data is pulled by UCP straight into the
+//    target (single copy, via CMA on shared memory). Reads are a request AM
+//    answered with the bytes. Used where UCX 1.13 would only emulate RMA in
+//    software (shared memory with existing, non-UCX-allocated memory).
+//
+// Ordering: active messages of the ordered kinds (message, write, notify, bye)
+// carry a per-channel sequence number and are applied in that order by the
+// receiver, whatever order UCX delivers them in. An ordered AM is not posted
+// while puts issued before it are not known to be complete (ep flush), so a
+// notify or message never overtakes the bytes of an earlier write.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "transport/channel.h"
+#include "transport/ucx/ucx_core.h"
+
+namespace rdmaflow::ucx {
+
+class UcxChannel final : public Channel {
+ public:
+  enum class State : uint8_t { kConnecting, kOpen, kFailed };
+
+  UcxChannel(std::shared_ptr<UcxCore> core, uint32_t id, int peer_rank,
+             const ProcessIdentity& peer);
+  ~UcxChannel() override;
+
+  int peer_rank() const override { return peer_; }
+  std::string backend() const override { return "ucx"; }
+  void write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
+             std::optional<uint64_t> notify, Callback done, Millis timeout) override;
+  void read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,
+            Millis timeout) override;
+  void send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) override;
+  void close() override;
+  Status error() const override;
+
+  // ---- progress context (the core's worker lock held) ----
+  uint32_t id() const { return id_; }
+  State state() const { return state_.load(std::memory_order_acquire); }
+  bool failed() const { return failed_; }
+  const ProcessIdentity& peer_identity() const { return peer_identity_; }
+  void attach(ucp_ep_h ep, bool put_path, int pidfd);
+  void set_remote_id(uint32_t remote) { remote_id_ = remote; }
+  void opened();  // handshake done
+  void enqueue(Op* op);
+  void pump();        // posts queued ops until one must wait
+  void flush_acks();  // sends the pending kAck, if any
+  ucs_status_t on_am(const AmHeader& h, void* data, size_t length,
+                     const ucp_am_recv_param_t* param);
+  // Sticky: fails everything pending and closes the endpoint (gracefully: flushing
+  // what was already sent, e.g. the goodbye of close()).
+  void fail(const Status& st, bool force_close = true);
+  void close_locked(const Status& st);
+  void send_ctrl(MsgType type, uint64_t id, std::vector<uint8_t> data, uint16_t code = 0,
+                 uint64_t value = 0, uint64_t length = 0);
+  void post_ctrl(const AmHeader& h, std::vector<uint8_t> data);
+  void revoked(uint64_t round, const std::vector<uint64_t>& key_ids);
+  bool dirty = false;  // in the core's dirty list
+
+ private:
+  struct KeyEntry {
+    enum class State : uint8_t { kQuerying, kValid, kRefused } state = State::kQuerying;
+    uint64_t secret = 0;
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    std::vector<uint8_t> blob;
+    ucp_rkey_h rkey = nullptr;
+    Status refusal;
+  };
+  struct RxItem {
+    UcxChannel* ch = nullptr;
+    MsgType type = MsgType::kMessage;
+    bool ready = true;
+    bool orphan = false;  // the channel failed while its rendezvous data was in flight
+    bool has_notify = false;
+    uint64_t seq = 0;
+    uint64_t notify = 0;
+    uint16_t code = 0;  // refusal
+    std::string reason;
+    std::vector<uint8_t> bytes;
+  };
+  struct FlushCtx {
+    UcxChannel* ch = nullptr;
+    std::vector<Op*> ops;
+    std::vector<ucp_rkey_h> rkeys;
+  };
+  enum class Step : uint8_t { kPosted, kStall };
+
+  Op* issue(OpKind kind, Callback done, Millis timeout);
+  Status check_key(const RemoteKey& key, uint64_t offset, uint64_t len, const char* op) const;
+  Step post(Op* op);
+  Step post_write(Op* op);
+  Step post_read(Op* op);
+  bool ordered_ready();  // no earlier put still unflushed (issues the flush if needed)
+  void issue_flush();
+  void on_flush_done(FlushCtx* ctx, ucs_status_t status);
+  // Sends op->hdr + data as an AM; counts a part and a reference for the send.
+  bool post_am(Op* op, const void* data, size_t len, uint32_t am_flags);
+  KeyEntry* resolve_key(Op* op, Status* refusal);
+  void query_key(KeyEntry& e, const Op* op);
+  void on_ack(const AmHeader& h, const void* data, size_t length);
+  void on_key_reply(const AmHeader& h, const void* data, size_t length);
+  ucs_status_t on_ordered(const AmHeader& h, void* data, size_t length,
+                          const ucp_am_recv_param_t* param);
+  ucs_status_t on_read_req(const AmHeader& h);
+  ucs_status_t on_read_resp(const AmHeader& h, void* data, size_t length,
+                            const ucp_am_recv_param_t* param);
+  void deliver(RxItem& item);
+  void deliver_ready();
+  void protocol_error(const std::string& what);
+  Status ucs_error(const char* op, ucs_status_t status) const;
+  static void on_send(void* request, ucs_status_t status, void* user);
+  static void on_flush(void* request, ucs_status_t status, void* user);
+  static void on_rx_data(void* request, ucs_status_t status, size_t length, void* user);
+  static void on_read_data(void* request, ucs_status_t status, size_t length, void* user);
+
+  const std::shared_ptr<UcxCore> core_;
+  const uint32_t id_;
+  const int peer_;
+  const ProcessIdentity peer_identity_;
+  std::atomic<State> state_{State::kConnecting};
+
+  mutable std::mutex err_mu_;
+  Status error_;
+
+  // Issuing threads: keys this channel has already been given the blob of.
+  std::mutex known_mu_;
+  std::unordered_set<uint64_t> known_keys_;
+
+  // Progress context.
+  ucp_ep_h ep_ = nullptr;
+  bool put_path_ = false;
+  int pidfd_ = -1;
+  bool failed_ = false;
+  uint32_t remote_id_ = 0;
+  Op* q_head_ = nullptr;
+  Op* q_tail_ = nullptr;
+  uint64_t tx_seq_ = 0;
+  std::deque<Op*> awaiting_ack_;
+  std::unordered_map<uint64_t, Op*> reads_;
+  std::unordered_map<uint64_t, KeyEntry> keys_;
+  uint64_t unflushed_ = 0;    // puts posted since the last flush was issued
+  bool force_flush_ = false;  // a revocation waits for every earlier put/get
+  FlushCtx* flush_ = nullptr;
+  std::vector<Op*> flush_waiters_;         // puts that complete with the next flush
+  std::vector<ucp_rkey_h> retired_rkeys_;  // destroyed once the next flush completes
+  uint64_t rx_next_ = 0;
+  std::map<uint64_t, RxItem*> rx_held_;
+  uint64_t ack_from_ = 0;
+  bool ack_needed_ = false;
+  std::vector<uint8_t> ack_refusals_;
+
+  friend class UcxCore;
+};
+
+}  // namespace rdmaflow::ucx

@@ -1,0 +1,291 @@
+// UcxCore: the state one UCX transport shares with its channels — the UCP
+// context and worker, the progress engine, registered regions and grants.
+//
+// Thread model (docs/ucx.md, "Threads"):
+//  - The worker runs in UCS_THREAD_MODE_SERIALIZED; `worker_mu_` serializes
+//    every UCP call and guards all protocol state (channels' queues, key
+//    caches, grants). Code holding it is "in progress context".
+//  - Issuing threads never wait for it: write/read/send_message try_lock it and
+//    post the operation directly (no thread hop); if another thread holds it,
+//    the op goes to a submission queue that the holder drains before unlocking.
+//  - Progress is driven by the transport's progress thread, or by a thread
+//    blocked in a wait (WaitDriver::drive, for latency). Only one thread drives
+//    at a time; the progress thread steps aside while a waiter drives.
+//  - User-visible effects (callbacks, inbox deliveries) are queued in progress
+//    context and run afterwards, without the worker lock, in order, by whichever
+//    thread drives progress ("dispatch"). Never on the thread calling write().
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "allocator/registrar.h"
+#include "allocator/status.h"
+#include "transport/channel.h"
+#include "transport/remote_key.h"
+#include "transport/transport.h"
+#include "transport/ucx/ucx_address.h"
+#include "transport/ucx/ucx_wire.h"
+
+namespace rdmaflow::ucx {
+
+using Clock = std::chrono::steady_clock;
+
+// RDMAFLOW_UCX_* knobs (docs/ucx.md, "Configuration").
+struct Options {
+  enum class DataPath { kAuto, kRma, kAm };
+  enum class ErrMode { kAuto, kPeer, kNone };
+  DataPath data_path = DataPath::kAuto;
+  ErrMode err_mode = ErrMode::kAuto;
+  uint64_t eager_max = 8192;  // rma path: writes up to this size travel as an AM
+  bool busy_poll = false;     // waiters drive progress until their deadline
+  Clock::duration wait_spin = std::chrono::microseconds(50);      // ... or this long
+  Clock::duration progress_spin = std::chrono::microseconds(20);  // before the thread sleeps
+};
+Result<Options> load_options();
+
+class UcxChannel;
+
+enum class OpKind : uint8_t { kWrite, kRead, kMessage, kRevokeAck, kCtrl };
+
+// One operation, from issue to its last UCP completion. Pooled; touched by the
+// issuing thread until submit(), then only in progress context.
+struct Op {
+  OpKind kind = OpKind::kCtrl;
+  bool user_done = false;     // the callback has been queued (exactly once)
+  bool put_path = false;      // rma path: ucp_put_nbx / ucp_get_nbx
+  bool notify_stage = false;  // put done, the ordered kNotify AM is next
+  bool has_notify = false;
+  bool in_active = false;
+  int refs = 0;   // reasons the op must stay allocated (see UcxCore::release)
+  int parts = 0;  // completions still needed before success
+  UcxChannel* ch = nullptr;
+  Callback done;
+  Status preset;  // an error found at issue time, reported from progress context
+  Clock::time_point deadline;
+  int64_t timeout_ms = 0;
+  uint64_t id = 0;
+  uint64_t seq = 0;
+  const void* src = nullptr;
+  void* dst = nullptr;
+  uint64_t len = 0;
+  uint64_t offset = 0;
+  uint64_t notify = 0;
+  uint64_t key_id = 0, key_secret = 0, key_addr = 0, key_length = 0;
+  std::vector<uint8_t> blob;   // packed rkey, when the channel may not have it cached yet
+  std::vector<uint8_t> bytes;  // message / control payload
+  AmHeader hdr;                // must outlive the UCP send
+  Op* qnext = nullptr;         // channel send queue
+  Op* prev = nullptr;          // active list (ops with a pending user callback)
+  Op* next = nullptr;
+
+  const char* name() const;
+};
+
+class UcxCore final : public WaitDriver, public std::enable_shared_from_this<UcxCore> {
+ public:
+  static Result<std::shared_ptr<UcxCore>> create(const TransportConfig& config);
+  ~UcxCore() override;
+  UcxCore(const UcxCore&) = delete;
+  UcxCore& operator=(const UcxCore&) = delete;
+
+  // ---- Transport API ----
+  const std::string& address() const { return address_; }
+  Result<std::shared_ptr<Channel>> connect(int peer_rank, const std::string& address,
+                                           Millis timeout);
+  Result<std::shared_ptr<Channel>> accept(int peer_rank, Millis timeout);
+  Result<RegionId> register_memory(void* addr, size_t len);
+  Status deregister_memory(RegionId region);
+  Result<RemoteKey> export_key(const void* addr, size_t len);
+  Status revoke_key(const RemoteKey& key);
+  void shutdown();
+
+  // ---- WaitDriver ----
+  bool drive(const std::function<bool()>& ready, Clock::time_point deadline) override;
+
+  // ---- for channels: issuing threads ----
+  const Options& options() const { return options_; }
+  int rank() const { return rank_; }
+  Op* new_op(OpKind kind, UcxChannel* ch, Callback done, Millis timeout);
+  // Hands the op to progress context (posting it right away when the worker is free).
+  void submit(Op* op);
+  bool stopped() const { return stopped_.load(std::memory_order_acquire); }
+
+  // ---- for channels: progress context (worker_mu_ held) ----
+  ucp_worker_h worker() const { return worker_; }
+  ucp_context_h context() const { return context_; }
+  // Queues the op's callback with `st` (first call wins) and drops the user reference.
+  void complete(Op* op, Status st);
+  // One more completion of a multi-part op; the op succeeds when all parts are in.
+  void part_done(Op* op, const Status& st);
+  void add_ref(Op* op) { ++op->refs; }
+  void release(Op* op);
+  Op* ctrl_op(UcxChannel* ch);  // an internal op (no callback) for control sends
+  void emit_notify(Inbox& inbox, uint64_t value);
+  void emit_message(Inbox& inbox, std::vector<uint8_t> bytes);
+  void emit_inbox_failure(Inbox& inbox, Status st);
+  void mark_dirty(UcxChannel* ch);
+  void retire_ep(ucp_ep_h ep, bool force, std::vector<ucp_rkey_h> rkeys);
+  // Looks up the grant for an incoming access; on refusal returns the reason.
+  Status resolve_grant(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len,
+                       const char* op, int peer, uint8_t** target);
+  // Grant (address, length) for a key query; records `channel` as a user of the key.
+  Status query_grant(uint64_t key_id, uint64_t secret, uint32_t channel, int peer, uint64_t* addr,
+                     uint64_t* len);
+  void on_revoke_ack(uint64_t round, uint32_t channel);
+  void channel_failed(uint32_t channel);  // stops revocation rounds waiting for it
+  void notify_control();                  // wakes connect/accept/revoke waiters
+  void unwatch_pidfd(int fd);
+
+ private:
+  struct Region {
+    uintptr_t addr = 0;
+    size_t len = 0;
+    ucp_mem_h memh = nullptr;
+    std::vector<uint8_t> rkey;  // packed once
+  };
+  struct Grant {
+    uint64_t secret = 0;
+    uintptr_t addr = 0;
+    uint64_t len = 0;
+    RegionId region = 0;
+    std::vector<uint32_t> queried_by;  // channels that may have cached an rkey for it
+  };
+  struct RevokeRound {
+    std::vector<uint32_t> waiting;  // channel ids
+    std::shared_ptr<std::atomic<int>> remaining;
+  };
+  struct Hello {
+    int rank = 0;
+    uint32_t remote_channel = 0;
+    std::string address;
+  };
+  struct Event {
+    enum Kind : uint8_t { kCallback, kNotify, kMessage, kFail } kind = kCallback;
+    Callback cb;
+    Status status;
+    Inbox* inbox = nullptr;
+    uint64_t value = 0;
+    std::vector<uint8_t> bytes;
+  };
+  struct Closing {
+    void* request = nullptr;
+    std::vector<ucp_rkey_h> rkeys;
+  };
+  struct ToClose {
+    ucp_ep_h ep = nullptr;
+    bool force = false;
+    std::vector<ucp_rkey_h> rkeys;
+  };
+  enum PtState : int { kPtRunning, kPtBackoff, kPtSleeping, kPtStopped };
+
+  UcxCore(const TransportConfig& config, Options options);
+  Status init(const TransportConfig& config);
+
+  // Progress.
+  void progress_thread();
+  // Tries to make progress; false when another thread holds the worker.
+  bool progress_once(bool* did_something);
+  // worker_mu_ held: one pass (submissions, UCP progress, channel work, timeouts).
+  bool pass_locked();
+  void drain_submissions_locked();
+  void dispatch();
+  void kick();
+  bool poll_control(int timeout_ms);
+  void scan_timeouts_locked(Clock::time_point now);
+  // Control-plane wait (connect, accept, revoke) on ctl_cv_; drives progress itself when
+  // nobody else can (called from a callback, or after the progress thread stopped).
+  template <typename Pred>
+  bool wait_control(Pred pred, Clock::time_point deadline);
+  void unlink_active(Op* op);
+
+  // Connection setup.
+  static ucs_status_t on_am(void* arg, const void* header, size_t header_length, void* data,
+                            size_t length, const ucp_am_recv_param_t* param);
+  static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+  void handle_hellos_locked();
+  Result<std::shared_ptr<UcxChannel>> make_channel_locked(int peer_rank, const PeerAddress& peer,
+                                                          const char* op);
+  void watch_pidfd(int fd, uint32_t channel);
+  void on_peer_exit(uint32_t channel);
+  Options::DataPath choose_data_path(ucp_ep_h ep) const;
+  Status revoke_grants(std::vector<uint64_t> key_ids, const char* op);
+  void wait_closing_locked(std::unique_lock<std::mutex>& lock, Clock::time_point deadline);
+
+  const int rank_;
+  const Options options_;
+  std::string ifname_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::string address_;
+  int worker_fd_ = -1;
+  int wake_fd_ = -1;
+  int control_ep_ = -1;  // epoll: wake_fd_ + peer pidfds
+  int sleep_ep_ = -1;    // epoll: worker_fd_ + control_ep_
+
+  std::mutex worker_mu_;
+  std::atomic<int> busy_waiters_{0};
+  std::atomic<int> pt_state_{kPtRunning};
+  std::atomic<uint64_t> activity_{0};
+  std::atomic<bool> stopped_{false};
+  std::atomic<bool> stop_thread_{false};
+  std::thread thread_;
+
+  std::mutex sub_mu_;
+  std::vector<Op*> subs_;
+  std::atomic<size_t> subs_count_{0};
+
+  // Progress context (worker_mu_).
+  std::vector<Event> events_;
+  std::vector<UcxChannel*> dirty_;
+  std::vector<std::shared_ptr<UcxChannel>> channels_;  // index = channel id - 1
+  std::vector<Hello> hellos_;
+  std::vector<ToClose> to_close_;
+  std::vector<Closing> closing_;
+  Op* active_head_ = nullptr;
+  Op* active_tail_ = nullptr;
+  Clock::time_point next_scan_{};
+  std::map<uintptr_t, RegionId> region_by_addr_;
+  std::unordered_map<RegionId, Region> regions_;
+  std::unordered_map<uint64_t, Grant> grants_;
+  std::unordered_map<uint64_t, RevokeRound> rounds_;
+  RegionId next_region_ = 1;
+  uint64_t next_key_ = 1;
+  uint64_t next_round_ = 1;
+  uint64_t rng_state_ = 0;
+
+  // Dispatch.
+  std::mutex ready_mu_;
+  std::vector<Event> ready_;
+  std::atomic<size_t> ready_count_{0};
+  std::mutex dispatch_mu_;
+  std::vector<Event> dispatching_;
+
+  // Op pool.
+  std::mutex pool_mu_;
+  std::vector<std::unique_ptr<Op>> pool_all_;
+  std::vector<Op*> pool_free_;
+  std::atomic<uint64_t> next_op_id_{1};
+
+  // Control plane: connect/accept/revoke waiters (never held with worker_mu_ taken after it).
+  std::mutex ctl_mu_;
+  std::condition_variable ctl_cv_;
+  std::map<int, std::deque<std::shared_ptr<UcxChannel>>> accepted_;
+
+  friend class UcxChannel;
+};
+
+}  // namespace rdmaflow::ucx

@@ -1,0 +1,93 @@
+// Wire format of the UCX backend: every message is one UCP active message
+// (AM id kAmId) with a fixed 64-byte header; the header's type says what it is
+// and the AM data carries the payload (message bytes, write payload, worker
+// address, refusal list). See docs/ucx.md, "Wire protocol".
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace rdmaflow::ucx {
+
+constexpr uint16_t kAmId = 0x52;  // 'R'
+
+enum class MsgType : uint8_t {
+  kHello = 1,       // connector -> acceptor. id: connector's channel id, value: connector's
+                    // rank. data: connector's address string (identity + worker address).
+  kHelloAck = 2,    // acceptor -> connector. id: acceptor's channel id.
+  kMessage = 3,     // ordered. data: the message.
+  kWrite = 4,       // ordered. key_id, secret, offset, length, [value = notify]. data: payload
+                    // (eager, or rendezvous pulled by the receiver straight into the target).
+  kNotify = 5,      // ordered. key_id, secret, offset, length, value = notify; the payload was
+                    // already put with ucp_put_nbx and flushed.
+  kAck = 6,         // offset..length: the ordered sequence numbers [from, upto) the receiver
+                    // has applied. data: refusals (seq, code, reason) in that range.
+  kReadReq = 7,     // id: op id. key_id, secret, offset, length.
+  kReadResp = 8,    // id: op id. code != 0: refused, data = reason; else data = the bytes.
+  kKeyQuery = 9,    // id: key id, secret. "May I put/get with this key?"
+  kKeyReply = 10,   // id: key id. code, value = grant address, length = grant length;
+                    // data = reason when refused.
+  kRevoke = 11,     // id: revocation round. data: u64 key ids no longer valid.
+  kRevokeAck = 12,  // id: revocation round. Sent after every put/get with those keys completed.
+  kBye = 13,        // the peer closed this channel.
+};
+
+constexpr uint8_t kFlagNotify = 1;
+
+struct AmHeader {
+  uint8_t type = 0;
+  uint8_t flags = 0;
+  uint16_t code = 0;     // replies: rdmaflow::Code of a refusal, 0 = accepted
+  uint32_t channel = 0;  // the receiver's channel id
+  uint64_t seq = 0;      // ordered types: per-channel sequence number
+  uint64_t id = 0;       // see MsgType
+  uint64_t key_id = 0;
+  uint64_t secret = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t value = 0;
+};
+static_assert(sizeof(AmHeader) == 64, "AmHeader is part of the wire format");
+
+// A refused ordered operation, reported back in kAck.
+struct Refusal {
+  uint64_t seq = 0;
+  uint16_t code = 0;
+  std::string reason;
+};
+
+constexpr size_t kMaxReason = 512;
+
+inline void append_refusal(std::vector<uint8_t>& out, const Refusal& r) {
+  const uint16_t n = static_cast<uint16_t>(std::min(r.reason.size(), kMaxReason));
+  const size_t at = out.size();
+  out.resize(at + 12 + n);
+  std::memcpy(out.data() + at, &r.seq, 8);
+  std::memcpy(out.data() + at + 8, &r.code, 2);
+  std::memcpy(out.data() + at + 10, &n, 2);
+  std::memcpy(out.data() + at + 12, r.reason.data(), n);
+}
+
+// False on a malformed list.
+inline bool parse_refusals(std::span<const uint8_t> in, std::vector<Refusal>& out) {
+  size_t pos = 0;
+  while (pos < in.size()) {
+    if (in.size() - pos < 12) return false;
+    Refusal r;
+    uint16_t n = 0;
+    std::memcpy(&r.seq, in.data() + pos, 8);
+    std::memcpy(&r.code, in.data() + pos + 8, 2);
+    std::memcpy(&n, in.data() + pos + 10, 2);
+    if (in.size() - pos - 12 < n) return false;
+    r.reason.assign(reinterpret_cast<const char*>(in.data() + pos + 12), n);
+    out.push_back(std::move(r));
+    pos += 12 + n;
+  }
+  return true;
+}
+
+}  // namespace rdmaflow::ucx
