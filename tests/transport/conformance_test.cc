@@ -20,8 +20,9 @@ namespace {
 
 const Backend kBackends[] = {
     {"tcp", "tcp", {}},
-    // {"ucx_shm", "ucx", {{"UCX_TLS", "shm,self"}}},
-    // {"ucx_tcp", "ucx", {{"UCX_TLS", "tcp,self"}}},
+    // UCX over shared memory (AM + rendezvous/CMA data path) and over loopback TCP (rkey path).
+    {"ucx_shm", "ucx", {{"UCX_TLS", "posix,sysv,cma,self"}}},
+    {"ucx_tcp", "ucx", {{"UCX_TLS", "tcp,self"}, {"UCX_NET_DEVICES", "lo"}}},
     {"verbs", "verbs", {}},
 };
 

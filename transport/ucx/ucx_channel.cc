@@ -316,29 +316,18 @@ UcxChannel::KeyEntry* UcxChannel::resolve_key(Op* op, Status* refusal) {
                          "key id " + std::to_string(op->key_id) + " was revoked by the peer");
       return nullptr;
     }
-    KeyEntry& e = keys_[op->key_id];
-    e.blob = std::move(op->blob);
-    {
-      std::lock_guard<std::mutex> lock(known_mu_);
-      known_keys_.insert(op->key_id);
-    }
-    query_key(e, op);
+    query_key(keys_[op->key_id], op);
     return nullptr;
   }
   KeyEntry& e = it->second;
   if (e.state == KeyEntry::State::kQuerying) return nullptr;
-  if (op->key_secret != e.secret || op->key_addr != e.addr || op->key_length != e.length) {
-    if (e.state == KeyEntry::State::kRefused) {
-      // Refused for another secret or range (say, a forged copy): ask about this one.
-      query_key(e, op);
-      return nullptr;
-    }
-    if (e.state == KeyEntry::State::kValid && op->key_secret == e.secret) {
-      *refusal = RDMAFLOW_ERROR(
-          Code::kInvalidArgument, op->name(), peer_,
-          "key id " + std::to_string(op->key_id) + " does not describe the range the peer granted");
-      return nullptr;
-    }
+  if (e.state == KeyEntry::State::kRefused &&
+      (op->key_secret != e.secret || (!op->blob.empty() && op->blob != e.blob))) {
+    // Refused for another secret or rkey (say, a forged copy): ask about this one.
+    query_key(e, op);
+    return nullptr;
+  }
+  if (op->key_secret != e.secret) {
     *refusal = RDMAFLOW_ERROR(
         Code::kNotFound, op->name(), peer_,
         "wrong secret for key id " + std::to_string(op->key_id) + " (forged or stale key)");
@@ -346,6 +335,16 @@ UcxChannel::KeyEntry* UcxChannel::resolve_key(Op* op, Status* refusal) {
   }
   if (e.state == KeyEntry::State::kRefused) {
     *refusal = e.refusal.with_op(op->name());
+    return nullptr;
+  }
+  // Bounds against the grant the owner confirmed, not the one the key claims.
+  const uint64_t start = op->key_addr + op->offset;
+  if (start < e.addr || start - e.addr > e.length || op->len > e.length - (start - e.addr)) {
+    *refusal =
+        RDMAFLOW_ERROR(Code::kOutOfRange, op->name(), peer_,
+                       "offset " + std::to_string(op->offset) + " + length " +
+                           std::to_string(op->len) + " exceeds the " + std::to_string(e.length) +
+                           " bytes the peer granted by key id " + std::to_string(op->key_id));
     return nullptr;
   }
   return &e;
@@ -356,8 +355,7 @@ void UcxChannel::query_key(KeyEntry& e, const Op* op) {
   // first put/get, since UCX rkeys cover the whole slab and cannot be revoked.
   e.state = KeyEntry::State::kQuerying;
   e.secret = op->key_secret;
-  e.addr = op->key_addr;
-  e.length = op->key_length;
+  if (!op->blob.empty()) e.blob = op->blob;
   AmHeader h;
   h.type = static_cast<uint8_t>(MsgType::kKeyQuery);
   h.channel = remote_id_;
@@ -398,7 +396,7 @@ UcxChannel::Step UcxChannel::post_write(Op* op) {
     if (k == nullptr) return Step::kStall;  // waiting for the owner to confirm the key
     op->parts = op->has_notify ? 3 : 2;     // put + (notify sent + acknowledged | flush)
     ucp_request_param_t p = send_param(&UcxChannel::on_send, op);
-    ucs_status_ptr_t r = ucp_put_nbx(ep_, op->src, op->len, k->addr + op->offset, k->rkey, &p);
+    ucs_status_ptr_t r = ucp_put_nbx(ep_, op->src, op->len, op->key_addr + op->offset, k->rkey, &p);
     if (r == nullptr) {
       core_->part_done(op, Status::ok());
     } else if (UCS_PTR_IS_ERR(r)) {
@@ -462,7 +460,7 @@ UcxChannel::Step UcxChannel::post_read(Op* op) {
   if (k == nullptr) return Step::kStall;
   op->parts = 1;
   ucp_request_param_t p = send_param(&UcxChannel::on_send, op);
-  ucs_status_ptr_t r = ucp_get_nbx(ep_, op->dst, op->len, k->addr + op->offset, k->rkey, &p);
+  ucs_status_ptr_t r = ucp_get_nbx(ep_, op->dst, op->len, op->key_addr + op->offset, k->rkey, &p);
   if (r == nullptr) {
     core_->part_done(op, Status::ok());
   } else if (UCS_PTR_IS_ERR(r)) {
@@ -529,12 +527,19 @@ ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
     case MsgType::kReadReq:
       return on_read_req(h);
     case MsgType::kKeyQuery: {
-      uint64_t addr = 0, len = 0;
-      Status st = core_->query_grant(h.key_id, h.secret, id_, peer_, &addr, &len);
+      uint64_t addr = 0, len = 0, sum = 0;
+      Status st = core_->query_grant(h.key_id, h.secret, id_, peer_, &addr, &len, &sum);
+      AmHeader reply;
+      reply.type = static_cast<uint8_t>(MsgType::kKeyReply);
+      reply.code = static_cast<uint16_t>(st.code());
+      reply.channel = remote_id_;
+      reply.id = h.id;
+      reply.secret = sum;
+      reply.value = addr;
+      reply.length = len;
       std::vector<uint8_t> reason;
       if (!st.is_ok()) reason.assign(st.reason().begin(), st.reason().end());
-      send_ctrl(MsgType::kKeyReply, h.id, std::move(reason), static_cast<uint16_t>(st.code()), addr,
-                len);
+      post_ctrl(reply, std::move(reason));
       break;
     }
     case MsgType::kKeyReply:
@@ -744,11 +749,14 @@ void UcxChannel::on_key_reply(const AmHeader& h, const void* data, size_t length
     e.state = KeyEntry::State::kRefused;
     e.refusal = Status(wire_code(h.code), "write", peer_,
                        "peer refused " + key + ": " + text(data, length, false));
-  } else if (h.value != e.addr || h.length != e.length) {
+  } else if (h.secret != rkey_checksum(e.blob)) {
+    // Never hand UCX an rkey the owner did not pack.
     e.state = KeyEntry::State::kRefused;
     e.refusal = RDMAFLOW_ERROR(Code::kInvalidArgument, "write", peer_,
-                               key + " does not describe the range the peer granted");
+                               "the rkey carried by " + key + " is not the one the peer packed");
   } else {
+    e.addr = h.value;
+    e.length = h.length;
     const ucs_status_t s = ucp_ep_rkey_unpack(ep_, e.blob.data(), &e.rkey);
     if (s != UCS_OK) {
       e.rkey = nullptr;
@@ -757,6 +765,8 @@ void UcxChannel::on_key_reply(const AmHeader& h, const void* data, size_t length
                                  "cannot unpack the rkey of " + key + ": " + ucs_status_string(s));
     } else {
       e.state = KeyEntry::State::kValid;
+      std::lock_guard<std::mutex> lock(known_mu_);
+      known_keys_.insert(h.id);  // issuers stop copying its blob
     }
   }
   core_->mark_dirty(this);
@@ -890,9 +900,9 @@ void UcxChannel::fail(const Status& st, bool force_close) {
     core_->release(op);
   }
   flush_waiters_.clear();
-  if (flush_ != nullptr) {
-    for (Op* op : flush_->ops) core_->complete(op, st.with_op(op->name()));
-  }
+  // Everything else still pending on this channel (ops waiting only for a UCP
+  // request, which a forced close does not always complete).
+  core_->complete_channel_ops(this, st);
   for (auto& [seq, item] : rx_held_) {
     if (item->ready) {
       delete item;

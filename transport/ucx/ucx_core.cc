@@ -355,6 +355,14 @@ void UcxCore::part_done(Op* op, const Status& st) {
   if (--op->parts <= 0) complete(op, Status::ok());
 }
 
+void UcxCore::complete_channel_ops(UcxChannel* ch, const Status& st) {
+  for (Op* op = active_head_; op != nullptr;) {
+    Op* next = op->next;
+    if (op->ch == ch) complete(op, st.with_op(op->name()));
+    op = next;
+  }
+}
+
 void UcxCore::emit_notify(Inbox& inbox, uint64_t value) {
   Event e;
   e.kind = Event::kNotify;
@@ -1212,7 +1220,7 @@ Status UcxCore::resolve_grant(uint64_t key_id, uint64_t secret, uint64_t offset,
 }
 
 Status UcxCore::query_grant(uint64_t key_id, uint64_t secret, uint32_t channel, int peer,
-                            uint64_t* addr, uint64_t* len) {
+                            uint64_t* addr, uint64_t* len, uint64_t* rkey_sum) {
   uint8_t* target = nullptr;
   RDMAFLOW_RETURN_IF_ERROR(resolve_grant(key_id, secret, 0, 0, "key query", peer, &target));
   Grant& g = grants_.at(key_id);
@@ -1221,6 +1229,7 @@ Status UcxCore::query_grant(uint64_t key_id, uint64_t secret, uint32_t channel, 
   }
   *addr = g.addr;
   *len = g.len;
+  *rkey_sum = rkey_checksum(regions_.at(g.region).rkey);
   return Status::ok();
 }
 

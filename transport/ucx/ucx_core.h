@@ -131,6 +131,8 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   void complete(Op* op, Status st);
   // One more completion of a multi-part op; the op succeeds when all parts are in.
   void part_done(Op* op, const Status& st);
+  // Completes every op of `ch` whose callback is still pending with `st`.
+  void complete_channel_ops(UcxChannel* ch, const Status& st);
   void add_ref(Op* op) { ++op->refs; }
   void release(Op* op);
   Op* ctrl_op(UcxChannel* ch);  // an internal op (no callback) for control sends
@@ -144,7 +146,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
                        const char* op, int peer, uint8_t** target);
   // Grant (address, length) for a key query; records `channel` as a user of the key.
   Status query_grant(uint64_t key_id, uint64_t secret, uint32_t channel, int peer, uint64_t* addr,
-                     uint64_t* len);
+                     uint64_t* len, uint64_t* rkey_sum);
   void on_revoke_ack(uint64_t round, uint32_t channel);
   void channel_failed(uint32_t channel);  // stops revocation rounds waiting for it
   void notify_control();                  // wakes connect/accept/revoke waiters

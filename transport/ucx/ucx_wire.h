@@ -62,6 +62,14 @@ struct Refusal {
 
 constexpr size_t kMaxReason = 512;
 
+// FNV-1a of a packed rkey: lets the initiator check the blob in a RemoteKey is the
+// one the owner packed before handing it to ucp_ep_rkey_unpack.
+inline uint64_t rkey_checksum(std::span<const uint8_t> blob) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint8_t b : blob) h = (h ^ b) * 1099511628211ull;
+  return h;
+}
+
 inline void append_refusal(std::vector<uint8_t>& out, const Refusal& r) {
   const uint16_t n = static_cast<uint16_t>(std::min(r.reason.size(), kMaxReason));
   const size_t at = out.size();
