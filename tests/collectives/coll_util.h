@@ -153,4 +153,63 @@ inline Result<size_t> run_and_check(Communicator& comm, const CallSpec& c, std::
   return test::check_output(c.kind, c.type, c.op, rank, world, c.root, c.seed, dst, c.count, first);
 }
 
+// Expected reductions, computed once per (type, op, seed, elements) and reused
+// by every algorithm of a matrix (the per-element reference costs a loop over
+// the world).
+class ReferenceCache {
+ public:
+  const std::vector<double>& reduced(DataType t, ReduceOp op, int world, uint32_t seed,
+                                     size_t elems) {
+    auto key = std::make_tuple(static_cast<int>(t), static_cast<int>(op), world, seed, elems);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    if (cache_.size() > 8) cache_.clear();
+    std::vector<double> v(elems);
+    for (size_t i = 0; i < elems; ++i) v[i] = test::reduced_value(t, op, world, i, seed);
+    return cache_.emplace(key, std::move(v)).first->second;
+  }
+
+ private:
+  std::map<std::tuple<int, int, int, uint32_t, size_t>, std::vector<double>> cache_;
+};
+
+// Like run_and_check, but reductions are compared against `cache`.
+inline Result<size_t> run_and_check_cached(Communicator& comm, const CallSpec& c,
+                                           ReferenceCache& cache, std::string* first) {
+  const bool reduced = c.kind == CollectiveKind::kAllreduce ||
+                       c.kind == CollectiveKind::kReduceScatter ||
+                       c.kind == CollectiveKind::kReduce;
+  if (!reduced || c.count < 4096) return run_and_check(comm, c, first);
+  const int world = comm.world_size(), rank = comm.rank();
+  const size_t es = dtype_size(c.type);
+  const size_t in_elems = test::input_elems(c.kind, c.count, world);
+  Mem in(in_elems * es), out(in_elems * es);
+  test::make_input(c.kind, c.type, c.op, rank, world, c.seed, in.p, c.count);
+  const std::byte* src = in.p;
+  std::byte* dst = out.p;
+  if (c.in_place) {
+    std::memcpy(out.p, in.p, in_elems * es);
+    src = out.p;
+    if (c.kind == CollectiveKind::kReduceScatter) dst = out.p + rank * c.count * es;
+  }
+  CallOptions o;
+  o.algorithm = c.algo;
+  RDMAFLOW_RETURN_IF_ERROR(comm.run(c.kind, src, dst, c.count, c.type, c.op, c.root, o));
+  if (c.kind == CollectiveKind::kReduce && rank != c.root) return size_t{0};
+  const auto& want = cache.reduced(c.type, c.op, world, c.seed, in_elems);
+  const size_t offset = c.kind == CollectiveKind::kReduceScatter ? rank * c.count : 0;
+  size_t wrong = 0;
+  for (size_t i = 0; i < c.count; ++i) {
+    const double got = test::load(c.type, dst, i);
+    if (!test::close_enough(c.type, c.op, want[offset + i], got)) {
+      if (wrong == 0 && first) {
+        *first = "element " + std::to_string(offset + i) + ": want " +
+                 std::to_string(want[offset + i]) + " got " + std::to_string(got);
+      }
+      ++wrong;
+    }
+  }
+  return wrong;
+}
+
 }  // namespace rdmaflow::testing

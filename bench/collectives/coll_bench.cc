@@ -1,0 +1,712 @@
+// bench/collectives: rdmaflow collectives in the nccl-tests convention, with
+// Gloo (TCP transport) and Open MPI run on the same processes, in the same
+// run, on the same buffers and sizes, for a reference.
+//
+//   mpirun --allow-run-as-root --oversubscribe -np 4 rdmaflow_coll_bench
+//       --op allreduce --type f32 --sizes 8,1M,16M,64M --vs gloo --vs mpi [--json out.json]
+//
+// Columns: size (bytes of the largest buffer), count (its elements), type,
+// redop, algo (ours, from the cost model or RDMAFLOW_<OP>_ALGO / --algo), then
+// per library: time (us, p50 over iterations of the slowest rank), algbw and
+// busbw (GB/s = 1e9 B/s; busbw = algbw x 2(n-1)/n for allreduce, (n-1)/n for
+// reduce_scatter, allgather and alltoall, 1 for broadcast and reduce), #wrong,
+// min / p99 time, and the ratio of our busbw to the reference's.
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <mpi.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "runtime/bootstrap.h"
+#include "transport/transport.h"
+
+using namespace rdmaflow;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Args {
+  CollectiveKind op = CollectiveKind::kAllreduce;
+  DataType type = DataType::kF32;
+  ReduceOp redop = ReduceOp::kSum;
+  std::vector<size_t> sizes;
+  size_t min_bytes = 8, max_bytes = 64u << 20;
+  int factor = 2;
+  int iters = 0;  // 0: by size
+  int warmup = 3;
+  bool vs_gloo = false, vs_mpi = false;
+  std::string json;
+  std::string transport = "ucx";
+  Algorithm algo = Algorithm::kAuto;
+};
+
+size_t parse_size(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  std::string unit(end);
+  if (unit == "K" || unit == "k" || unit == "KiB") v *= 1024;
+  if (unit == "M" || unit == "m" || unit == "MiB") v *= 1024 * 1024;
+  if (unit == "G" || unit == "g" || unit == "GiB") v *= 1024.0 * 1024 * 1024;
+  return static_cast<size_t>(v);
+}
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "%s\nusage: rdmaflow_coll_bench [--op allreduce|reduce_scatter|allgather|"
+               "broadcast|reduce|alltoall] [--type f32|f64|f16|bf16|i32|i64|u8] "
+               "[--redop sum|prod|min|max|avg] [--sizes 8,1M,...] [--min B --max B --factor F] "
+               "[--iters N] [--warmup N] [--vs gloo] [--vs mpi] [--json FILE] "
+               "[--transport ucx|tcp] [--algo NAME]\n",
+               why);
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) usage(("missing value for " + k).c_str());
+      return argv[++i];
+    };
+    if (k == "--op") {
+      std::string v = val();
+      bool ok = false;
+      for (CollectiveKind c : kAllCollectives) {
+        if (collective_name(c) == v) a.op = c, ok = true;
+      }
+      if (!ok || a.op == CollectiveKind::kBarrier) usage("unknown --op");
+    } else if (k == "--type") {
+      auto t = parse_dtype(val());
+      if (!t) usage("unknown --type");
+      a.type = *t;
+    } else if (k == "--redop") {
+      auto r = parse_reduce_op(val());
+      if (!r) usage("unknown --redop");
+      a.redop = *r;
+    } else if (k == "--sizes") {
+      std::string v = val();
+      size_t pos = 0;
+      while (pos <= v.size()) {
+        size_t comma = v.find(',', pos);
+        if (comma == std::string::npos) comma = v.size();
+        a.sizes.push_back(parse_size(v.substr(pos, comma - pos)));
+        pos = comma + 1;
+      }
+    } else if (k == "--min" || k == "-b") {
+      a.min_bytes = parse_size(val());
+    } else if (k == "--max" || k == "-e") {
+      a.max_bytes = parse_size(val());
+    } else if (k == "--factor" || k == "-f") {
+      a.factor = std::max(2, std::atoi(val().c_str()));
+    } else if (k == "--iters" || k == "-n") {
+      a.iters = std::atoi(val().c_str());
+    } else if (k == "--warmup" || k == "-w") {
+      a.warmup = std::atoi(val().c_str());
+    } else if (k == "--vs") {
+      std::string v = val();
+      if (v == "gloo") {
+        a.vs_gloo = true;
+      } else if (v == "mpi") {
+        a.vs_mpi = true;
+      } else {
+        usage("--vs takes gloo or mpi");
+      }
+    } else if (k == "--json") {
+      a.json = val();
+    } else if (k == "--transport") {
+      a.transport = val();
+    } else if (k == "--algo") {
+      auto al = parse_algorithm(val());
+      if (!al) usage("unknown --algo");
+      a.algo = *al;
+    } else {
+      usage(("unknown argument " + k).c_str());
+    }
+  }
+  if (a.sizes.empty()) {
+    for (size_t s = a.min_bytes; s <= a.max_bytes; s *= a.factor) a.sizes.push_back(s);
+  }
+  return a;
+}
+
+double busbw_factor(CollectiveKind k, int n) {
+  switch (k) {
+    case CollectiveKind::kAllreduce:
+      return 2.0 * (n - 1) / n;
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllgather:
+    case CollectiveKind::kAlltoall:
+      return static_cast<double>(n - 1) / n;
+    default:
+      return 1.0;
+  }
+}
+
+bool per_rank(CollectiveKind k) {
+  return k == CollectiveKind::kReduceScatter || k == CollectiveKind::kAllgather ||
+         k == CollectiveKind::kAlltoall;
+}
+
+// ---- inputs and the #wrong check (sum of small integers: exact in every type) ----
+double in_value(int rank, size_t i) {
+  return static_cast<double>((rank * 3 + i) % 7);
+}
+
+void store(DataType t, void* b, size_t i, double v) {
+  switch (t) {
+    case DataType::kF32:
+      static_cast<float*>(b)[i] = static_cast<float>(v);
+      break;
+    case DataType::kF64:
+      static_cast<double*>(b)[i] = v;
+      break;
+    case DataType::kI32:
+      static_cast<int32_t*>(b)[i] = static_cast<int32_t>(v);
+      break;
+    case DataType::kI64:
+      static_cast<int64_t*>(b)[i] = static_cast<int64_t>(v);
+      break;
+    case DataType::kU8:
+      static_cast<uint8_t*>(b)[i] = static_cast<uint8_t>(v);
+      break;
+    case DataType::kF16:
+    case DataType::kBF16: {
+      // Small integers: exact in both; build the bits through float.
+      float f = static_cast<float>(v);
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      uint16_t h;
+      if (t == DataType::kBF16) {
+        h = static_cast<uint16_t>(u >> 16);
+      } else if (f == 0) {
+        h = 0;
+      } else {
+        int e = static_cast<int>((u >> 23) & 0xff) - 127 + 15;
+        h = static_cast<uint16_t>((e << 10) | ((u >> 13) & 0x3ff));
+      }
+      static_cast<uint16_t*>(b)[i] = h;
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+double load(DataType t, const void* b, size_t i) {
+  switch (t) {
+    case DataType::kF32:
+      return static_cast<const float*>(b)[i];
+    case DataType::kF64:
+      return static_cast<const double*>(b)[i];
+    case DataType::kI32:
+      return static_cast<const int32_t*>(b)[i];
+    case DataType::kI64:
+      return static_cast<double>(static_cast<const int64_t*>(b)[i]);
+    case DataType::kU8:
+      return static_cast<const uint8_t*>(b)[i];
+    case DataType::kBF16: {
+      uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(b)[i]) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    }
+    case DataType::kF16: {
+      uint16_t h = static_cast<const uint16_t*>(b)[i];
+      if ((h & 0x7fff) == 0) return 0;
+      uint32_t u = (static_cast<uint32_t>(((h >> 10) & 0x1f) - 15 + 127) << 23) |
+                   (static_cast<uint32_t>(h & 0x3ff) << 13);
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    }
+    default:
+      return 0;
+  }
+}
+
+struct Bufs {
+  std::vector<std::byte> in, out;
+};
+
+void fill(const Args& a, int rank, int world, size_t count, Bufs& b) {
+  const size_t es = dtype_size(a.type);
+  const size_t in_elems = a.op == CollectiveKind::kAllgather ? count / world : count;
+  b.in.assign(in_elems * es, std::byte{0});
+  b.out.assign(count * es, std::byte{0});
+  for (size_t i = 0; i < in_elems; ++i) {
+    size_t g = i;
+    if (a.op == CollectiveKind::kAlltoall) g = i % (count / world);
+    store(a.type, b.in.data(), i, in_value(rank, g));
+  }
+  (void)world;
+}
+
+// Wrong elements of this rank's output (sum only; other reductions report 0).
+size_t wrong(const Args& a, int rank, int world, size_t count, const Bufs& b) {
+  if (a.redop != ReduceOp::kSum) return 0;
+  size_t bad = 0;
+  const size_t per = count / world;
+  auto reduced = [&](size_t i) {
+    double s = 0;
+    for (int r = 0; r < world; ++r) s += in_value(r, i);
+    return s;
+  };
+  switch (a.op) {
+    case CollectiveKind::kAllreduce:
+      for (size_t i = 0; i < count; ++i) bad += load(a.type, b.out.data(), i) != reduced(i);
+      break;
+    case CollectiveKind::kReduce:
+      if (rank == 0) {
+        for (size_t i = 0; i < count; ++i) bad += load(a.type, b.out.data(), i) != reduced(i);
+      }
+      break;
+    case CollectiveKind::kReduceScatter:
+      for (size_t i = 0; i < per; ++i) {
+        bad += load(a.type, b.out.data(), i) != reduced(rank * per + i);
+      }
+      break;
+    case CollectiveKind::kBroadcast:
+      for (size_t i = 0; i < count; ++i) bad += load(a.type, b.out.data(), i) != in_value(0, i);
+      break;
+    case CollectiveKind::kAllgather:
+      for (size_t i = 0; i < per * world; ++i) {
+        bad += load(a.type, b.out.data(), i) != in_value(static_cast<int>(i / per), i % per);
+      }
+      break;
+    case CollectiveKind::kAlltoall:
+      for (size_t i = 0; i < per * world; ++i) {
+        bad += load(a.type, b.out.data(), i) != in_value(static_cast<int>(i / per), i % per);
+      }
+      break;
+    default:
+      break;
+  }
+  return bad;
+}
+
+// ---- the three libraries ----
+
+struct Lib {
+  std::string name;
+  std::function<bool(const Args&, size_t count)> supports;
+  std::function<void(const Args&, size_t count, Bufs&)> run;  // aborts on failure
+  std::function<std::string(const Args&, size_t count)> algo;
+};
+
+MPI_Datatype mpi_type(DataType t) {
+  switch (t) {
+    case DataType::kF32:
+      return MPI_FLOAT;
+    case DataType::kF64:
+      return MPI_DOUBLE;
+    case DataType::kI32:
+      return MPI_INT32_T;
+    case DataType::kI64:
+      return MPI_INT64_T;
+    case DataType::kU8:
+      return MPI_UINT8_T;
+    default:
+      return MPI_DATATYPE_NULL;
+  }
+}
+
+MPI_Op mpi_op(ReduceOp r) {
+  switch (r) {
+    case ReduceOp::kSum:
+      return MPI_SUM;
+    case ReduceOp::kProd:
+      return MPI_PROD;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    default:
+      return MPI_OP_NULL;
+  }
+}
+
+template <typename T>
+gloo::AllreduceOptions::Func gloo_fn(ReduceOp r) {
+  using F = void (*)(void*, const void*, const void*, size_t);
+  switch (r) {
+    case ReduceOp::kSum:
+      return static_cast<F>(&gloo::sum<T>);
+    case ReduceOp::kProd:
+      return static_cast<F>(&gloo::product<T>);
+    case ReduceOp::kMin:
+      return static_cast<F>(&gloo::min<T>);
+    case ReduceOp::kMax:
+      return static_cast<F>(&gloo::max<T>);
+    default:
+      return nullptr;
+  }
+}
+
+gloo::AllreduceOptions::Func gloo_reduce_fn(DataType t, ReduceOp r) {
+  switch (t) {
+    case DataType::kF32:
+      return gloo_fn<float>(r);
+    case DataType::kF64:
+      return gloo_fn<double>(r);
+    case DataType::kI32:
+      return gloo_fn<int32_t>(r);
+    case DataType::kI64:
+      return gloo_fn<int64_t>(r);
+    case DataType::kU8:
+      return gloo_fn<uint8_t>(r);
+    default:
+      return nullptr;
+  }
+}
+
+template <typename Opts>
+void gloo_set(Opts& o, const Args& a, void* in, size_t in_elems, void* out, size_t out_elems) {
+  const size_t es = dtype_size(a.type);
+  // Gloo's typed setters only pick the element size; pass bytes as u8 when
+  // the size matches no C++ type it knows.
+  switch (es) {
+    case 1:
+      o.setInput(static_cast<uint8_t*>(in), in_elems);
+      o.setOutput(static_cast<uint8_t*>(out), out_elems);
+      break;
+    case 2:
+      o.setInput(static_cast<uint16_t*>(in), in_elems);
+      o.setOutput(static_cast<uint16_t*>(out), out_elems);
+      break;
+    case 4:
+      o.setInput(static_cast<float*>(in), in_elems);
+      o.setOutput(static_cast<float*>(out), out_elems);
+      break;
+    default:
+      o.setInput(static_cast<double*>(in), in_elems);
+      o.setOutput(static_cast<double*>(out), out_elems);
+      break;
+  }
+}
+
+void die(const std::string& what) {
+  std::fprintf(stderr, "rdmaflow_coll_bench: %s\n", what.c_str());
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::exit(1);
+}
+
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sa.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  socklen_t len = sizeof(sa);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  close(fd);
+  return ntohs(sa.sin_port);
+}
+
+double pct(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
+  i = std::min(v.size() - 1, i == 0 ? 0 : i - 1);
+  return v[i];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  Args a = parse(argc, argv);
+
+  // rdmaflow: bootstrap (rendezvous on a free port rank 0 picked), mesh, communicator.
+  int port = rank == 0 ? free_port() : 0;
+  MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  BootstrapOptions bo;
+  bo.rendezvous = "127.0.0.1:" + std::to_string(port);
+  auto boot = Bootstrap::create(bo);
+  if (!boot.is_ok()) die(boot.status().to_string());
+  auto transport = make_transport(a.transport, (*boot)->transport_config());
+  if (!transport.is_ok()) die(transport.status().to_string());
+  auto mesh = (*boot)->connect_mesh(**transport);
+  if (!mesh.is_ok()) die(mesh.status().to_string());
+  CommunicatorSetup setup;
+  setup.rank = rank;
+  setup.world = world;
+  setup.channels = *mesh;
+  setup.transport = transport->get();
+  auto t_create = Clock::now();
+  auto comm_r = Communicator::create(setup);
+  if (!comm_r.is_ok()) die(comm_r.status().to_string());
+  const double create_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - t_create).count();
+  Communicator& comm = **comm_r;
+
+  // Gloo over its TCP transport, rendezvous through a FileStore in a temp dir.
+  std::shared_ptr<gloo::rendezvous::Context> gctx;
+  if (a.vs_gloo) {
+    char dir[256] = "/tmp/rdmaflow_coll_bench_XXXXXX";
+    if (rank == 0 && mkdtemp(dir) == nullptr) die("mkdtemp failed");
+    MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    auto dev = gloo::transport::tcp::CreateDevice(attr);
+    gloo::rendezvous::FileStore store(dir);
+    gctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
+    gctx->connectFullMesh(store, dev);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) (void)!std::system((std::string("rm -rf ") + dir).c_str());
+  }
+
+  std::vector<Lib> libs;
+  libs.push_back({"rdmaflow", [](const Args&, size_t) { return true; },
+                  [&](const Args& x, size_t count, Bufs& b) {
+                    CallOptions o;
+                    o.algorithm = x.algo;
+                    const size_t c = per_rank(x.op) ? count / world : count;
+                    Status st = comm.run(x.op, b.in.data(), b.out.data(), c, x.type, x.redop, 0, o);
+                    if (!st.is_ok()) die(st.to_string());
+                  },
+                  [&](const Args& x, size_t count) {
+                    CallOptions o;
+                    o.algorithm = x.algo;
+                    auto al = comm.select(x.op, per_rank(x.op) ? count / world : count, x.type, o);
+                    return al.is_ok() ? std::string(algorithm_name(*al)) : std::string("?");
+                  }});
+  if (a.vs_gloo) {
+    libs.push_back({"gloo",
+                    [](const Args& x, size_t) {
+                      if (x.op == CollectiveKind::kReduceScatter) return false;
+                      const bool reduces =
+                          x.op == CollectiveKind::kAllreduce || x.op == CollectiveKind::kReduce;
+                      return !reduces || gloo_reduce_fn(x.type, x.redop) != nullptr;
+                    },
+                    [&](const Args& x, size_t count, Bufs& b) {
+                      const size_t per = count / world;
+                      switch (x.op) {
+                        case CollectiveKind::kAllreduce: {
+                          gloo::AllreduceOptions o(gctx);
+                          gloo_set(o, x, b.in.data(), count, b.out.data(), count);
+                          o.setReduceFunction(gloo_reduce_fn(x.type, x.redop));
+                          gloo::allreduce(o);
+                          break;
+                        }
+                        case CollectiveKind::kReduce: {
+                          gloo::ReduceOptions o(gctx);
+                          gloo_set(o, x, b.in.data(), count, b.out.data(), count);
+                          o.setRoot(0);
+                          o.setReduceFunction(gloo_reduce_fn(x.type, x.redop));
+                          gloo::reduce(o);
+                          break;
+                        }
+                        case CollectiveKind::kBroadcast: {
+                          gloo::BroadcastOptions o(gctx);
+                          gloo_set(o, x, b.in.data(), count, b.out.data(), count);
+                          o.setRoot(0);
+                          gloo::broadcast(o);
+                          break;
+                        }
+                        case CollectiveKind::kAllgather: {
+                          gloo::AllgatherOptions o(gctx);
+                          gloo_set(o, x, b.in.data(), per, b.out.data(), count);
+                          gloo::allgather(o);
+                          break;
+                        }
+                        case CollectiveKind::kAlltoall: {
+                          gloo::AlltoallOptions o(gctx);
+                          gloo_set(o, x, b.in.data(), count, b.out.data(), count);
+                          gloo::alltoall(o);
+                          break;
+                        }
+                        default:
+                          break;
+                      }
+                    },
+                    [](const Args& x, size_t) {
+                      return std::string(x.op == CollectiveKind::kAllreduce ? "ring" : "default");
+                    }});
+  }
+  if (a.vs_mpi) {
+    libs.push_back(
+        {"mpi",
+         [](const Args& x, size_t) {
+           const bool reduces = x.op == CollectiveKind::kAllreduce ||
+                                x.op == CollectiveKind::kReduce ||
+                                x.op == CollectiveKind::kReduceScatter;
+           return mpi_type(x.type) != MPI_DATATYPE_NULL &&
+                  (!reduces || mpi_op(x.redop) != MPI_OP_NULL);
+         },
+         [&](const Args& x, size_t count, Bufs& b) {
+           const int per = static_cast<int>(count / world);
+           const int c = static_cast<int>(count);
+           MPI_Datatype t = mpi_type(x.type);
+           int rc = MPI_SUCCESS;
+           switch (x.op) {
+             case CollectiveKind::kAllreduce:
+               rc = MPI_Allreduce(b.in.data(), b.out.data(), c, t, mpi_op(x.redop), MPI_COMM_WORLD);
+               break;
+             case CollectiveKind::kReduce:
+               rc = MPI_Reduce(b.in.data(), b.out.data(), c, t, mpi_op(x.redop), 0, MPI_COMM_WORLD);
+               break;
+             case CollectiveKind::kReduceScatter:
+               rc = MPI_Reduce_scatter_block(b.in.data(), b.out.data(), per, t, mpi_op(x.redop),
+                                             MPI_COMM_WORLD);
+               break;
+             case CollectiveKind::kBroadcast:
+               if (rank == 0) std::memcpy(b.out.data(), b.in.data(), b.in.size());
+               rc = MPI_Bcast(b.out.data(), c, t, 0, MPI_COMM_WORLD);
+               break;
+             case CollectiveKind::kAllgather:
+               rc = MPI_Allgather(b.in.data(), per, t, b.out.data(), per, t, MPI_COMM_WORLD);
+               break;
+             case CollectiveKind::kAlltoall:
+               rc = MPI_Alltoall(b.in.data(), per, t, b.out.data(), per, t, MPI_COMM_WORLD);
+               break;
+             default:
+               break;
+           }
+           if (rc != MPI_SUCCESS) die("MPI collective failed");
+         },
+         [](const Args&, size_t) { return std::string("tuned"); }});
+  }
+
+  const size_t es = dtype_size(a.type);
+  nlohmann::json out_json;
+  out_json["op"] = std::string(collective_name(a.op));
+  out_json["type"] = std::string(dtype_name(a.type));
+  out_json["redop"] = std::string(reduce_op_name(a.redop));
+  out_json["ranks"] = world;
+  out_json["transport"] = a.transport;
+  out_json["cost_model"] = comm.cost_model().params().to_string();
+  out_json["communicator_create_ms"] = create_ms;
+  out_json["rows"] = nlohmann::json::array();
+
+  if (rank == 0) {
+    std::printf("# rdmaflow_coll_bench: %s, %s, %s, %d ranks, transport %s\n",
+                std::string(collective_name(a.op)).c_str(), std::string(dtype_name(a.type)).c_str(),
+                std::string(reduce_op_name(a.redop)).c_str(), world, a.transport.c_str());
+    std::printf("# cost model: %s (communicator created in %.1f ms)\n",
+                comm.cost_model().params().to_string().c_str(), create_ms);
+    std::printf("# times: p50 over iterations of the slowest rank; GB/s = 1e9 B/s\n");
+    std::printf("%12s %10s %5s %5s %13s | %10s %8s %8s %6s %9s %9s", "size(B)", "count", "type",
+                "redop", "algo", "time(us)", "algbw", "busbw", "#wrong", "min(us)", "p99(us)");
+    for (size_t l = 1; l < libs.size(); ++l) {
+      std::printf(" | %6s %8s %7s", libs[l].name.c_str(), "busbw", "ratio");
+    }
+    std::printf("\n");
+  }
+
+  for (size_t size : a.sizes) {
+    size_t count = std::max<size_t>(1, size / es);
+    if (per_rank(a.op)) count = std::max<size_t>(world, count / world * world);
+    const size_t bytes = count * es;
+    int iters = a.iters;
+    if (iters <= 0) {
+      iters = static_cast<int>(
+          std::clamp<size_t>((size_t{512} << 20) / std::max<size_t>(bytes, 1), 10, 200));
+    }
+    nlohmann::json row;
+    row["size"] = bytes;
+    row["count"] = count;
+    std::vector<double> busbws(libs.size(), 0);
+    std::vector<std::string> line(libs.size());
+    for (size_t l = 0; l < libs.size(); ++l) {
+      Lib& lib = libs[l];
+      if (!lib.supports(a, count)) {
+        line[l] = "unsupported";
+        continue;
+      }
+      Bufs b;
+      fill(a, rank, world, count, b);
+      for (int w = 0; w < a.warmup; ++w) lib.run(a, count, b);
+      // Start together, then time each iteration back to back.
+      MPI_Barrier(MPI_COMM_WORLD);
+      std::vector<double> times(iters);
+      for (int it = 0; it < iters; ++it) {
+        auto t0 = Clock::now();
+        lib.run(a, count, b);
+        times[it] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      }
+      // Verify the last result (fill again: in-place users may have changed inputs).
+      Bufs v;
+      fill(a, rank, world, count, v);
+      lib.run(a, count, v);
+      unsigned long long bad = wrong(a, rank, world, count, v);
+      unsigned long long total_bad = 0;
+      MPI_Reduce(&bad, &total_bad, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+      std::vector<double> slowest(iters);
+      MPI_Reduce(times.data(), slowest.data(), iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      if (rank != 0) continue;
+      const double p50 = pct(slowest, 0.5), mn = pct(slowest, 0.0), p99 = pct(slowest, 0.99);
+      const double algbw = static_cast<double>(bytes) / (p50 * 1e-6) / 1e9;
+      const double busbw = algbw * busbw_factor(a.op, world);
+      busbws[l] = busbw;
+      nlohmann::json j;
+      j["algo"] = lib.algo(a, count);
+      j["time_us"] = p50;
+      j["min_us"] = mn;
+      j["p99_us"] = p99;
+      j["algbw_gbs"] = algbw;
+      j["busbw_gbs"] = busbw;
+      j["wrong"] = total_bad;
+      j["iters"] = iters;
+      row[lib.name] = j;
+      char buf[256];
+      if (l == 0) {
+        std::snprintf(buf, sizeof(buf),
+                      "%12zu %10zu %5s %5s %13s | %10.1f %8.3f %8.3f %6llu %9.1f %9.1f", bytes,
+                      count, std::string(dtype_name(a.type)).c_str(),
+                      std::string(reduce_op_name(a.redop)).c_str(),
+                      j["algo"].get<std::string>().c_str(), p50, algbw, busbw, total_bad, mn, p99);
+      } else {
+        const double ratio = busbw > 0 ? busbws[0] / busbw : 0;
+        row[lib.name]["ratio_ours_to_it"] = ratio;
+        std::snprintf(buf, sizeof(buf), " | %6.0f %8.3f %6.2fx%s", p50, busbw, ratio,
+                      total_bad ? "!" : "");
+      }
+      line[l] = buf;
+    }
+    if (rank == 0) {
+      for (size_t l = 0; l < libs.size(); ++l) {
+        if (line[l] == "unsupported") {
+          std::printf(l == 0 ? "%s" : " | %24s", "n/a");
+        } else {
+          std::printf("%s", line[l].c_str());
+        }
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+      out_json["rows"].push_back(row);
+    }
+  }
+  if (rank == 0 && !a.json.empty()) {
+    std::ofstream f(a.json);
+    f << out_json.dump(2) << "\n";
+  }
+  comm_r->reset();
+  (*transport)->shutdown();
+  MPI_Finalize();
+  return 0;
+}
