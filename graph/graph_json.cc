@@ -224,6 +224,9 @@ Result<GraphFile> parse_graph_doc(const json& doc) {
   if (ops == doc.end() || !ops->is_array()) {
     return bad(kLoadGraph, "'ops' must be an array of op objects");
   }
+  f.graph.reserve(ops->size(), tensors->size());
+  f.placement.rank.reserve(ops->size());
+  f.placement.device.reserve(ops->size());
   for (size_t i = 0; i < tensors->size(); ++i) {
     RDMAFLOW_RETURN_IF_ERROR(parse_tensor(f.graph, (*tensors)[i], i));
   }

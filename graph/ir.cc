@@ -149,6 +149,13 @@ Result<OpId> Graph::add_op_ids(std::string name, std::string type, std::vector<T
   return id;
 }
 
+void Graph::reserve(size_t ops, size_t tensors) {
+  ops_.reserve(ops);
+  op_index_.reserve(ops);
+  tensors_.reserve(tensors);
+  tensor_index_.reserve(tensors);
+}
+
 std::optional<OpId> Graph::find_op(std::string_view name) const {
   auto it = op_index_.find(name);
   if (it == op_index_.end()) return std::nullopt;

@@ -90,6 +90,9 @@ class Graph {
   Result<OpId> add_op_ids(std::string name, std::string type, std::vector<TensorId> inputs,
                           std::vector<TensorId> outputs, Attributes attrs = {});
 
+  // Capacity hint for graphs built in bulk.
+  void reserve(size_t ops, size_t tensors);
+
   const std::vector<Op>& ops() const { return ops_; }
   const std::vector<Tensor>& tensors() const { return tensors_; }
   const Op& op(OpId id) const { return ops_[static_cast<size_t>(id)]; }

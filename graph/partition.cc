@@ -1,7 +1,10 @@
 #include "graph/partition.h"
 
 #include <algorithm>
+#include <bit>
+#include <type_traits>
 #include <utility>
+#include <variant>
 
 #include "graph/graph_json.h"
 #include "graph/hash.h"
@@ -29,6 +32,60 @@ std::string recv_op_name(const std::string& tensor, int src) {
   return "recv:" + tensor + ":from:" + std::to_string(src);
 }
 
+uint64_t graph_fingerprint(const Graph& g, const Placement& p) {
+  Fnv1a h;
+  h.add(g.name);
+  h.add_u64(g.num_tensors());
+  for (const Tensor& t : g.tensors()) {
+    h.add(t.name);
+    h.add_u64(static_cast<uint64_t>(t.dtype));
+    h.add_u64(t.shape.size());
+    for (int64_t d : t.shape) h.add_u64(static_cast<uint64_t>(d));
+    h.add_u64(t.size_hint);
+  }
+  h.add_u64(g.num_ops());
+  for (size_t i = 0; i < g.num_ops(); ++i) {
+    const Op& op = g.ops()[i];
+    h.add(op.name);
+    h.add(op.type);
+    h.add_u64(op.attrs.size());
+    for (const auto& [key, value] : op.attrs) {
+      h.add(key);
+      h.add_u64(value.index());
+      std::visit(
+          [&h](const auto& v) {
+            using V = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<V, std::string>) {
+              h.add(v);
+            } else if constexpr (std::is_same_v<V, double>) {
+              h.add_u64(std::bit_cast<uint64_t>(v));
+            } else if constexpr (std::is_same_v<V, bool> || std::is_same_v<V, int64_t>) {
+              h.add_u64(static_cast<uint64_t>(v));
+            } else {
+              h.add_u64(v.size());
+              for (const auto& e : v) {
+                if constexpr (std::is_same_v<std::decay_t<decltype(e)>, std::string>) {
+                  h.add(e);
+                } else if constexpr (std::is_same_v<std::decay_t<decltype(e)>, double>) {
+                  h.add_u64(std::bit_cast<uint64_t>(e));
+                } else {
+                  h.add_u64(static_cast<uint64_t>(e));
+                }
+              }
+            }
+          },
+          value);
+    }
+    h.add_u64(op.inputs.size());
+    for (TensorId t : op.inputs) h.add_u64(static_cast<uint64_t>(t));
+    h.add_u64(op.outputs.size());
+    for (TensorId t : op.outputs) h.add_u64(static_cast<uint64_t>(t));
+    h.add_u64(i < p.rank.size() ? static_cast<uint64_t>(p.rank[i]) : ~uint64_t{0});
+    h.add(i < p.device.size() ? p.device[i] : std::string());
+  }
+  return h.value();
+}
+
 Result<PartitionedGraph> partition(const Graph& g, const Placement& placement, int num_ranks) {
   if (num_ranks > kMaxRanks) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, kPartition, -1,
@@ -41,13 +98,26 @@ Result<PartitionedGraph> partition(const Graph& g, const Placement& placement, i
   PartitionedGraph pg;
   pg.original = &g;
   pg.num_ranks = num_ranks;
-  pg.graph_hash = fnv1a64(write_graph_json(g, &placement));
+  pg.graph_hash = graph_fingerprint(g, placement);
   pg.ranks.resize(static_cast<size_t>(num_ranks));
   for (int r = 0; r < num_ranks; ++r) {
     RankGraph& rg = pg.ranks[static_cast<size_t>(r)];
     rg.rank = r;
     rg.graph.name =
         g.name.empty() ? "rank" + std::to_string(r) : g.name + "/rank" + std::to_string(r);
+  }
+
+  // Size each rank's graph up front: its ops, the tensors it touches (at most
+  // its ops' inputs and outputs), and one Send/Recv per crossing edge at most.
+  {
+    std::vector<size_t> ops(static_cast<size_t>(num_ranks), 0), tensors(ops);
+    for (size_t i = 0; i < g.num_ops(); ++i) {
+      const Op& op = g.ops()[i];
+      const auto r = static_cast<size_t>(placement.rank[i]);
+      ops[r] += 1 + op.inputs.size();
+      tensors[r] += op.inputs.size() + op.outputs.size();
+    }
+    for (size_t r = 0; r < ops.size(); ++r) pg.ranks[r].graph.reserve(ops[r], tensors[r]);
   }
 
   // Every rank that touches a tensor (its producer's and its readers') holds a

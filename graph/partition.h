@@ -49,11 +49,16 @@ struct RankGraph {
 struct PartitionedGraph {
   const Graph* original = nullptr;  // not owned; must outlive this
   int num_ranks = 0;
-  // fnv1a64 of write_graph_json(graph, &placement): what ranks compare at setup.
+  // graph_fingerprint(graph, placement): what ranks compare at setup.
   uint64_t graph_hash = 0;
   std::vector<RankGraph> ranks;
   std::vector<Edge> transfers;  // indexed by TransferId
 };
+
+// A 64-bit FNV-1a fingerprint of everything planning depends on: the graph's
+// name, every tensor (name, dtype, shape, size hint) and op (name, type,
+// attributes, inputs, outputs) in order, and each op's rank and device.
+uint64_t graph_fingerprint(const Graph& graph, const Placement& placement);
 
 // Validates the graph and the placement, then splits. `graph` must outlive
 // the result.

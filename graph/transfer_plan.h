@@ -133,7 +133,7 @@ struct RankPlan {
 
 struct TransferPlan {
   std::string graph_name;
-  uint64_t graph_hash = 0;  // fnv1a64 of the graph + placement as written by write_graph_json
+  uint64_t graph_hash = 0;  // graph_fingerprint(graph, placement) (graph/partition.h)
   int num_ranks = 0;
   PlanOptions options;
   std::vector<TransferSpec> transfers;  // indexed by TransferId
