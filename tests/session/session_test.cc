@@ -1,0 +1,279 @@
+// Session over real forked processes and real loopback sockets: static
+// transfers are single writes into planned slots, credits keep a fast sender
+// from overwriting a slot the receiver still reads, dynamic tensors take the
+// header-then-read path, and failures (timeouts, plan mismatch, a dead peer)
+// come back as errors that name the transfer and the peer.
+#include "runtime/session.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "tests/session/session_test_util.h"
+
+namespace rdmaflow {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::boot_rank;
+using testing::free_port;
+using testing::pattern;
+using testing::ping_pong_graph;
+using testing::plan_of;
+using testing::run_ranks;
+using testing::RunOptions;
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+void fill(float* p, size_t n, uint64_t step, int salt) {
+  for (size_t i = 0; i < n; ++i) p[i] = pattern(step, i, salt);
+}
+
+bool check(const float* p, size_t n, uint64_t step, int salt) {
+  for (size_t i = 0; i < n; ++i) {
+    if (p[i] != pattern(step, i, salt)) return false;
+  }
+  return true;
+}
+
+class SessionTransport : public ::testing::TestWithParam<std::string> {};
+
+// Ping-pong for many steps: every value checked on arrival, no staging copy,
+// one write per transfer and step.
+TEST_P(SessionTransport, StaticPingPong) {
+  const std::string transport = GetParam();
+  const int port = free_port();
+  auto r = run_ranks(2, [&](int rank, int world, testing::Exchange&) -> int {
+    constexpr int64_t n = 4096;
+    constexpr int kSteps = 40;
+    RF_ASSIGN_OR_FAIL(auto boot, boot_rank(rank, world, port));
+    RF_ASSIGN_OR_FAIL(auto plan, plan_of(ping_pong_graph(n), world));
+    SessionOptions so;
+    so.transport = transport;
+    so.timeout = 10000ms;
+    RF_ASSIGN_OR_FAIL(auto s, Session::create(plan, *boot, so));
+    RF_ASSERT(s->transport_name() == transport);
+    for (uint64_t step = 0; step < kSteps; ++step) {
+      RF_ASSERT_OK(s->begin_step(step));
+      if (rank == 0) {
+        RF_ASSIGN_OR_FAIL(auto buf, s->output_buffer("ping", step, n * 4));
+        RF_ASSERT(buf.has_value());
+        fill(static_cast<float*>(buf->data), n, step, 1);
+        RF_ASSERT_OK(s->send("ping", 1, step));
+        RF_ASSIGN_OR_FAIL(RecvView v, s->recv("pong", 1, step));
+        RF_ASSERT(v.bytes == n * 4 && v.dims == std::vector<int64_t>{n});
+        RF_ASSERT(check(static_cast<const float*>(v.data), n, step, 2));
+      } else {
+        RF_ASSIGN_OR_FAIL(RecvView v, s->recv("ping", 0, step));
+        RF_ASSERT(check(static_cast<const float*>(v.data), n, step, 1));
+        RF_ASSIGN_OR_FAIL(auto buf, s->output_buffer("pong", step, n * 4));
+        RF_ASSERT(buf.has_value());
+        fill(static_cast<float*>(buf->data), n, step, 2);
+        RF_ASSERT_OK(s->send("pong", 0, step));
+      }
+      RF_ASSERT_OK(s->end_step(step));
+    }
+    RF_ASSERT_OK(s->finish());
+    SessionStats st = s->stats();
+    RF_ASSERT(st.steps == kSteps);
+    RF_ASSERT(st.writes == kSteps);
+    RF_ASSERT(st.bytes_sent == kSteps * n * 4);
+    RF_ASSERT(st.bytes_received == kSteps * n * 4);
+    RF_ASSERT(st.staging_copies == 0);
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// A producer that runs ahead of a slow consumer must wait for credits instead
+// of overwriting slots the consumer has not released. The consumer checks
+// every slot's content twice, before and after a pause.
+TEST_P(SessionTransport, CreditsKeepSlotsUntilReleased) {
+  const std::string transport = GetParam();
+  const int port = free_port();
+  auto r = run_ranks(2, [&](int rank, int world, testing::Exchange&) -> int {
+    constexpr int64_t n = 1 << 16;
+    constexpr int kSteps = 12;
+    RF_ASSIGN_OR_FAIL(auto boot, boot_rank(rank, world, port));
+    // One way only: "ping" from 0 to 1; 1 never answers.
+    graph::GraphFile f = ping_pong_graph(n);
+    f.placement.rank[2] = 1;  // "check" reads pong on rank 1: pong stays local
+    RF_ASSIGN_OR_FAIL(auto plan, plan_of(f, world, /*depth=*/2));
+    RF_ASSERT(plan.transfers.size() == 1);
+    SessionOptions so;
+    so.transport = transport;
+    so.timeout = 10000ms;
+    RF_ASSIGN_OR_FAIL(auto s, Session::create(plan, *boot, so));
+    for (uint64_t step = 0; step < kSteps; ++step) {
+      RF_ASSERT_OK(s->begin_step(step));
+      if (rank == 0) {
+        RF_ASSIGN_OR_FAIL(auto buf, s->output_buffer("ping", step, n * 4));
+        fill(static_cast<float*>(buf->data), n, step, 3);
+        RF_ASSERT_OK(s->send("ping", 1, step));
+      } else {
+        RF_ASSIGN_OR_FAIL(RecvView v, s->recv("ping", 0, step));
+        RF_ASSERT(check(static_cast<const float*>(v.data), n, step, 3));
+        std::this_thread::sleep_for(10ms);  // the producer is ahead now
+        RF_ASSERT(check(static_cast<const float*>(v.data), n, step, 3));
+      }
+      RF_ASSERT_OK(s->end_step(step));
+    }
+    RF_ASSERT_OK(s->finish());
+    if (rank == 0 && transport != "grpc") {
+      // It had to wait: 12 steps of a 10 ms consumer with 2 slots.
+      RF_ASSERT(s->stats().credit_wait_ms > 30);
+    }
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// Dynamic shapes: payloads that fit the planned size travel with their header
+// in one write; larger ones are read by the receiver from the sender.
+TEST_P(SessionTransport, DynamicTensorsInlineAndRead) {
+  const std::string transport = GetParam();
+  const int port = free_port();
+  auto r = run_ranks(2, [&](int rank, int world, testing::Exchange&) -> int {
+    constexpr int64_t n = 64;
+    constexpr int kSteps = 10;
+    RF_ASSIGN_OR_FAIL(auto boot, boot_rank(rank, world, port));
+    RF_ASSIGN_OR_FAIL(auto plan, plan_of(ping_pong_graph(n, true, /*hint_rows=*/8), world));
+    SessionOptions so;
+    so.transport = transport;
+    so.timeout = 10000ms;
+    RF_ASSIGN_OR_FAIL(auto s, Session::create(plan, *boot, so));
+    auto rows_at = [](uint64_t step) -> int64_t {
+      return step % 3 == 0 ? 1000 + static_cast<int64_t>(step) : 1 + static_cast<int64_t>(step);
+    };
+    for (uint64_t step = 0; step < kSteps; ++step) {
+      RF_ASSERT_OK(s->begin_step(step));
+      const int64_t rows = rows_at(step);
+      const size_t elems = static_cast<size_t>(rows * 16);
+      if (rank == 0) {
+        RF_ASSIGN_OR_FAIL(auto pb, s->output_buffer("ping", step, n * 4));
+        fill(static_cast<float*>(pb->data), n, step, 1);
+        RF_ASSERT_OK(s->send("ping", 1, step));
+        RF_ASSIGN_OR_FAIL(auto db, s->output_buffer("dyn", step, elems * 4));
+        RF_ASSERT(db.has_value() && db->capacity >= elems * 4);
+        fill(static_cast<float*>(db->data), elems, step, 5);
+        SendSource src;
+        src.dims = {rows, 16};
+        RF_ASSERT_OK(s->send("dyn", 1, step, src));
+        RF_ASSIGN_OR_FAIL(RecvView v, s->recv("pong", 1, step));
+        RF_ASSERT(check(static_cast<const float*>(v.data), n, step, 2));
+      } else {
+        RF_ASSIGN_OR_FAIL(RecvView p, s->recv("ping", 0, step));
+        RF_ASSERT(check(static_cast<const float*>(p.data), n, step, 1));
+        RF_ASSIGN_OR_FAIL(auto pb, s->output_buffer("pong", step, n * 4));
+        for (size_t i = 0; i < n; ++i) static_cast<float*>(pb->data)[i] = pattern(step, i, 2);
+        RF_ASSERT_OK(s->send("pong", 0, step));
+        RF_ASSIGN_OR_FAIL(RecvView d, s->recv("dyn", 0, step));
+        RF_ASSERT(d.dims == (std::vector<int64_t>{rows, 16}));
+        RF_ASSERT(d.bytes == elems * 4);
+        RF_ASSERT(check(static_cast<const float*>(d.data), elems, step, 5));
+      }
+      RF_ASSERT_OK(s->end_step(step));
+    }
+    RF_ASSERT_OK(s->finish());
+    // Larger than the 8 planned rows: steps 0, 3, 6, 8 (9 rows) and 9.
+    if (rank == 1 && transport != "grpc") RF_ASSERT(s->stats().reads == 5);
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, SessionTransport, ::testing::Values("tcp", "grpc"),
+                         [](const auto& info) { return info.param; });
+
+// A Recv whose data never comes times out with the transfer, step and peer.
+TEST(Session, RecvTimeoutNamesTransferAndPeer) {
+  const int port = free_port();
+  auto r = run_ranks(2, [&](int rank, int world, testing::Exchange& ex) -> int {
+    RF_ASSIGN_OR_FAIL(auto boot, boot_rank(rank, world, port));
+    RF_ASSIGN_OR_FAIL(auto plan, plan_of(ping_pong_graph(16), world));
+    SessionOptions so;
+    so.transport = "tcp";
+    so.timeout = 300ms;
+    RF_ASSIGN_OR_FAIL(auto s, Session::create(plan, *boot, so));
+    if (rank == 1) {
+      RF_ASSERT_OK(s->begin_step(0));
+      const auto t0 = std::chrono::steady_clock::now();
+      auto v = s->recv("ping", 0, 0);  // rank 0 never sends
+      const auto waited = std::chrono::steady_clock::now() - t0;
+      RF_ASSERT(!v.is_ok());
+      const std::string msg = v.status().to_string();
+      EXPECT_EQ(v.status().code(), Code::kTimeout) << msg;
+      EXPECT_EQ(v.status().peer(), 0) << msg;
+      EXPECT_TRUE(contains(msg, "transfer 0 'ping' (rank 0 -> 1)")) << msg;
+      EXPECT_TRUE(contains(msg, "step 0")) << msg;
+      EXPECT_TRUE(contains(msg, "peer rank 0")) << msg;
+      RF_ASSERT(waited >= 250ms && waited < 5s);
+      RF_ASSERT_OK(s->end_step(0));
+    }
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// Ranks that hold different plans refuse to start, on every rank.
+TEST(Session, PlanHashMismatchIsRefused) {
+  const int port = free_port();
+  auto r = run_ranks(2, [&](int rank, int world, testing::Exchange&) -> int {
+    RF_ASSIGN_OR_FAIL(auto boot, boot_rank(rank, world, port));
+    RF_ASSIGN_OR_FAIL(auto plan, plan_of(ping_pong_graph(16), world, rank == 0 ? 2 : 3));
+    SessionOptions so;
+    so.transport = "tcp";
+    so.timeout = 5000ms;
+    auto s = Session::create(plan, *boot, so);
+    RF_ASSERT(!s.is_ok());
+    const std::string msg = s.status().to_string();
+    EXPECT_TRUE(contains(msg, "runs plan 0x")) << msg;
+    EXPECT_TRUE(contains(msg, "same plan")) << msg;
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// A rank that dies fails its peers' waits with an error naming it, well
+// before the timeout.
+TEST(Session, DeadPeerFailsWaitsQuickly) {
+  const int port = free_port();
+  RunOptions ro;
+  ro.may_be_killed = {0};
+  auto r = run_ranks(
+      2,
+      [&](int rank, int world, testing::Exchange& ex) -> int {
+        RF_ASSIGN_OR_FAIL(auto boot, boot_rank(rank, world, port));
+        RF_ASSIGN_OR_FAIL(auto plan, plan_of(ping_pong_graph(16), world));
+        SessionOptions so;
+        so.transport = "tcp";
+        so.timeout = 20000ms;
+        RF_ASSIGN_OR_FAIL(auto s, Session::create(plan, *boot, so));
+        RF_ASSERT_OK(ex.barrier());
+        if (rank == 0) {
+          for (;;) std::this_thread::sleep_for(1s);  // killed by rank 1
+        }
+        RF_ASSERT_OK(ex.kill(0));
+        RF_ASSERT_OK(s->begin_step(0));
+        const auto t0 = std::chrono::steady_clock::now();
+        auto v = s->recv("ping", 0, 0);
+        RF_ASSERT(!v.is_ok());
+        const std::string msg = v.status().to_string();
+        EXPECT_EQ(v.status().peer(), 0) << msg;
+        EXPECT_NE(v.status().code(), Code::kTimeout) << msg;
+        RF_ASSERT(std::chrono::steady_clock::now() - t0 < 10s);
+        RF_ASSERT_OK(s->end_step(0));
+        std::fflush(nullptr);
+        ::_exit(::testing::Test::HasFailure() ? 1 : 0);  // rank 0's store is gone
+      },
+      ro);
+  RF_EXPECT_RUN_OK(r);
+}
+
+}  // namespace
+}  // namespace rdmaflow
