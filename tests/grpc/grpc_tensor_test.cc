@@ -85,6 +85,8 @@ Status publish_pattern(GrpcTensorServer& server, const TensorKey& key, size_t by
 }
 
 const size_t kSizes[] = {0, 1, 1 << 20, 64 << 20};
+// Sizes also sent to a receiver already waiting (all but the largest, for time).
+constexpr size_t kWaitedSizes = 3;
 
 // ------------------------------------------------------------------ correctness
 
@@ -92,13 +94,13 @@ TEST(GrpcTensor, TwoRanksMoveEverySizeByteForByte) {
   auto r = run_ranks(2, [](int rank, int world, Exchange& ex) {
     RF_ASSIGN_OR_FAIL(Node node, make_node(rank, world, ex));
     if (rank == 1) {
-      // Published before the receiver asks (steps 0), and after it is waiting (steps 1).
+      // Published before the receiver asks (step 0), and after it is waiting (step 1).
       for (uint64_t t = 0; t < std::size(kSizes); ++t) {
         RF_ASSERT_OK(publish_pattern(*node.server, {t, 0}, kSizes[t]));
       }
       RF_ASSERT_OK(ex.barrier());
       RF_ASSERT_OK(ex.barrier());  // rank 0's receives of steps 1 are in flight
-      for (uint64_t t = 0; t < std::size(kSizes); ++t) {
+      for (uint64_t t = 0; t < kWaitedSizes; ++t) {
         RF_ASSERT_OK(publish_pattern(*node.server, {t, 1}, kSizes[t]));
       }
       RF_ASSERT_OK(ex.barrier());  // all received
@@ -123,7 +125,7 @@ TEST(GrpcTensor, TwoRanksMoveEverySizeByteForByte) {
       std::optional<Result<TensorMeta>> result;
     };
     std::vector<std::unique_ptr<Pending>> pending;
-    for (uint64_t t = 0; t < std::size(kSizes); ++t) {
+    for (uint64_t t = 0; t < kWaitedSizes; ++t) {
       auto p = std::make_unique<Pending>();
       p->dst.resize(kSizes[t] + 16);
       Pending* raw = p.get();
@@ -139,7 +141,7 @@ TEST(GrpcTensor, TwoRanksMoveEverySizeByteForByte) {
     // Give the calls time to reach rank 1's server, so they park there.
     std::this_thread::sleep_for(Millis(100));
     RF_ASSERT_OK(ex.barrier());
-    for (uint64_t t = 0; t < std::size(kSizes); ++t) {
+    for (uint64_t t = 0; t < kWaitedSizes; ++t) {
       Pending& p = *pending[t];
       std::unique_lock<std::mutex> lock(p.mu);
       RF_ASSERT(p.cv.wait_for(lock, kTimeout + Millis(5000), [&] { return p.done; }));
@@ -258,6 +260,59 @@ TEST(GrpcTensor, ManyConcurrentReceivesEachGetTheirTensor) {
     }
     for (auto& t : threads) t.join();
     RF_ASSERT(sync_failures == 0);
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// publish_no_copy sends from the caller's memory and releases it exactly once:
+// after the reply went out, when refused, when empty, or when dropped.
+TEST(GrpcTensor, ZeroCopyPublishReleasesExactlyOnce) {
+  constexpr size_t kBytes = 1 << 20;
+  auto r = run_ranks(2, [](int rank, int world, Exchange& ex) {
+    RF_ASSIGN_OR_FAIL(Node node, make_node(rank, world, ex));
+    const TensorKey sent{1, 0}, empty{2, 0}, dropped{3, 0};
+    if (rank == 1) {
+      auto data = pattern(kBytes, seed_of(sent, 1));
+      std::atomic<int> released[4] = {};
+      auto release = [&](int i) { return [&released, i] { ++released[i]; }; };
+      const auto shape = shape_of(kBytes);
+      GrpcTensorServer& server = *node.server;
+      RF_ASSERT_OK(
+          server.publish_no_copy(sent, DataType::kU8, shape, data.data(), kBytes, release(0)));
+      // A second publish of a pending key is refused and released at once.
+      Status dup =
+          server.publish_no_copy(sent, DataType::kU8, shape, data.data(), kBytes, release(3));
+      EXPECT_EQ(dup.code(), Code::kInvalidArgument) << dup.to_string();
+      RF_ASSERT(released[3] == 1);
+      // Refused for its shape: released before publish returns.
+      Status bad = server.publish_no_copy({9, 9}, DataType::kF32, shape, data.data(), 3,
+                                          [&] { ++released[3]; });
+      EXPECT_EQ(bad.code(), Code::kInvalidArgument);
+      RF_ASSERT(released[3] == 2);
+      const std::vector<int64_t> zero{0};
+      RF_ASSERT_OK(server.publish_no_copy(empty, DataType::kU8, zero, nullptr, 0, release(1)));
+      RF_ASSERT(released[1] == 1);
+      RF_ASSERT_OK(
+          server.publish_no_copy(dropped, DataType::kU8, shape, data.data(), kBytes, release(2)));
+      RF_ASSERT(released[0] == 0 && released[2] == 0);
+      RF_ASSERT_OK(ex.barrier());
+      RF_ASSERT_OK(ex.barrier());  // rank 0 received `sent` and `empty`
+      auto deadline = Clock::now() + kTimeout;
+      while (released[0] == 0 && Clock::now() < deadline) std::this_thread::sleep_for(Millis(1));
+      RF_ASSERT(released[0] == 1);
+      RF_ASSERT(released[2] == 0);
+      server.shutdown();
+      RF_ASSERT(released[2] == 1);
+      RF_ASSERT(released[0] == 1 && released[1] == 1 && released[3] == 2);
+      return 0;
+    }
+    RF_ASSERT_OK(ex.barrier());  // rank 1 published
+    RF_ASSIGN_OR_FAIL(ReceivedTensor got, node.client->recv_tensor(1, sent, kTimeout));
+    RF_ASSERT(got.meta.bytes == kBytes && matches(got.data().data(), kBytes, seed_of(sent, 1)));
+    RF_ASSIGN_OR_FAIL(ReceivedTensor none, node.client->recv_tensor(1, empty, kTimeout));
+    RF_ASSERT(none.meta.bytes == 0 && none.meta.shape == std::vector<int64_t>{0});
     RF_ASSERT_OK(ex.barrier());
     return 0;
   });

@@ -4,6 +4,7 @@
 #include <grpcpp/support/channel_arguments.h>
 #include <grpcpp/support/status.h>
 
+#include <source_location>
 #include <string>
 
 #include "allocator/status.h"
@@ -13,7 +14,8 @@ namespace rdmaflow::grpc_common {
 // gRPC's status as ours: UNAVAILABLE -> kPeerFailed, DEADLINE_EXCEEDED ->
 // kTimeout, CANCELLED -> kCancelled, ...; the reason keeps gRPC's code and
 // message after `context`.
-Status from_grpc(const grpc::Status& s, const char* op, int peer, const std::string& context);
+Status from_grpc(const grpc::Status& s, const char* op, int peer, const std::string& context,
+                 std::source_location where = std::source_location::current());
 
 // The host part to listen on: `ifname` (an interface name, resolved with
 // getifaddrs, IPv4 preferred, or a literal address), else

@@ -18,7 +18,8 @@ std::string to_string(const TensorKey& key) {
 
 namespace grpc_common {
 
-Status from_grpc(const grpc::Status& s, const char* op, int peer, const std::string& context) {
+Status from_grpc(const grpc::Status& s, const char* op, int peer, const std::string& context,
+                 std::source_location where) {
   struct Mapping {
     grpc::StatusCode grpc_code;
     Code code;
@@ -52,7 +53,7 @@ Status from_grpc(const grpc::Status& s, const char* op, int peer, const std::str
       break;
     }
   }
-  return Status(code, op, peer, context + ": gRPC " + name + ": " + s.error_message());
+  return Status(code, op, peer, context + ": gRPC " + name + ": " + s.error_message(), where);
 }
 
 Result<std::string> listen_host(const std::string& ifname) {

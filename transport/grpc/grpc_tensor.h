@@ -97,6 +97,15 @@ class GrpcTensorServer {
   Status publish(const TensorKey& key, DataType dtype, std::span<const int64_t> shape,
                  const void* data, size_t bytes);
 
+  // The zero-copy send op, as TensorFlow's rendezvous holds a reference to a
+  // tensor: the reply is sent straight from `data`, which must stay valid and
+  // unchanged until `release` runs. `release` runs exactly once, on any thread,
+  // once the bytes are no longer needed: after the reply went out, when the
+  // tensor is dropped (shutdown), or before returning when the publish is
+  // refused (same checks as publish) or `bytes` is 0.
+  Status publish_no_copy(const TensorKey& key, DataType dtype, std::span<const int64_t> shape,
+                         const void* data, size_t bytes, std::function<void()> release);
+
   // Tensors published and not yet taken.
   size_t pending() const;
 

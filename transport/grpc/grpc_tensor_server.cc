@@ -7,9 +7,10 @@
 // call's deadline or max_wait passed), or shutdown. Whoever takes a waiter out
 // of the table finishes it, so every call finishes exactly once.
 //
-// A published tensor is held in its wire form (tensor_wire.h) in one gRPC
-// slice, handed to gRPC by reference: the only copy on this side is the one
-// publish makes.
+// A published tensor is held in its wire form (tensor_wire.h) as gRPC slices,
+// handed to gRPC by reference: the only copy on this side is the one publish
+// makes, and publish_no_copy makes none (the elements' slice points at the
+// caller's memory, like TensorFlow's zero-copy tensor encoding).
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
@@ -67,6 +68,7 @@ struct GrpcTensorServer::Impl {
   void serve(RecvReactor* reactor, grpc::CallbackServerContext* context,
              const grpc::ByteBuffer* request, grpc::ByteBuffer* response);
   void cancelled(RecvReactor* reactor);
+  Status put(const TensorKey& key, grpc::ByteBuffer wire, const char* op);
   void sweep();
   void shutdown();
 
@@ -79,7 +81,7 @@ struct GrpcTensorServer::Impl {
   mutable std::mutex mu;
   std::condition_variable sweeper_cv;
   bool closed = false;
-  std::map<TensorKey, grpc::Slice> published;  // wire form of each tensor not yet taken
+  std::map<TensorKey, grpc::ByteBuffer> published;  // wire form of each tensor not yet taken
   std::map<TensorKey, Waiter> waiting;
   std::set<std::pair<Clock::time_point, TensorKey>> deadlines;  // of `waiting`
   std::thread sweeper;
@@ -154,7 +156,7 @@ void GrpcTensorServer::Impl::serve(RecvReactor* reactor, grpc::CallbackServerCon
     return;
   }
   if (auto it = published.find(key); it != published.end()) {
-    *response = grpc::ByteBuffer(&it->second, 1);
+    response->Swap(&it->second);
     published.erase(it);
     lock.unlock();
     reactor->Finish(grpc::Status::OK);
@@ -239,8 +241,9 @@ void GrpcTensorServer::Impl::shutdown() {
   if (sweeper.joinable()) sweeper.join();
   // Calls still in flight are cancelled after a short grace period.
   if (server) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  std::map<TensorKey, grpc::ByteBuffer> dropped;  // released outside the lock
   std::lock_guard<std::mutex> lock(mu);
-  published.clear();
+  dropped.swap(published);
 }
 
 Result<std::unique_ptr<GrpcTensorServer>> GrpcTensorServer::start(
@@ -291,26 +294,76 @@ size_t GrpcTensorServer::pending() const {
   return impl_->published.size();
 }
 
-Status GrpcTensorServer::publish(const TensorKey& key, DataType dtype,
-                                 std::span<const int64_t> shape, const void* data, size_t bytes) {
-  constexpr const char* kOp = "publish";
-  const int rank = impl_->options.rank;
-  RDMAFLOW_ASSIGN_OR_RETURN(size_t expected, grpc_wire::tensor_bytes(dtype, shape, kOp, rank));
+namespace {
+
+// What publish_no_copy hands gRPC as the elements' slice's user data.
+struct Release {
+  std::function<void()> fn;
+};
+
+void run_release(void* p) {
+  auto* r = static_cast<Release*>(p);
+  if (r->fn) r->fn();
+  delete r;
+}
+
+// The checks both publish forms make; returns the message prefix.
+Result<std::string> checked_prefix(const TensorKey& key, DataType dtype,
+                                   std::span<const int64_t> shape, const void* data, size_t bytes,
+                                   const char* op, int rank) {
+  RDMAFLOW_ASSIGN_OR_RETURN(size_t expected, grpc_wire::tensor_bytes(dtype, shape, op, rank));
   if (expected != bytes) {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, kOp, rank,
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, rank,
                           to_string(key) + ": " + std::to_string(bytes) +
                               " bytes given, the shape holds " + std::to_string(expected));
   }
   if (bytes != 0 && data == nullptr) {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, kOp, rank, to_string(key) + ": data is null");
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, rank, to_string(key) + ": data is null");
   }
-  const std::string prefix = grpc_wire::encode_response_prefix(dtype, shape, bytes);
+  std::string prefix = grpc_wire::encode_response_prefix(dtype, shape, bytes);
   if (bytes > static_cast<size_t>(INT_MAX) - prefix.size()) {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, kOp, rank,
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, rank,
                           to_string(key) + ": " + std::to_string(bytes) +
                               " bytes exceed the 2 GiB limit of a protobuf message");
   }
+  return prefix;
+}
 
+}  // namespace
+
+// Hands `wire` to the call waiting for `key`, or keeps it for the next one.
+// `wire` is destroyed (releasing borrowed memory) after the lock is dropped.
+Status GrpcTensorServer::Impl::put(const TensorKey& key, grpc::ByteBuffer wire, const char* op) {
+  std::unique_lock<std::mutex> lock(mu);
+  if (closed) {
+    return RDMAFLOW_ERROR(Code::kCancelled, op, options.rank,
+                          to_string(key) + ": the tensor server was shut down");
+  }
+  if (published.count(key) != 0) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, options.rank,
+                          to_string(key) + " is already published and not yet received");
+  }
+  auto it = waiting.find(key);
+  if (it == waiting.end()) {
+    published.emplace(key, std::move(wire));
+    return Status::ok();
+  }
+  Waiter waiter = it->second;
+  deadlines.erase({waiter.deadline, key});
+  waiting.erase(it);
+  waiter.reactor->parked = false;
+  lock.unlock();
+  waiter.response->Swap(&wire);
+  waiter.reactor->Finish(grpc::Status::OK);
+  return Status::ok();
+}
+
+Status GrpcTensorServer::publish(const TensorKey& key, DataType dtype,
+                                 std::span<const int64_t> shape, const void* data, size_t bytes) {
+  constexpr const char* kOp = "publish";
+  const int rank = impl_->options.rank;
+  RDMAFLOW_ASSIGN_OR_RETURN(std::string prefix,
+                            checked_prefix(key, dtype, shape, data, bytes, kOp, rank));
   // The one copy of this side: the tensor, behind its message prefix, into the
   // buffer gRPC will send from.
   const size_t total = prefix.size() + bytes;
@@ -322,29 +375,28 @@ Status GrpcTensorServer::publish(const TensorKey& key, DataType dtype,
   std::memcpy(wire, prefix.data(), prefix.size());
   if (bytes != 0) std::memcpy(wire + prefix.size(), data, bytes);
   grpc::Slice slice(wire, total, std::free);
+  return impl_->put(key, grpc::ByteBuffer(&slice, 1), kOp);
+}
 
-  std::unique_lock<std::mutex> lock(impl_->mu);
-  if (impl_->closed) {
-    return RDMAFLOW_ERROR(Code::kCancelled, kOp, rank,
-                          to_string(key) + ": the tensor server was shut down");
+Status GrpcTensorServer::publish_no_copy(const TensorKey& key, DataType dtype,
+                                         std::span<const int64_t> shape, const void* data,
+                                         size_t bytes, std::function<void()> release) {
+  constexpr const char* kOp = "publish_no_copy";
+  const int rank = impl_->options.rank;
+  auto prefix = checked_prefix(key, dtype, shape, data, bytes, kOp, rank);
+  if (!prefix.is_ok() || bytes == 0) {
+    if (release) release();  // nothing of `data` will be sent
+    if (!prefix.is_ok()) return prefix.status();
   }
-  if (impl_->published.count(key) != 0) {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, kOp, rank,
-                          to_string(key) + " is already published and not yet received");
+  grpc::Slice slices[2] = {grpc::Slice(prefix->data(), prefix->size())};
+  size_t count = 1;
+  if (bytes != 0) {
+    // From here on the slice owns `release`: it runs when gRPC and the table
+    // have dropped their last reference.
+    slices[count++] =
+        grpc::Slice(const_cast<void*>(data), bytes, run_release, new Release{std::move(release)});
   }
-  auto it = impl_->waiting.find(key);
-  if (it == impl_->waiting.end()) {
-    impl_->published.emplace(key, std::move(slice));
-    return Status::ok();
-  }
-  Impl::Waiter waiter = it->second;
-  impl_->deadlines.erase({waiter.deadline, key});
-  impl_->waiting.erase(it);
-  waiter.reactor->parked = false;
-  lock.unlock();
-  *waiter.response = grpc::ByteBuffer(&slice, 1);
-  waiter.reactor->Finish(grpc::Status::OK);
-  return Status::ok();
+  return impl_->put(key, grpc::ByteBuffer(slices, count), kOp);
 }
 
 }  // namespace rdmaflow
