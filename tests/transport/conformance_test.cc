@@ -310,6 +310,7 @@ TEST_P(Conformance, BadKeysAreRefusedAndMemoryIsUntouched) {
       RF_ASSERT_OK(ex.allgather(join2(key_bytes(key), key_bytes(revoked))));
       RF_ASSERT_OK(ex.barrier());  // rank 0 done attacking
       EXPECT_EQ(checksum(region.p, region.size), before) << "refused accesses changed memory";
+      RF_ASSERT_OK(ex.barrier());  // checked: rank 0 may write
       // The valid write at the end landed.
       RF_ASSIGN_OR_FAIL(uint64_t v, ch.inbox().wait_notify(kOpTimeout));
       EXPECT_EQ(v, 99u);
@@ -359,6 +360,7 @@ TEST_P(Conformance, BadKeysAreRefusedAndMemoryIsUntouched) {
                    {Code::kOutOfRange});
     // The channel survived every refusal.
     EXPECT_TRUE(ch.error().is_ok()) << ch.error().to_string();
+    RF_ASSERT_OK(ex.barrier());
     RF_ASSERT_OK(ex.barrier());
     fill_pattern(src.p, 1000, 7);
     RF_ASSERT_OK(write_sync(ch, src.p, 1000, key, 100, 99));

@@ -5,7 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/epoll.h>
 #include <algorithm>
+#include <cstdio>
+
 #include <boost/asio/post.hpp>
 #include <cerrno>
 #include <cstring>
@@ -20,7 +23,7 @@ constexpr size_t kStageBytes = 16 << 10;     // small-frame receive window
 constexpr size_t kDiscardBytes = 64 << 10;   // sink for refused payloads
 constexpr uint64_t kBulkPayload = 64 << 10;  // after a payload this big, read headers alone
 constexpr size_t kSendBudget = 8 << 20;      // bytes one pump() turn may send
-constexpr size_t kReceiveBudget = 8 << 20;   // bytes one on_readable() turn may receive
+constexpr size_t kReceiveBudget = 8 << 20;   // bytes one receive turn may take in
 
 Clock::time_point deadline_after(Millis timeout) {
   constexpr auto kMax = std::chrono::hours(24 * 365);
@@ -35,59 +38,38 @@ std::string errno_text(int err) {
 
 }  // namespace
 
-// ------------------------------------------------------------------ waiter
+// ------------------------------------------------------------------ driver
 
-TcpWaiter::~TcpWaiter() {
-  if (event_fd_ >= 0) ::close(event_fd_);
-}
+namespace {
 
-void TcpWaiter::wake() {
-  if (polling_.load() == 0) return;
-  uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = ::write(event_fd_, &one, sizeof(one));
-}
-
-bool TcpWaiter::drive(const std::function<bool()>& ready, Clock::time_point deadline) {
-  constexpr auto kSpin = std::chrono::microseconds(50);
-  struct Active {
-    std::atomic<int>& n;
-    explicit Active(std::atomic<int>& a) : n(a) { ++n; }
-    ~Active() { --n; }
-  } active(active_);
-  for (;;) {
-    if (retired_.load()) return false;
-    ++polling_;  // before checking ready(): a delivery after the check writes the eventfd
-    if (ready()) {
-      --polling_;
-      return true;
-    }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) {
-      --polling_;
-      return false;
-    }
-    pollfd fds[2] = {{socket_fd_, POLLIN, 0}, {event_fd_, POLLIN, 0}};
-    int r = ::poll(fds, 2, static_cast<int>(std::min<int64_t>(left.count() + 1, 100)));
-    --polling_;
-    if (r < 0 && errno != EINTR) return false;
-    if (r <= 0) continue;
-    if (fds[1].revents != 0) {
-      uint64_t v;
-      [[maybe_unused]] ssize_t n = ::read(event_fd_, &v, sizeof(v));
-      if (ready()) return true;
-    }
-    if (fds[0].revents == 0) continue;
-    // The progress thread woke up with us and is processing these bytes.
-    const auto until = Clock::now() + kSpin;
-    do {
-      if (ready()) return true;
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    } while (Clock::now() < until);
-    return false;  // not for this wait: sleep until the progress thread delivers
+// The WaitDriver attached to a channel's inbox and operations. Holds the
+// channel weakly: the inbox it is attached to is a member of the channel.
+class ChannelDriver final : public WaitDriver {
+ public:
+  explicit ChannelDriver(std::weak_ptr<TcpChannel> ch) : ch_(std::move(ch)) {}
+  bool drive(const std::function<bool()>& ready, Clock::time_point deadline) override {
+    auto ch = ch_.lock();
+    return ch ? ch->drive(ready, deadline) : false;
   }
+
+ private:
+  std::weak_ptr<TcpChannel> ch_;
+};
+
+// Each waiting thread has one eventfd, poked by IoLoop::wake_waiters().
+struct ThreadEventFd {
+  int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ~ThreadEventFd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+int thread_event_fd() {
+  thread_local ThreadEventFd efd;
+  return efd.fd;
 }
+
+}  // namespace
 
 // One operation: a user write / read / message, or the serving side of a peer's
 // read. Slots are recycled (no allocation per operation once warm); the id is
@@ -131,39 +113,38 @@ void TcpChannel::Batch::advance(size_t n) {
   }
 }
 
-TcpChannel::TcpChannel(std::shared_ptr<IoLoop> loop, std::shared_ptr<GrantTable> grants,
-                       boost::asio::ip::tcp::socket socket, int self_rank, int peer_rank,
-                       TcpOptions options)
+TcpChannel::TcpChannel(std::shared_ptr<IoLoop> loop, std::shared_ptr<GrantTable> grants, int fd,
+                       int self_rank, int peer_rank, TcpOptions options)
     : loop_(std::move(loop)),
       grants_(std::move(grants)),
-      socket_(std::move(socket)),
+      fd_(fd),
       self_(self_rank),
       peer_(peer_rank),
       options_(options) {
-  fd_ = socket_->native_handle();
   if (options_.chunk_bytes == 0 || options_.chunk_bytes > kMaxChunkPayload) {
     options_.chunk_bytes = 1 << 20;
   }
   rx_.stage = std::make_unique<uint8_t[]>(kStageBytes);
   inbox_.set_peer(peer_);
-  if (options_.wait_poll) {
-    int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (efd >= 0) {
-      waiter_ = std::make_shared<TcpWaiter>(fd_, efd);
-      inbox_.set_wait_driver(waiter_);
-    }
-  }
 }
 
 TcpChannel::~TcpChannel() {
-  if (waiter_) waiter_->retire();
-  boost::system::error_code ec;
-  if (socket_) socket_->close(ec);
+  {
+    std::lock_guard<std::mutex> lock(arm_mu_);
+    if (!unwatched_) loop_->unwatch(fd_, watch_id_);
+    unwatched_ = true;
+  }
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void TcpChannel::start() {
-  auto self = shared_from_this();
-  loop_->post([self] { self->arm_read(); });
+  watch_id_ = loop_->watch(fd_, weak_from_this());
+  if (options_.drive_us > 0) {
+    driver_ = std::make_shared<ChannelDriver>(weak_from_this());
+    inbox_.set_wait_driver(driver_);
+  }
+  std::lock_guard<std::mutex> lock(arm_mu_);
+  rearm_locked();
 }
 
 // ---------------------------------------------------------------- operations
@@ -251,30 +232,30 @@ void TcpChannel::complete_locked(Op* op, const Status& status, DoneList& done) {
   free_slots_.push_back(op->index);
 }
 
-void TcpChannel::deliver(DoneList& done) {
+void TcpChannel::deliver(DoneList& done, bool receive_path) {
   if (done.empty()) return;
-  if (loop_->on_loop_thread()) {
+  if (loop_->on_loop_thread() || (receive_path && holds_rx())) {
     for (auto& d : done) {
       if (d.cb) d.cb(d.status);
     }
     done.clear();
-    if (waiter_) waiter_->wake();
+    loop_->wake_waiters(holds_rx() ? thread_event_fd() : -1);
     return;
   }
-  loop_->post([d = std::move(done), w = waiter_]() mutable {
+  loop_->post([d = std::move(done), loop = loop_.get()]() mutable {
     for (auto& x : d) {
       if (x.cb) x.cb(x.status);
     }
-    if (w) w->wake();
+    loop->wake_waiters();
   });
   done.clear();
 }
 
 void TcpChannel::complete_soon(Callback done, Status status) {
   if (!done) return;
-  loop_->post([cb = std::move(done), st = std::move(status), w = waiter_] {
+  loop_->post([cb = std::move(done), st = std::move(status), loop = loop_.get()] {
     cb(st);
-    if (w) w->wake();
+    loop->wake_waiters();
   });
 }
 
@@ -294,7 +275,7 @@ Status TcpChannel::check_key(const RemoteKey& key, uint64_t offset, uint64_t len
 }
 
 void TcpChannel::submit(Op* op, std::unique_lock<std::mutex>& lock) {
-  if (waiter_) attach_wait_driver(op->done, waiter_);
+  if (driver_) attach_wait_driver(op->done, driver_);
   enqueue_locked(op);
   bool become_sender = sender_ == Sender::kIdle;
   if (become_sender) sender_ = Sender::kActive;
@@ -418,15 +399,19 @@ bool TcpChannel::finished() const {
 }
 
 void TcpChannel::fail(const Status& error) {
+  // Wait for a receive turn on another thread to end: it may be writing into a
+  // buffer whose operation we are about to complete.
+  std::unique_lock<std::mutex> rx_lock(rx_mu_, std::defer_lock);
+  if (!holds_rx()) rx_lock.lock();
   DoneList done;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (failed_) return;
     failed_ = true;
     error_ = error;
-    rx_.stopped = true;
+    rx_stopped_.store(true);
     rx_.op = nullptr;
-    if (socket_) ::shutdown(fd_, SHUT_RDWR);
+    ::shutdown(fd_, SHUT_RDWR);  // the peer sees EOF; a waiter polling fd_ wakes up
     // An active sender is inside sendmsg() with the batch; it settles those ops.
     bool sender_busy = sender_ == Sender::kActive;
     if (!sender_busy) {
@@ -442,18 +427,25 @@ void TcpChannel::fail(const Status& error) {
     ctrl_.clear();
     ctrl_head_ = 0;
   }
+  {
+    std::lock_guard<std::mutex> lock(arm_mu_);
+    if (!unwatched_) loop_->unwatch(fd_, watch_id_);
+    unwatched_ = true;
+  }
+  if (rx_lock.owns_lock()) rx_lock.unlock();
   RDMAFLOW_LOG_DEBUG("tcp channel to rank {} failed: {}", peer_, error.to_string());
-  deliver(done);
+  deliver(done, true);
   inbox_.fail(error);
-  if (waiter_) waiter_->wake();
+  loop_->wake_waiters();
 }
 
 void TcpChannel::release_socket() {
+  // fail() already shut the socket down; wait for threads still using it.
+  for (int i = 0; i < 1000 && driving_.load() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   std::unique_lock<std::mutex> lock(mu_);
   sender_cv_.wait_for(lock, std::chrono::seconds(5), [&] { return sender_ != Sender::kActive; });
-  if (waiter_) waiter_->retire();
-  boost::system::error_code ec;
-  if (socket_) socket_->close(ec);
 }
 
 bool TcpChannel::sweep(Clock::time_point now) {
@@ -462,6 +454,7 @@ bool TcpChannel::sweep(Clock::time_point now) {
   Status fail_status;
   bool pending;
   {
+    std::lock_guard<std::mutex> rx_lock(rx_mu_);  // rx_.op may point at an op we complete
     std::lock_guard<std::mutex> lock(mu_);
     if (failed_) return false;
     for (auto& slot : slots_) {
@@ -580,6 +573,7 @@ void TcpChannel::settle_batch_locked(DoneList& done) {
 }
 
 void TcpChannel::pump() {
+  ack_deferred_.store(false, std::memory_order_relaxed);  // ctrl frames go first in this batch
   DoneList done;
   size_t budget = kSendBudget;
   std::unique_lock<std::mutex> lock(mu_);
@@ -643,23 +637,45 @@ void TcpChannel::pump() {
 }
 
 void TcpChannel::wait_writable() {
-  auto self = shared_from_this();
-  auto arm = [self] {
-    {
-      std::lock_guard<std::mutex> lock(self->mu_);
-      if (self->sender_ != Sender::kParked || self->failed_ || !self->socket_) return;
+  set_interest(true);
+}
+
+void TcpChannel::set_interest(bool want_out) {
+  std::lock_guard<std::mutex> lock(arm_mu_);
+  want_out_ = want_out;
+  rearm_locked();
+}
+
+void TcpChannel::rearm_locked() {
+  if (unwatched_) return;
+  uint32_t events = 0;
+  if (!rx_waiter_ && !rx_stopped_.load()) events |= EPOLLIN | EPOLLRDHUP;
+  if (want_out_) events |= EPOLLOUT;
+  loop_->arm(fd_, watch_id_, events);
+}
+
+void TcpChannel::on_fd_event(uint32_t events) {
+  // One-shot: fd_ is disarmed until rearm_locked().
+  bool resume = false;
+  bool receive = false;
+  {
+    std::lock_guard<std::mutex> lock(arm_mu_);
+    if (unwatched_) return;
+    if ((events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) && want_out_) {
+      want_out_ = false;
+      resume = true;
     }
-    self->socket_->async_wait(boost::asio::socket_base::wait_write,
-                              [self](const boost::system::error_code& ec) {
-                                if (ec == boost::asio::error::operation_aborted) return;
-                                self->resume_sender();
-                              });
-  };
-  if (loop_->on_loop_thread()) {
-    arm();
-  } else {
-    loop_->post(std::move(arm));
+    receive = (events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) && !rx_waiter_;
   }
+  if (resume) resume_sender();
+  if (receive) {
+    std::lock_guard<std::mutex> rx_lock(rx_mu_);
+    rx_holder_.store(std::this_thread::get_id());
+    receive_turn();
+    rx_holder_.store(std::thread::id());
+  }
+  std::lock_guard<std::mutex> lock(arm_mu_);
+  rearm_locked();
 }
 
 void TcpChannel::resume_sender() {
@@ -683,11 +699,53 @@ void TcpChannel::kick_sender() {
 
 // ----------------------------------------------------------------- receiving
 
-void TcpChannel::arm_read() {
-  if (rx_.stopped || !socket_) return;
-  auto self = shared_from_this();
-  socket_->async_wait(boost::asio::socket_base::wait_read,
-                      [self](const boost::system::error_code& ec) { self->on_readable(ec); });
+bool TcpChannel::drive(const std::function<bool()>& ready, Clock::time_point deadline) {
+  const auto horizon =
+      std::min(deadline, Clock::now() + std::chrono::microseconds(options_.drive_us));
+  flush_deferred(Clock::now(), Clock::duration::zero());  // about to block: no answer coming
+  {
+    std::lock_guard<std::mutex> lock(arm_mu_);
+    if (rx_waiter_ || unwatched_ || rx_stopped_.load()) return false;  // sleep instead
+    rx_waiter_ = true;
+    rearm_locked();  // withdraw EPOLLIN from the progress thread
+  }
+  driving_.fetch_add(1);
+  const int efd = thread_event_fd();
+  if (efd >= 0) loop_->add_waiter(efd);
+  bool ok = false;
+  for (;;) {
+    if (ready()) {
+      ok = true;
+      break;
+    }
+    if (rx_stopped_.load()) break;
+    auto left = horizon - Clock::now();
+    if (left <= Clock::duration::zero()) break;
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    pollfd fds[2] = {{fd_, POLLIN | POLLRDHUP, 0}, {efd, POLLIN, 0}};
+    int r = ::ppoll(fds, efd >= 0 ? 2 : 1, &ts, nullptr);
+    if (r < 0 && errno != EINTR) break;
+    if (r <= 0) continue;
+    if (efd >= 0 && fds[1].revents != 0) {  // a delivery elsewhere: re-check ready()
+      uint64_t v;
+      [[maybe_unused]] ssize_t n = ::read(efd, &v, sizeof(v));
+    }
+    if (fds[0].revents != 0) {
+      std::lock_guard<std::mutex> rx_lock(rx_mu_);
+      rx_holder_.store(std::this_thread::get_id());
+      receive_turn();
+      rx_holder_.store(std::thread::id());
+    }
+  }
+  if (efd >= 0) loop_->remove_waiter(efd);
+  {
+    std::lock_guard<std::mutex> lock(arm_mu_);
+    rx_waiter_ = false;
+    rearm_locked();  // level triggered: bytes that arrived meanwhile fire at once
+  }
+  driving_.fetch_sub(1);
+  return ok;
 }
 
 uint8_t* TcpChannel::discard_buffer() {
@@ -707,13 +765,10 @@ void TcpChannel::begin_payload(uint64_t len, uint8_t* target) {
   rx_.target = target;
 }
 
-void TcpChannel::on_readable(const boost::system::error_code& ec) {
-  if (rx_.stopped) return;
-  if (ec) {
-    if (ec == boost::asio::error::operation_aborted) return;
-    fail(RDMAFLOW_ERROR(Code::kPeerFailed, "receive", peer_, "socket error: " + ec.message()));
-    return;
-  }
+// Reads and processes what the socket holds, up to a budget (the caller
+// re-arms; level-triggered readiness brings it back if more is waiting).
+void TcpChannel::receive_turn() {
+  if (rx_stopped_.load()) return;
   size_t budget = kReceiveBudget;
   for (;;) {
     if (!parse_staged()) return;
@@ -778,20 +833,34 @@ void TcpChannel::on_readable(const boost::system::error_code& ec) {
       if (!parse_staged()) return;
       break;
     }
-    if (budget == 0) {
-      auto self = shared_from_this();
-      kick_sender();
-      boost::asio::post(loop_->io(), [self] { self->on_readable({}); });
-      return;
-    }
+    if (budget == 0) break;
   }
+  if (rx_delivered_ && !loop_->on_loop_thread()) {
+    // A waiter took a notify or message: its thread is likely to answer at once.
+    // Let the ACKs ride along with that answer (one segment, one wake-up for the
+    // peer) instead of going out alone; flush_deferred() is the backstop.
+    rx_delivered_ = false;
+    deferred_since_ns_.store(Clock::now().time_since_epoch().count());
+    ack_deferred_.store(true);
+    loop_->request_ticks();
+    return;
+  }
+  rx_delivered_ = false;
   kick_sender();
-  arm_read();
+}
+
+bool TcpChannel::flush_deferred(Clock::time_point now, Clock::duration after) {
+  if (!ack_deferred_.load(std::memory_order_relaxed)) return false;
+  auto since = Clock::time_point(Clock::duration(deferred_since_ns_.load()));
+  if (now - since < after) return true;
+  ack_deferred_.store(false);
+  kick_sender();
+  return false;
 }
 
 bool TcpChannel::parse_staged() {
   for (;;) {
-    if (rx_.stopped) return false;
+    if (rx_stopped_.load()) return false;
     if (rx_.in_payload) {
       size_t avail = rx_.end - rx_.begin;
       if (avail == 0) return true;
@@ -1033,9 +1102,10 @@ bool TcpChannel::on_payload_done() {
   // The notify goes to the inbox only now that every byte is in memory; the
   // ACK queued above goes out when the receive turn ends.
   if (notify) inbox_.push_notify(h.value);
-  deliver(done);
-  if (waiter_ && (notify || type == FrameType::kMessage)) waiter_->wake();
-  return !rx_.stopped;
+  if (notify || type == FrameType::kMessage) rx_delivered_ = true;
+  deliver(done, true);
+  if (notify || type == FrameType::kMessage) loop_->wake_waiters(thread_event_fd());
+  return !rx_stopped_.load();
 }
 
 }  // namespace rdmaflow::tcp

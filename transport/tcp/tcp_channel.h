@@ -2,8 +2,15 @@
 // reads with framed messages (tcp_frame.h, docs/tcp_transport.md).
 //
 // Thread model
-//  - Receiving, timeouts, failure handling and every completion callback run on
-//    the transport's progress thread (IoLoop).
+//  - Receiving, timeouts, failure handling and completion callbacks run on the
+//    transport's progress thread (IoLoop) -- or, for latency, on a user thread
+//    blocked in a wait on this channel: such a waiter *drives* the channel
+//    (drive(), the WaitDriver of its inbox and of its operations' Completion /
+//    CompletionGroup callbacks). It takes the socket from the progress thread,
+//    polls it itself and runs the receive path, so a notification costs one
+//    wake-up (the waiter's) instead of two (progress thread, then waiter). One
+//    thread at a time runs the receive path (rx_mu_). Callbacks never run on a
+//    thread inside write()/read()/send_message().
 //  - Sending is "combining": whichever thread finds the sender idle becomes the
 //    sender and writes queued frames with non-blocking sendmsg() until the
 //    socket is full or a budget is spent, then hands the rest to the progress
@@ -19,12 +26,12 @@
 #include <sys/uio.h>
 
 #include <atomic>
-#include <boost/asio/ip/tcp.hpp>
 #include <boost/container/small_vector.hpp>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "transport/channel.h"
@@ -36,44 +43,16 @@ namespace rdmaflow::tcp {
 
 struct TcpOptions {
   uint64_t chunk_bytes = 1ull << 20;  // payload per write / read-response frame
-  bool wait_poll = true;              // RDMAFLOW_TCP_WAIT_POLL: see TcpWaiter
+  int64_t drive_us = 2000;            // RDMAFLOW_TCP_WAIT_POLL: how long a waiter drives; 0 = never
 };
 
-// How a user thread waits on this channel (WaitDriver, transport/channel.h).
-//
-// A waiter sleeping on the inbox's condition variable is woken only after the
-// progress thread was woken by the socket and processed the frame: two
-// wake-ups in a row per message. Instead the waiter polls the socket itself
-// (plus an eventfd the progress thread signals after it delivered something),
-// so it wakes up at the same time as the progress thread; it then spins
-// briefly until the progress thread has delivered. Frames are still processed
-// only by the progress thread. When readable bytes turn out not to be for
-// this wait (bulk data, other operations), the waiter falls back to the
-// condition variable.
-class TcpWaiter final : public WaitDriver {
+class TcpChannel final : public Channel,
+                         public FdWatcher,
+                         public std::enable_shared_from_this<TcpChannel> {
  public:
-  TcpWaiter(int socket_fd, int event_fd) : socket_fd_(socket_fd), event_fd_(event_fd) {}
-  ~TcpWaiter() override;
-  bool drive(const std::function<bool()>& ready, Clock::time_point deadline) override;
-  // Progress thread: something was delivered; wake a waiter blocked in poll().
-  void wake();
-  // The socket is about to be closed: stop polling it.
-  void retire() { retired_.store(true); }
-  // A thread is waiting in drive() right now.
-  bool active() const { return active_.load(std::memory_order_relaxed) > 0; }
-
- private:
-  int socket_fd_;
-  int event_fd_;
-  std::atomic<int> polling_{0};
-  std::atomic<int> active_{0};
-  std::atomic<bool> retired_{false};
-};
-
-class TcpChannel final : public Channel, public std::enable_shared_from_this<TcpChannel> {
- public:
-  TcpChannel(std::shared_ptr<IoLoop> loop, std::shared_ptr<GrantTable> grants,
-             boost::asio::ip::tcp::socket socket, int self_rank, int peer_rank, TcpOptions options);
+  // Takes ownership of `fd`, a connected TCP socket (handshake done).
+  TcpChannel(std::shared_ptr<IoLoop> loop, std::shared_ptr<GrantTable> grants, int fd,
+             int self_rank, int peer_rank, TcpOptions options);
   ~TcpChannel() override;
 
   // Starts receiving; call once after construction.
@@ -99,6 +78,18 @@ class TcpChannel final : public Channel, public std::enable_shared_from_this<Tcp
   bool finished() const;
   // After the progress thread stopped: closes the socket.
   void release_socket();
+
+  // Sends ACKs a driving waiter held back (see receive_turn) once they have
+  // waited `after`; the transport's ticker calls it every millisecond. True
+  // while ACKs are still held back.
+  bool flush_deferred(Clock::time_point now, Clock::duration after);
+
+  // FdWatcher (progress thread).
+  void on_fd_event(uint32_t events) override;
+
+  // WaitDriver body (see the thread model above): receives on this thread
+  // until `ready()`, the deadline, or RDMAFLOW_TCP_WAIT_POLL microseconds.
+  bool drive(const std::function<bool()>& ready, Clock::time_point deadline);
 
  private:
   struct Op;
@@ -131,7 +122,7 @@ class TcpChannel final : public Channel, public std::enable_shared_from_this<Tcp
     void advance(size_t n);
   };
 
-  // Receive state, progress thread only.
+  // Receive state: touched only by the thread running the receive path (rx_mu_).
   struct Rx {
     std::unique_ptr<uint8_t[]> stage;  // small-frame window (header + small payloads)
     size_t begin = 0, end = 0;         // unparsed bytes in stage
@@ -146,7 +137,6 @@ class TcpChannel final : public Channel, public std::enable_shared_from_this<Tcp
     bool has_poisoned = false;
     std::vector<uint8_t> bytes;  // message / NACK reason being received
     std::unique_ptr<uint8_t[]> discard;
-    bool stopped = false;
   };
 
   // Ops and slots (mu_ held).
@@ -158,8 +148,9 @@ class TcpChannel final : public Channel, public std::enable_shared_from_this<Tcp
   void enqueue_ctrl_locked(const FrameHeader& header, std::string reason);
   const char* op_name(const Op* op) const;
 
-  // Completion delivery: on the progress thread, directly; elsewhere, posted.
-  void deliver(DoneList& done);
+  // Completion delivery: directly on the progress thread (and, with
+  // `receive_path`, on a driving waiter); elsewhere posted to the progress thread.
+  void deliver(DoneList& done, bool receive_path = false);
   void complete_soon(Callback done, Status status);
   Status check_key(const RemoteKey& key, uint64_t offset, uint64_t len, const char* op) const;
   void submit(Op* op, std::unique_lock<std::mutex>& lock);
@@ -169,12 +160,14 @@ class TcpChannel final : public Channel, public std::enable_shared_from_this<Tcp
   bool build_batch_locked();
   void settle_batch_locked(DoneList& done);
   void wait_writable();
+  void set_interest(bool want_out);  // EPOLLOUT interest for a parked sender
+  void rearm_locked();               // arm_mu_ held
   void resume_sender();
   void kick_sender();
 
-  // Receiving (progress thread).
-  void arm_read();
-  void on_readable(const boost::system::error_code& ec);
+  // Receiving (rx_mu_ held by the calling thread).
+  void receive_turn();
+  bool holds_rx() const { return rx_holder_.load() == std::this_thread::get_id(); }
   bool parse_staged();
   bool on_header();
   bool on_payload_done();
@@ -184,9 +177,9 @@ class TcpChannel final : public Channel, public std::enable_shared_from_this<Tcp
 
   std::shared_ptr<IoLoop> loop_;
   std::shared_ptr<GrantTable> grants_;
-  std::shared_ptr<TcpWaiter> waiter_;  // null when RDMAFLOW_TCP_WAIT_POLL=0
-  std::optional<boost::asio::ip::tcp::socket> socket_;
+  std::shared_ptr<WaitDriver> driver_;  // null when RDMAFLOW_TCP_WAIT_POLL=0
   int fd_ = -1;
+  uint64_t watch_id_ = 0;
   int self_;
   int peer_;
   TcpOptions options_;
@@ -205,6 +198,18 @@ class TcpChannel final : public Channel, public std::enable_shared_from_this<Tcp
   std::condition_variable sender_cv_;
   Batch batch_;
 
+  // Receive side: who watches the socket, who runs the receive path.
+  std::mutex rx_mu_;  // held while running the receive path or touching rx_
+  std::atomic<std::thread::id> rx_holder_{};
+  std::atomic<bool> rx_stopped_{false};
+  std::mutex arm_mu_;       // epoll interest of fd_
+  bool want_out_ = false;   // a parked sender waits for EPOLLOUT
+  bool rx_waiter_ = false;  // a waiter watches the socket (no EPOLLIN for the loop)
+  bool unwatched_ = false;
+  std::atomic<int> driving_{0};
+  bool rx_delivered_ = false;  // this receive turn pushed a notify / message (rx_mu_)
+  std::atomic<bool> ack_deferred_{false};
+  std::atomic<Clock::rep> deferred_since_ns_{0};
   Rx rx_;
 };
 

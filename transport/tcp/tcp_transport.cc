@@ -122,7 +122,7 @@ Result<std::unique_ptr<Transport>> TcpTransport::create(const TransportConfig& c
       std::clamp<int64_t>(env_or("RDMAFLOW_TCP_CHUNK", static_cast<int64_t>(o.channel.chunk_bytes)),
                           4096, static_cast<int64_t>(kMaxChunkPayload)));
   o.busy_poll_us = std::max<int64_t>(0, env_or("RDMAFLOW_TCP_BUSY_POLL", 0));
-  o.channel.wait_poll = env_or("RDMAFLOW_TCP_WAIT_POLL", 1) != 0;
+  o.channel.drive_us = std::max<int64_t>(0, env_or("RDMAFLOW_TCP_WAIT_POLL", 2000));
   int64_t port = env_or("RDMAFLOW_TCP_PORT", 0);
   if (port < 0 || port > 65535) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, "create tcp transport", -1,
@@ -137,7 +137,7 @@ TcpTransport::TcpTransport(const TransportConfig& config, TcpTransportOptions op
       options_(options),
       loop_(std::make_shared<IoLoop>(options.busy_poll_us)),
       grants_(std::make_shared<GrantTable>()) {
-  loop_->set_ticker(Millis(10), [this](Clock::time_point now) { return sweep(now); });
+  loop_->set_ticker(Millis(1), [this](Clock::time_point now) { return sweep(now); });
   loop_->start();
 }
 
@@ -264,14 +264,18 @@ void TcpTransport::on_hello(std::shared_ptr<Incoming> in) {
                       std::lock_guard<std::mutex> lock(mu_);
                       std::erase(incoming_, in);
                       if (shut_down_) return;
-                      accepted_[in->hello.rank].push_back(std::move(in->socket));
+                      // From here on the socket is not Asio's: channels watch it themselves.
+                      boost::system::error_code ec;
+                      int fd = in->socket.release(ec);
+                      if (ec) return;
+                      accepted_[in->hello.rank].push_back(fd);
                       cv_.notify_all();
                     });
 }
 
-std::shared_ptr<Channel> TcpTransport::adopt(tcp::socket socket, int peer_rank) {
-  auto ch = std::make_shared<TcpChannel>(loop_, grants_, std::move(socket), config_.rank, peer_rank,
-                                         options_.channel);
+std::shared_ptr<Channel> TcpTransport::adopt(int fd, int peer_rank) {
+  auto ch =
+      std::make_shared<TcpChannel>(loop_, grants_, fd, config_.rank, peer_rank, options_.channel);
   ch->start();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -333,14 +337,7 @@ Result<std::shared_ptr<Channel>> TcpTransport::connect(int peer_rank, const std:
                                 address + " belongs to rank " + std::to_string(reply.rank) +
                                     ", not rank " + std::to_string(peer_rank));
         }
-        tcp::socket socket(loop_->io());
-        boost::system::error_code ec;
-        socket.assign(endpoint.protocol(), fd, ec);
-        if (ec) {
-          ::close(fd);
-          return RDMAFLOW_ERROR(Code::kInternal, op, peer_rank, "adopt socket: " + ec.message());
-        }
-        return adopt(std::move(socket), peer_rank);
+        return adopt(fd, peer_rank);
       }
     }
     ::close(fd);
@@ -374,10 +371,10 @@ Result<std::shared_ptr<Channel>> TcpTransport::accept(int peer_rank, Millis time
   if (shut_down_)
     return RDMAFLOW_ERROR(Code::kCancelled, "accept", peer_rank, "transport is shut down");
   auto& queue = accepted_[peer_rank];
-  tcp::socket socket = std::move(queue.front());
+  int fd = queue.front();
   queue.erase(queue.begin());
   lock.unlock();
-  return adopt(std::move(socket), peer_rank);
+  return adopt(fd, peer_rank);
 }
 
 bool TcpTransport::sweep(Clock::time_point now) {
@@ -386,9 +383,15 @@ bool TcpTransport::sweep(Clock::time_point now) {
     std::lock_guard<std::mutex> lock(mu_);
     channels = channels_;
   }
+  // Every tick (1 ms): ACKs held back for an answer that did not come. Every
+  // tenth: operation deadlines.
+  bool full = ++ticks_ % 10 == 0;
   bool pending = false;
-  for (auto& ch : channels) pending = ch->sweep(now) || pending;
-  return pending;
+  for (auto& ch : channels) {
+    pending = ch->flush_deferred(now, Millis(1)) || pending;
+    if (full) pending = ch->sweep(now) || pending;
+  }
+  return pending || !full;
 }
 
 void TcpTransport::shutdown() {
@@ -423,6 +426,9 @@ void TcpTransport::shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     channels.swap(channels_);
+    for (auto& [rank, fds] : accepted_) {
+      for (int fd : fds) ::close(fd);
+    }
     accepted_.clear();
     acceptor_.reset();
   }

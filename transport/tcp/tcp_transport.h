@@ -54,7 +54,7 @@ class TcpTransport final : public Transport {
   void start_accept();                          // progress thread
   void on_hello(std::shared_ptr<Incoming> in);  // progress thread
   void apply_socket_options(int fd) const;
-  std::shared_ptr<Channel> adopt(boost::asio::ip::tcp::socket socket, int peer_rank);
+  std::shared_ptr<Channel> adopt(int fd, int peer_rank);
   bool sweep(Clock::time_point now);
 
   TransportConfig config_;
@@ -67,9 +67,10 @@ class TcpTransport final : public Transport {
   bool shut_down_ = false;
   std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
   std::string address_;
-  std::map<int, std::vector<boost::asio::ip::tcp::socket>> accepted_;  // by rank, hello done
+  std::map<int, std::vector<int>> accepted_;  // socket fds by rank, hello done
   std::vector<std::shared_ptr<Incoming>> incoming_;
   std::vector<std::shared_ptr<TcpChannel>> channels_;
+  uint64_t ticks_ = 0;  // progress thread
 };
 
 }  // namespace rdmaflow::tcp
