@@ -550,7 +550,8 @@ int run(int rank, Oob& oob, const Options& o) {
 void usage() {
   std::printf(
       "usage: p2p [--transport NAME]... [--quick] [--json] [--spin] [--seconds S]\n"
-      "           [--lat-min/--lat-max BYTES] [--bw-min/--bw-max BYTES] [--rank R --rendezvous HOST:PORT]\n"
+      "           [--lat-min/--lat-max BYTES] [--bw-min/--bw-max BYTES] [--rank R --rendezvous "
+      "HOST:PORT]\n"
       "Forks its two processes unless --rank (or OMPI_COMM_WORLD_RANK / PMI_RANK) is given;\n"
       "then rank 0 listens on the rendezvous port and rank 1 connects to it.\n");
 }

@@ -186,7 +186,16 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
       }
     }
     if (!failure.is_ok()) break;
-    if (!sig.wait(epoch, deadline, cfg.spin) && Clock::now() >= deadline) {
+    // Let the backend's progress run on this thread first (no thread hop, no
+    // futex wake-up between a notify's arrival and its consumer), then sleep.
+    auto spin = cfg.spin;
+    if (waiting_peer >= 0) {
+      if (auto driver = fabric.peer(waiting_peer).channel->inbox().wait_driver()) {
+        if (driver->drive([&] { return sig.epoch() != epoch; }, deadline)) continue;
+        spin = std::chrono::microseconds(0);
+      }
+    }
+    if (!sig.wait(epoch, deadline, spin) && Clock::now() >= deadline) {
       failure = RDMAFLOW_ERROR(Code::kTimeout, what, waiting_peer,
                                "no progress before the deadline while " + waiting_for + " (" +
                                    std::to_string(finished) + " of " + std::to_string(n) +

@@ -215,17 +215,23 @@ Status Bootstrap::barrier(std::optional<Millis> timeout) {
   const std::string key = "barrier/" + std::to_string(n);
   const std::string op = "barrier #" + std::to_string(n);
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t arrived, internal_->add(key, 1, t));
-  if (arrived == world_size())
+  if (arrived == world_size()) {
     RDMAFLOW_RETURN_IF_ERROR(internal_->set(key + "/done", to_bytes("1")));
+  }
   Status st = internal_->wait({key + "/done"}, remaining(deadline));
   if (st.code() == Code::kTimeout) {
-    auto now = internal_->add(key, 0, std::min(t, Millis(1000)));
-    std::string count =
-        now.is_ok() ? std::to_string(*now) : "fewer than " + std::to_string(world_size());
-    return RDMAFLOW_ERROR(Code::kTimeout, op, -1,
-                          "only " + count + " of " + std::to_string(world_size()) +
-                              " ranks arrived within " + std::to_string(t.count()) + " ms (" +
-                              internal_->describe() + ")");
+    const std::string world = std::to_string(world_size());
+    const std::string within =
+        " within " + std::to_string(t.count()) + " ms (" + internal_->describe() + ")";
+    auto arrived_now = internal_->add(key, 0, std::min(t, Millis(1000)));
+    if (!arrived_now.is_ok()) {
+      return RDMAFLOW_ERROR(Code::kTimeout, op, -1,
+                            "not all " + world + " ranks arrived" + within +
+                                "; counting them failed too: " + arrived_now.status().reason());
+    }
+    return RDMAFLOW_ERROR(
+        Code::kTimeout, op, -1,
+        "only " + std::to_string(*arrived_now) + " of " + world + " ranks arrived" + within);
   }
   return st.is_ok() ? st : st.with_op(op);
 }

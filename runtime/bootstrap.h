@@ -12,6 +12,9 @@
 // the same order. Each has a timeout (RDMAFLOW_TIMEOUT_MS by default) and, on
 // failure, an error naming what was missing.
 //
+// A Bootstrap is used from one thread at a time (its collectives are numbered in
+// call order); its store may be shared by many threads, whose calls are serialized.
+//
 // Lifetime: destroying a Bootstrap says goodbye to the store; rank 0 keeps serving
 // until every rank said goodbye (or the timeout passes), so a rank still reading
 // the store never finds it gone. Channels from connect_mesh belong to their

@@ -181,11 +181,23 @@ class Session : public std::enable_shared_from_this<Session> {
              /*close_after=*/true);
       return;
     }
-    body_.resize(len);
-    asio::async_read(sock_, asio::buffer(body_),
-                     [self = shared_from_this()](error_code ec, size_t) {
+    body_.clear();
+    body_left_ = len;
+    read_body();
+  }
+
+  // Grows the body only as bytes actually arrive, so a frame that merely claims to
+  // be large costs nothing until it is sent.
+  void read_body() {
+    if (body_left_ == 0) return handle();
+    const size_t n = std::min<size_t>(body_left_, kBodyChunk);
+    const size_t old = body_.size();
+    body_.resize(old + n);
+    asio::async_read(sock_, asio::buffer(body_.data() + old, n),
+                     [self = shared_from_this(), n](error_code ec, size_t) {
                        if (ec) return;
-                       self->handle();
+                       self->body_left_ -= n;
+                       self->read_body();
                      });
   }
 
@@ -327,7 +339,9 @@ class Session : public std::enable_shared_from_this<Session> {
   tcp::socket sock_;
   asio::steady_timer timer_;
   uint8_t header_[4] = {};
+  static constexpr size_t kBodyChunk = 256 << 10;
   Bytes body_;
+  size_t body_left_ = 0;
   Bytes out_;
   bool is_get_ = false;
   bool waiting_ = false;

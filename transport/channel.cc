@@ -40,6 +40,11 @@ void Inbox::set_wait_driver(std::shared_ptr<WaitDriver> driver) {
   driver_ = std::move(driver);
 }
 
+std::shared_ptr<WaitDriver> Inbox::wait_driver() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return driver_;
+}
+
 template <typename Pred>
 void Inbox::drive(std::chrono::steady_clock::time_point deadline, Pred ready) {
   std::shared_ptr<WaitDriver> driver;

@@ -72,6 +72,9 @@ class Inbox {
 
   // Waits drive `driver` before sleeping (see WaitDriver).
   void set_wait_driver(std::shared_ptr<WaitDriver> driver);
+  // The backend's driver (null when none), for consumers that wait on their own
+  // conditions, e.g. the collectives' executor waiting for several peers at once.
+  std::shared_ptr<WaitDriver> wait_driver();
 
  private:
   // Lets the wait driver (if any) run until `ready` holds or `deadline` passes.

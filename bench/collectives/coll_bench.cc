@@ -705,6 +705,8 @@ int main(int argc, char** argv) {
     std::ofstream f(a.json);
     f << out_json.dump(2) << "\n";
   }
+  // Every rank finished every call before anyone closes its channels.
+  MPI_Barrier(MPI_COMM_WORLD);
   comm_r->reset();
   (*transport)->shutdown();
   MPI_Finalize();

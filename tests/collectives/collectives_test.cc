@@ -85,6 +85,8 @@ TEST_P(Collectives, EveryAlgorithmRepresentativeSlice) {
               if (*wrong) return 1;
             }
           }
+          // Nobody tears down its channels while a peer may still finish its last call.
+          RF_ASSERT_OK(ex.barrier());
           return 0;
         },
         ro);
@@ -109,6 +111,7 @@ TEST_P(Collectives, LargeAllreduceEveryAlgorithm) {
       RF_ASSERT_OK(wrong);
       EXPECT_EQ(*wrong, 0u) << describe(c, n) << ": " << first;
     }
+    RF_ASSERT_OK(ex.barrier());
     return 0;
   });
   if (r.skipped) GTEST_SKIP() << r.message;
@@ -167,6 +170,7 @@ TEST_P(Collectives, AsynchronousCallsInFlightTogether) {
             << "request " << k << ": " << first;
       }
     }
+    RF_ASSERT_OK(ex.barrier());
     return 0;
   });
   if (r.skipped) GTEST_SKIP() << r.message;
@@ -250,6 +254,7 @@ TEST_P(Collectives, BadArgumentsAreRefused) {
     // Still usable afterwards.
     RF_ASSERT_OK(node.comm->allreduce(&x, &y, 1, DataType::kF32, ReduceOp::kSum));
     EXPECT_EQ(y, 2.0f);
+    RF_ASSERT_OK(ex.barrier());
     return 0;
   });
   if (r.skipped) GTEST_SKIP() << r.message;

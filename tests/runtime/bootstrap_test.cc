@@ -181,7 +181,7 @@ TEST(Bootstrap, RankZeroServesUntilEveryRankSaidGoodbye) {
       CHILD_CHECK(lingered < 5000ms);
       return 0;
     }
-    std::this_thread::sleep_for(250ms);  // a late reader
+    std::this_thread::sleep_for(500ms);  // a late reader
     auto v = (*boot)->store().get("written/by/0", 2000ms);
     CHILD_OK(v);
     CHILD_CHECK(text_of(*v) == "still here");
@@ -215,8 +215,10 @@ TEST(Bootstrap, BarrierTimeoutSaysHowManyArrived) {
     // Rank 0 times out first and stops serving: rank 1 may see the server go away.
     const bool counted =
         boot.status().code() == Code::kTimeout && contains(msg, "only 2 of 3 ranks arrived within");
-    const bool server_gone = rank == 1 && boot.status().code() == Code::kPeerFailed &&
-                             contains(msg, "lost the connection to the rendezvous");
+    const bool server_gone =
+        rank == 1 && ((boot.status().code() == Code::kPeerFailed &&
+                       contains(msg, "lost the connection to the rendezvous")) ||
+                      contains(msg, "not all 3 ranks arrived within"));
     if (!counted && !server_gone) {
       std::fprintf(stderr, "unexpected: %s\n", msg.c_str());
       return 1;

@@ -159,21 +159,22 @@ TEST(TcpStore, GetWaitsForAnotherProcessToSet) {
   ServerProcess server;
   ASSERT_GT(server.port(), 0);
   auto pids = testing::spawn(1, [&](int) -> int {
-    std::this_thread::sleep_for(100ms);
     auto store = connect_or_die(server.address());
     CHILD_CHECK(store != nullptr);
+    CHILD_OK(store->get("parent/ready"));  // the parent's get is being issued now
+    std::this_thread::sleep_for(100ms);
     CHILD_OK(store->set("later", to_bytes("here")));
     return 0;
   });
   auto store = connect_or_die(server.address());
   ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->set("parent/ready", to_bytes("")).is_ok());
   const auto t0 = Clock::now();
-  auto v = store->get("later", 5000ms);
+  auto v = store->get("later", 10000ms);  // parked on the server until the child sets it
   const auto waited = Clock::now() - t0;
   ASSERT_TRUE(v.is_ok()) << v.status().to_string();
   EXPECT_EQ(as_string(*v), "here");
-  EXPECT_GE(waited, 50ms);
-  EXPECT_LT(waited, 3000ms);
+  EXPECT_LT(waited, 5000ms);
   EXPECT_EQ(testing::wait_all(pids)[0], 0);
 }
 
@@ -192,7 +193,7 @@ TEST(TcpStore, TimesOutWhenAKeyNeverAppears) {
   EXPECT_TRUE(contains(v.status().to_string(), "'missing/key'")) << v.status().to_string();
   EXPECT_TRUE(contains(v.status().to_string(), where)) << v.status().to_string();
   EXPECT_GE(waited, 190ms);
-  EXPECT_LT(waited, 1000ms);
+  EXPECT_LT(waited, 3000ms);
 
   ASSERT_TRUE(store->set("present", to_bytes("x")).is_ok());
   Status w = store->wait({"present", "absent/1", "absent/2"}, 100ms);
@@ -205,7 +206,7 @@ TEST(TcpStore, TimesOutWhenAKeyNeverAppears) {
   ASSERT_TRUE(short_default.is_ok());
   t0 = Clock::now();
   EXPECT_EQ((*short_default)->get("missing/key").status().code(), Code::kTimeout);
-  EXPECT_LT(Clock::now() - t0, 1000ms);
+  EXPECT_LT(Clock::now() - t0, 3000ms);
 
   // The connection is still good after timeouts.
   auto again = store->get("present", 100ms);

@@ -626,6 +626,7 @@ TEST_P(Conformance, MalformedFramesFromARawSocketAreRefused) {
       RF_ASSIGN_OR_FAIL(auto raw, node.transport->accept(16, kOpTimeout));
       RF_ASSERT_OK(ex.barrier());  // rank 1 done
       EXPECT_TRUE(raw->error().is_ok()) << raw->error().to_string();
+      RF_ASSERT_OK(ex.barrier());  // rank 1 may hang up now
       // The real transport of rank 1 still connects and works.
       RF_ASSIGN_OR_FAIL(auto real, node.transport->accept(1, kOpTimeout));
       RF_ASSIGN_OR_FAIL(uint64_t v, real->inbox().wait_notify(kOpTimeout));
@@ -725,6 +726,7 @@ TEST_P(Conformance, MalformedFramesFromARawSocketAreRefused) {
       RF_ASSERT(c.recv(&reply, sizeof(reply), Millis(5000)));
       EXPECT_EQ(reply.type, static_cast<uint8_t>(FrameType::kWriteAck));
       EXPECT_EQ(reply.op_id, 3u);
+      RF_ASSERT_OK(ex.barrier());
       RF_ASSERT_OK(ex.barrier());
     }
     Node node;

@@ -1,5 +1,6 @@
 #include "transport/tcp/tcp_channel.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -46,14 +47,17 @@ namespace {
 // channel weakly: the inbox it is attached to is a member of the channel.
 class ChannelDriver final : public WaitDriver {
  public:
-  explicit ChannelDriver(std::weak_ptr<TcpChannel> ch) : ch_(std::move(ch)) {}
+  // `exclusive`: only this channel can satisfy the wait (its inbox).
+  ChannelDriver(std::weak_ptr<TcpChannel> ch, bool exclusive)
+      : ch_(std::move(ch)), exclusive_(exclusive) {}
   bool drive(const std::function<bool()>& ready, Clock::time_point deadline) override {
     auto ch = ch_.lock();
-    return ch ? ch->drive(ready, deadline) : false;
+    return ch ? ch->drive(ready, deadline, exclusive_) : false;
   }
 
  private:
   std::weak_ptr<TcpChannel> ch_;
+  bool exclusive_;
 };
 
 // Each waiting thread has one eventfd, poked by IoLoop::wake_waiters().
@@ -140,8 +144,14 @@ TcpChannel::~TcpChannel() {
 void TcpChannel::start() {
   watch_id_ = loop_->watch(fd_, weak_from_this());
   if (options_.drive_us > 0) {
-    driver_ = std::make_shared<ChannelDriver>(weak_from_this());
-    inbox_.set_wait_driver(driver_);
+    driver_ = std::make_shared<ChannelDriver>(weak_from_this(), false);
+    inbox_.set_wait_driver(std::make_shared<ChannelDriver>(weak_from_this(), true));
+    // A driving inbox waiter blocks in recvmsg, bounded by SO_RCVTIMEO; every
+    // other call passes MSG_DONTWAIT, so the descriptor itself is left blocking.
+    int flags = ::fcntl(fd_, F_GETFL);
+    if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
+    timeval tv{0, static_cast<suseconds_t>(std::min<int64_t>(options_.drive_us, 500))};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   }
   std::lock_guard<std::mutex> lock(arm_mu_);
   rearm_locked();
@@ -399,6 +409,15 @@ bool TcpChannel::finished() const {
 }
 
 void TcpChannel::fail(const Status& error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failing_) return;  // the first failure is the one reported
+    failing_ = true;
+    error_ = error;
+  }
+  rx_stopped_.store(true);
+  // The peer sees EOF; a waiter polling or blocked in recvmsg on fd_ wakes up.
+  ::shutdown(fd_, SHUT_RDWR);
   // Wait for a receive turn on another thread to end: it may be writing into a
   // buffer whose operation we are about to complete.
   std::unique_lock<std::mutex> rx_lock(rx_mu_, std::defer_lock);
@@ -406,12 +425,8 @@ void TcpChannel::fail(const Status& error) {
   DoneList done;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (failed_) return;
     failed_ = true;
-    error_ = error;
-    rx_stopped_.store(true);
     rx_.op = nullptr;
-    ::shutdown(fd_, SHUT_RDWR);  // the peer sees EOF; a waiter polling fd_ wakes up
     // An active sender is inside sendmsg() with the batch; it settles those ops.
     bool sender_busy = sender_ == Sender::kActive;
     if (!sender_busy) {
@@ -454,7 +469,10 @@ bool TcpChannel::sweep(Clock::time_point now) {
   Status fail_status;
   bool pending;
   {
-    std::lock_guard<std::mutex> rx_lock(rx_mu_);  // rx_.op may point at an op we complete
+    // rx_.op may point at an op we complete. A driving waiter holds rx_mu_ (maybe
+    // blocked in recvmsg): sweep this channel on a later tick instead of waiting.
+    std::unique_lock<std::mutex> rx_lock(rx_mu_, std::try_to_lock);
+    if (!rx_lock.owns_lock()) return true;
     std::lock_guard<std::mutex> lock(mu_);
     if (failed_) return false;
     for (auto& slot : slots_) {
@@ -669,10 +687,13 @@ void TcpChannel::on_fd_event(uint32_t events) {
   }
   if (resume) resume_sender();
   if (receive) {
-    std::lock_guard<std::mutex> rx_lock(rx_mu_);
-    rx_holder_.store(std::this_thread::get_id());
-    receive_turn();
-    rx_holder_.store(std::thread::id());
+    // try_lock: a waiter that raced us to the socket may be blocked in recvmsg.
+    std::unique_lock<std::mutex> rx_lock(rx_mu_, std::try_to_lock);
+    if (rx_lock.owns_lock()) {
+      rx_holder_.store(std::this_thread::get_id());
+      receive_turn(/*block=*/false);
+      rx_holder_.store(std::thread::id());
+    }
   }
   std::lock_guard<std::mutex> lock(arm_mu_);
   rearm_locked();
@@ -699,18 +720,26 @@ void TcpChannel::kick_sender() {
 
 // ----------------------------------------------------------------- receiving
 
-bool TcpChannel::drive(const std::function<bool()>& ready, Clock::time_point deadline) {
+bool TcpChannel::drive(const std::function<bool()>& ready, Clock::time_point deadline,
+                       bool exclusive) {
   const auto horizon =
       std::min(deadline, Clock::now() + std::chrono::microseconds(options_.drive_us));
   flush_deferred(Clock::now(), Clock::duration::zero());  // about to block: no answer coming
   {
     std::lock_guard<std::mutex> lock(arm_mu_);
-    if (rx_waiter_ || unwatched_ || rx_stopped_.load()) return false;  // sleep instead
-    rx_waiter_ = true;
-    rearm_locked();  // withdraw EPOLLIN from the progress thread
+    if (rx_driving_ || unwatched_ || rx_stopped_.load()) return false;  // sleep instead
+    rx_driving_ = true;
+    if (!rx_waiter_) {  // else: still leased from the previous wait, nothing to change
+      rx_waiter_ = true;
+      rearm_locked();  // withdraw EPOLLIN from the progress thread
+    }
   }
   driving_.fetch_add(1);
-  const int efd = thread_event_fd();
+  // An inbox wait can only be satisfied by this socket (or its failure, which
+  // shuts the socket down): block in recvmsg itself, one system call per
+  // message. A wait on operations may be satisfied by other channels too: poll
+  // the socket and this thread's eventfd, which every delivery pokes.
+  const int efd = exclusive ? -1 : thread_event_fd();
   if (efd >= 0) loop_->add_waiter(efd);
   bool ok = false;
   for (;;) {
@@ -721,6 +750,13 @@ bool TcpChannel::drive(const std::function<bool()>& ready, Clock::time_point dea
     if (rx_stopped_.load()) break;
     auto left = horizon - Clock::now();
     if (left <= Clock::duration::zero()) break;
+    if (exclusive) {
+      std::lock_guard<std::mutex> rx_lock(rx_mu_);
+      rx_holder_.store(std::this_thread::get_id());
+      receive_turn(/*block=*/true);
+      rx_holder_.store(std::thread::id());
+      continue;
+    }
     auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
     timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
     pollfd fds[2] = {{fd_, POLLIN | POLLRDHUP, 0}, {efd, POLLIN, 0}};
@@ -734,18 +770,36 @@ bool TcpChannel::drive(const std::function<bool()>& ready, Clock::time_point dea
     if (fds[0].revents != 0) {
       std::lock_guard<std::mutex> rx_lock(rx_mu_);
       rx_holder_.store(std::this_thread::get_id());
-      receive_turn();
+      receive_turn(/*block=*/false);
       rx_holder_.store(std::thread::id());
     }
   }
   if (efd >= 0) loop_->remove_waiter(efd);
   {
     std::lock_guard<std::mutex> lock(arm_mu_);
-    rx_waiter_ = false;
-    rearm_locked();  // level triggered: bytes that arrived meanwhile fire at once
+    rx_driving_ = false;
+    if (ok && !rx_stopped_.load()) {
+      // Keep the socket away from the progress thread for a moment: a thread in
+      // a wait loop is back soon, and re-arming costs two epoll_ctl per wait.
+      // release_lease() hands it back after 1 ms without a driver.
+      lease_since_ = Clock::now();
+    } else {
+      rx_waiter_ = false;
+      rearm_locked();  // level triggered: bytes that arrived meanwhile fire at once
+    }
   }
   driving_.fetch_sub(1);
+  if (ok) loop_->request_ticks();
   return ok;
+}
+
+bool TcpChannel::release_lease(Clock::time_point now, Clock::duration after) {
+  std::lock_guard<std::mutex> lock(arm_mu_);
+  if (!rx_waiter_ || rx_driving_) return rx_waiter_;
+  if (now - lease_since_ < after) return true;
+  rx_waiter_ = false;
+  rearm_locked();
+  return false;
 }
 
 uint8_t* TcpChannel::discard_buffer() {
@@ -767,10 +821,10 @@ void TcpChannel::begin_payload(uint64_t len, uint8_t* target) {
 
 // Reads and processes what the socket holds, up to a budget (the caller
 // re-arms; level-triggered readiness brings it back if more is waiting).
-void TcpChannel::receive_turn() {
+void TcpChannel::receive_turn(bool block) {
   if (rx_stopped_.load()) return;
   size_t budget = kReceiveBudget;
-  for (;;) {
+  for (bool first = true;; first = false) {
     if (!parse_staged()) return;
     // Compose the next read: the rest of the current payload straight into its
     // target, followed by room for the next header (just the header after a
@@ -800,7 +854,8 @@ void TcpChannel::receive_turn() {
     msghdr m{};
     m.msg_iov = iov;
     m.msg_iovlen = static_cast<size_t>(count);
-    ssize_t n = ::recvmsg(fd_, &m, MSG_DONTWAIT);
+    // A driving inbox waiter blocks in its first recvmsg (SO_RCVTIMEO bounds it).
+    ssize_t n = ::recvmsg(fd_, &m, block && first ? 0 : MSG_DONTWAIT);
     if (n == 0) {
       fail(RDMAFLOW_ERROR(Code::kPeerFailed, "receive", peer_,
                           "connection closed by peer rank " + std::to_string(peer_)));

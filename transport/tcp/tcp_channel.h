@@ -84,12 +84,16 @@ class TcpChannel final : public Channel,
   // while ACKs are still held back.
   bool flush_deferred(Clock::time_point now, Clock::duration after);
 
+  // Gives the socket back to the progress thread when no waiter drove it for
+  // `after` (see drive()). True while it is still leased.
+  bool release_lease(Clock::time_point now, Clock::duration after);
+
   // FdWatcher (progress thread).
   void on_fd_event(uint32_t events) override;
 
   // WaitDriver body (see the thread model above): receives on this thread
   // until `ready()`, the deadline, or RDMAFLOW_TCP_WAIT_POLL microseconds.
-  bool drive(const std::function<bool()>& ready, Clock::time_point deadline);
+  bool drive(const std::function<bool()>& ready, Clock::time_point deadline, bool exclusive);
 
  private:
   struct Op;
@@ -166,7 +170,7 @@ class TcpChannel final : public Channel,
   void kick_sender();
 
   // Receiving (rx_mu_ held by the calling thread).
-  void receive_turn();
+  void receive_turn(bool block);
   bool holds_rx() const { return rx_holder_.load() == std::this_thread::get_id(); }
   bool parse_staged();
   bool on_header();
@@ -185,7 +189,8 @@ class TcpChannel final : public Channel,
   TcpOptions options_;
 
   mutable std::mutex mu_;
-  bool failed_ = false;
+  bool failing_ = false;  // fail() started (error_ is final)
+  bool failed_ = false;   // fail() completed the operations
   Status error_;
   std::vector<std::unique_ptr<Op>> slots_;
   std::vector<uint32_t> free_slots_;
@@ -202,9 +207,11 @@ class TcpChannel final : public Channel,
   std::mutex rx_mu_;  // held while running the receive path or touching rx_
   std::atomic<std::thread::id> rx_holder_{};
   std::atomic<bool> rx_stopped_{false};
-  std::mutex arm_mu_;       // epoll interest of fd_
-  bool want_out_ = false;   // a parked sender waits for EPOLLOUT
-  bool rx_waiter_ = false;  // a waiter watches the socket (no EPOLLIN for the loop)
+  std::mutex arm_mu_;        // epoll interest of fd_
+  bool want_out_ = false;    // a parked sender waits for EPOLLOUT
+  bool rx_waiter_ = false;   // waiters own the socket (no EPOLLIN for the loop): driving or leased
+  bool rx_driving_ = false;  // a waiter is in drive() right now
+  Clock::time_point lease_since_;
   bool unwatched_ = false;
   std::atomic<int> driving_{0};
   bool rx_delivered_ = false;  // this receive turn pushed a notify / message (rx_mu_)

@@ -389,6 +389,7 @@ bool TcpTransport::sweep(Clock::time_point now) {
   bool pending = false;
   for (auto& ch : channels) {
     pending = ch->flush_deferred(now, Millis(1)) || pending;
+    pending = ch->release_lease(now, Millis(1)) || pending;
     if (full) pending = ch->sweep(now) || pending;
   }
   return pending || !full;

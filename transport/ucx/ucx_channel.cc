@@ -234,12 +234,15 @@ void UcxChannel::issue_flush() {
     on_flush_done(ctx, UCS_OK);
   } else if (UCS_PTR_IS_ERR(r)) {
     on_flush_done(ctx, UCS_PTR_STATUS(r));
+  } else {
+    note_request();
   }
 }
 
 void UcxChannel::on_flush(void* request, ucs_status_t status, void* user) {
   ucp_request_free(request);
   auto* ctx = static_cast<FlushCtx*>(user);
+  --ctx->ch->requests_inflight_;
   ctx->ch->on_flush_done(ctx, status);
 }
 
@@ -273,6 +276,7 @@ bool UcxChannel::post_am(Op* op, const void* data, size_t len, uint32_t am_flags
     return false;
   }
   core_->add_ref(op);  // the UCP request's
+  note_request();
   return true;
 }
 
@@ -280,6 +284,7 @@ void UcxChannel::on_send(void* request, ucs_status_t status, void* user) {
   ucp_request_free(request);
   auto* op = static_cast<Op*>(user);
   UcxChannel* ch = op->ch;
+  --ch->requests_inflight_;
   ch->core_->part_done(op, status == UCS_OK ? Status::ok() : ch->ucs_error(op->name(), status));
   ch->core_->release(op);
 }
@@ -406,6 +411,7 @@ UcxChannel::Step UcxChannel::post_write(Op* op) {
       return Step::kPosted;
     } else {
       core_->add_ref(op);
+      note_request();
     }
     ++unflushed_;
     if (!op->has_notify) {
@@ -469,6 +475,7 @@ UcxChannel::Step UcxChannel::post_read(Op* op) {
     fail(st);
   } else {
     core_->add_ref(op);
+    note_request();
   }
   return Step::kPosted;
 }
@@ -605,6 +612,8 @@ ucs_status_t UcxChannel::on_ordered(const AmHeader& h, void* data, size_t length
         item->code = static_cast<uint16_t>(st.code());
         item->reason = st.reason();
       } else if (item->type == MsgType::kWrite && length > 0) {
+        RDMAFLOW_LOG_TRACE("ucx: rank {} writes {} bytes at offset {} of key id {}", peer_, length,
+                           h.offset, h.key_id);
         if (rndv) {
           rndv_target = target;
         } else {
@@ -633,6 +642,8 @@ ucs_status_t UcxChannel::on_ordered(const AmHeader& h, void* data, size_t length
       item->code = static_cast<uint16_t>(Code::kInternal);
       item->reason =
           std::string("receiving the payload failed: ") + ucs_status_string(UCS_PTR_STATUS(r));
+    } else {
+      note_request();
     }
   }
   if (!held && item->ready) {
@@ -649,6 +660,7 @@ ucs_status_t UcxChannel::on_ordered(const AmHeader& h, void* data, size_t length
 void UcxChannel::on_rx_data(void* request, ucs_status_t status, size_t /*length*/, void* user) {
   if (request != nullptr) ucp_request_free(request);
   auto* item = static_cast<RxItem*>(user);
+  --item->ch->requests_inflight_;
   if (item->orphan) {
     delete item;
     return;
@@ -821,6 +833,7 @@ ucs_status_t UcxChannel::on_read_resp(const AmHeader& h, void* data, size_t leng
     } else if (UCS_PTR_IS_ERR(r)) {
       core_->part_done(op, ucs_error("read", UCS_PTR_STATUS(r)));
     } else {
+      note_request();
       return UCS_OK;  // the reads_ reference moves to the receive request
     }
   } else {
@@ -835,6 +848,7 @@ void UcxChannel::on_read_data(void* request, ucs_status_t status, size_t /*lengt
   if (request != nullptr) ucp_request_free(request);
   auto* op = static_cast<Op*>(user);
   UcxChannel* ch = op->ch;
+  --ch->requests_inflight_;
   ch->core_->part_done(op, status == UCS_OK ? Status::ok() : ch->ucs_error("read", status));
   ch->core_->release(op);
 }
@@ -857,18 +871,25 @@ void UcxChannel::protocol_error(const std::string& what) {
 
 void UcxChannel::close_locked(const Status& st) {
   if (failed_) return;
+  Op* bye = nullptr;
   if (ep_ != nullptr && state() == State::kOpen) {
-    // Goodbye, ordered after everything already sent; the graceful close flushes it out.
-    AmHeader h;
-    h.type = static_cast<uint8_t>(MsgType::kBye);
-    h.channel = remote_id_;
-    h.seq = tx_seq_++;
-    post_ctrl(h, {});
+    // Goodbye, ordered after everything already sent. The endpoint is closed (FORCE)
+    // as soon as it has left, so the peer's channel fails naming us.
+    bye = core_->ctrl_op(this);
+    bye->hdr.type = static_cast<uint8_t>(MsgType::kBye);
+    bye->hdr.channel = remote_id_;
+    bye->hdr.seq = tx_seq_++;
+    core_->add_ref(bye);  // ours, until the endpoint is closed
+    post_am(bye, nullptr, 0, 0);
+    if (bye->refs == 1) {  // sent already (or failed): nothing to wait for
+      core_->release(bye);
+      bye = nullptr;
+    }
   }
-  fail(st, /*force_close=*/false);
+  fail(st, bye);
 }
 
-void UcxChannel::fail(const Status& st, bool force_close) {
+void UcxChannel::fail(const Status& st, Op* linger_on) {
   if (failed_) return;
   failed_ = true;
   {
@@ -919,10 +940,11 @@ void UcxChannel::fail(const Status& st, bool force_close) {
   }
   keys_.clear();
   if (ep_ != nullptr) {
-    core_->retire_ep(ep_, force_close, std::move(rkeys));
+    core_->retire_ep(ep_, std::move(rkeys), linger_on);
     ep_ = nullptr;
   } else {
     for (ucp_rkey_h k : rkeys) ucp_rkey_destroy(k);
+    if (linger_on != nullptr) core_->release(linger_on);
   }
   if (pidfd_ >= 0) {
     core_->unwatch_pidfd(pidfd_);

@@ -61,15 +61,17 @@ class UcxChannel final : public Channel {
   void flush_acks();  // sends the pending kAck, if any
   ucs_status_t on_am(const AmHeader& h, void* data, size_t length,
                      const ucp_am_recv_param_t* param);
-  // Sticky: fails everything pending and closes the endpoint (gracefully: flushing
-  // what was already sent, e.g. the goodbye of close()).
-  void fail(const Status& st, bool force_close = true);
+  // Sticky: fails everything pending and closes the endpoint (FORCE; once
+  // `linger_on`, close()'s goodbye, has been sent, or after a short while).
+  void fail(const Status& st, Op* linger_on = nullptr);
   void close_locked(const Status& st);
   void send_ctrl(MsgType type, uint64_t id, std::vector<uint8_t> data, uint16_t code = 0,
                  uint64_t value = 0, uint64_t length = 0);
   void post_ctrl(const AmHeader& h, std::vector<uint8_t> data);
   void revoked(uint64_t round, const std::vector<uint64_t>& key_ids);
-  bool dirty = false;  // in the core's dirty list
+  bool dirty = false;      // in the core's dirty list
+  bool peer_gone = false;  // the peer process died: its requests will never complete
+  int64_t requests_inflight() const { return requests_inflight_; }
 
  private:
   struct KeyEntry {
@@ -163,6 +165,12 @@ class UcxChannel final : public Channel {
   uint64_t ack_from_ = 0;
   bool ack_needed_ = false;
   std::vector<uint8_t> ack_refusals_;
+  int64_t requests_inflight_ = 0;  // our UCP requests on this channel not yet completed
+
+  void note_request() {
+    core_->note_request();
+    ++requests_inflight_;
+  }
 
   friend class UcxCore;
 };

@@ -229,7 +229,7 @@ void UcxCore::shutdown() {
         ch->close_locked(
             RDMAFLOW_ERROR(Code::kCancelled, "channel", ch->peer_rank(), "transport shut down"));
       }
-      wait_closing_locked(lock, Clock::now() + std::chrono::milliseconds(500));
+      wait_closing_locked(lock, Clock::now() + std::chrono::seconds(2));
     }
     stopped_.store(true, std::memory_order_release);
   }
@@ -268,9 +268,19 @@ void UcxCore::shutdown() {
 
 void UcxCore::wait_closing_locked(std::unique_lock<std::mutex>& lock, Clock::time_point deadline) {
   (void)lock;
+  int64_t inflight = 0;
   do {
     pass_locked();
-  } while (!closing_.empty() && Clock::now() < deadline);
+    // ucp_worker_destroy must not meet an endpoint with operations still queued (UCX
+    // asserts), so let the transfers of live peers drain; a dead peer's never will.
+    inflight = 0;
+    for (auto& ch : channels_) {
+      if (!ch->peer_gone) inflight += ch->requests_inflight();
+    }
+  } while ((!closing_.empty() || !to_close_.empty() || inflight > 0) && Clock::now() < deadline);
+  if (inflight > 0) {
+    RDMAFLOW_LOG_WARN("ucx: shutting down with {} UCX requests still in flight", inflight);
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -430,8 +440,12 @@ void UcxCore::submit(Op* op) {
     subs_count_.fetch_add(1, std::memory_order_seq_cst);
   }
   // Post right away when nobody else is in progress context (no thread hop).
+  bool needs_progress = false;
+  bool posted = false;
   while (worker_mu_.try_lock()) {
+    posted = true;
     if (!stopped()) {
+      request_posted_ = false;
       drain_submissions_locked();
       while (!dirty_.empty()) {
         std::vector<UcxChannel*> dirty;
@@ -443,19 +457,23 @@ void UcxCore::submit(Op* op) {
         }
       }
       if (!events_.empty()) {
+        needs_progress = true;
         std::lock_guard<std::mutex> lock(ready_mu_);
         for (auto& e : events_) ready_.push_back(std::move(e));
         ready_count_.store(ready_.size(), std::memory_order_release);
         events_.clear();
       }
+      needs_progress |= request_posted_;
     }
     worker_mu_.unlock();
     if (subs_count_.load(std::memory_order_seq_cst) == 0) break;
   }
   activity_.fetch_add(1, std::memory_order_seq_cst);
-  // Whatever the op still needs (UCP progress, callbacks) happens in progress
-  // context: make sure somebody is there.
-  if (busy_waiters_.load(std::memory_order_seq_cst) == 0) kick();
+  // Whatever the op still needs (a pending UCP request, callbacks to run) happens in
+  // progress context: wake the progress thread for it. An op that went out whole needs
+  // nobody until its answer arrives, which wakes a sleeping progress thread by itself
+  // (the worker's event fd) - so the common small write costs no syscall here.
+  if ((needs_progress || !posted) && busy_waiters_.load(std::memory_order_seq_cst) == 0) kick();
 }
 
 void UcxCore::drain_submissions_locked() {
@@ -498,14 +516,24 @@ bool UcxCore::pass_locked() {
     }
     did = true;
   }
-  // Endpoints to close (never closed inside a UCP callback).
+  // Endpoints to close (never closed inside a UCP callback). Always FORCE: a flushing
+  // close can wait forever for a dead peer, and ucp_worker_destroy must not find an
+  // endpoint with operations still pending.
   if (!to_close_.empty()) {
+    const auto now = Clock::now();
+    std::vector<ToClose> later;
     auto list = std::move(to_close_);
     to_close_.clear();
     for (auto& c : list) {
+      if (c.linger_on != nullptr && c.linger_on->refs > 1 && now < c.deadline &&
+          !stop_thread_.load(std::memory_order_acquire)) {
+        later.push_back(std::move(c));  // the goodbye is still on its way out
+        continue;
+      }
+      if (c.linger_on != nullptr) release(c.linger_on);
       ucp_request_param_t p{};
       p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = c.force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
       ucs_status_ptr_t req = ucp_ep_close_nbx(c.ep, &p);
       if (UCS_PTR_IS_PTR(req)) {
         closing_.push_back(Closing{req, std::move(c.rkeys)});
@@ -513,6 +541,7 @@ bool UcxCore::pass_locked() {
         for (ucp_rkey_h k : c.rkeys) ucp_rkey_destroy(k);
       }
     }
+    for (auto& c : later) to_close_.push_back(std::move(c));
     did = true;
   }
   for (size_t i = 0; i < closing_.size();) {
@@ -671,7 +700,7 @@ void UcxCore::progress_thread() {
             std::chrono::duration_cast<std::chrono::milliseconds>(earliest - Clock::now()).count();
         timeout_ms = static_cast<int>(std::clamp<int64_t>(ms + 1, 1, kMaxSleepMs));
       }
-      if (!closing_.empty()) timeout_ms = 1;
+      if (!closing_.empty() || !to_close_.empty()) timeout_ms = 1;
       pt_state_.store(kPtSleeping, std::memory_order_seq_cst);
     }
     if (activity_.load(std::memory_order_seq_cst) == seen &&
@@ -735,6 +764,7 @@ void UcxCore::on_peer_exit(uint32_t channel) {
     std::lock_guard<std::mutex> lock(worker_mu_);
     if (stopped() || channel == 0 || channel > channels_.size()) return;
     UcxChannel* ch = channels_[channel - 1].get();
+    ch->peer_gone = true;
     if (!ch->failed()) {
       ch->fail(
           RDMAFLOW_ERROR(Code::kPeerFailed, "channel", ch->peer_rank(),
@@ -747,14 +777,16 @@ void UcxCore::on_peer_exit(uint32_t channel) {
 
 void UcxCore::on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   auto* ch = static_cast<UcxChannel*>(arg);
+  ch->peer_gone = true;
   if (ch->failed()) return;
   ch->fail(RDMAFLOW_ERROR(Code::kPeerFailed, "channel", ch->peer_rank(),
                           std::string("UCX endpoint failed: ") + ucs_status_string(status) +
                               " (the peer exited or the connection broke)"));
 }
 
-void UcxCore::retire_ep(ucp_ep_h ep, bool force, std::vector<ucp_rkey_h> rkeys) {
-  to_close_.push_back(ToClose{ep, force, std::move(rkeys)});
+void UcxCore::retire_ep(ucp_ep_h ep, std::vector<ucp_rkey_h> rkeys, Op* linger_on) {
+  to_close_.push_back(
+      ToClose{ep, std::move(rkeys), linger_on, Clock::now() + std::chrono::milliseconds(200)});
 }
 
 // ---------------------------------------------------------------------------
@@ -788,8 +820,7 @@ ucs_status_t UcxCore::on_am(void* arg, const void* header, size_t header_length,
 // ---------------------------------------------------------------------------
 // Connection setup
 
-Options::DataPath UcxCore::choose_data_path(ucp_ep_h ep) const {
-  if (options_.data_path != Options::DataPath::kAuto) return options_.data_path;
+Options::DataPath UcxCore::choose_data_path(ucp_ep_h ep, std::string* lanes) const {
   // UCX 1.13 has no query for an endpoint's transports; read its description.
   // Lanes look like "lane[0]:  1:sysv/memory.0 md[1] -> ...".
   char* buf = nullptr;
@@ -803,6 +834,7 @@ Options::DataPath UcxCore::choose_data_path(ucp_ep_h ep) const {
   // Transports on which UCX 1.13 emulates put/get on user memory in software.
   static const char* kNoRma[] = {"posix", "sysv", "cma", "knem", "self"};
   bool any_lane = false;
+  bool rma = false;
   size_t pos = 0;
   while ((pos = info.find("lane[", pos)) != std::string::npos) {
     size_t colon = info.find(':', pos);
@@ -816,13 +848,15 @@ Options::DataPath UcxCore::choose_data_path(ucp_ep_h ep) const {
       continue;
     }
     const std::string tl = info.substr(start + 1, slash - start - 1);
+    if (lanes->find(tl) == std::string::npos) *lanes += (lanes->empty() ? "" : ",") + tl;
     any_lane = true;
     if (std::none_of(std::begin(kNoRma), std::end(kNoRma),
                      [&](const char* n) { return tl == n; })) {
-      return Options::DataPath::kRma;
+      rma = true;
     }
   }
-  return any_lane ? Options::DataPath::kAm : Options::DataPath::kRma;
+  if (options_.data_path != Options::DataPath::kAuto) return options_.data_path;
+  return rma || !any_lane ? Options::DataPath::kRma : Options::DataPath::kAm;
 }
 
 Result<std::shared_ptr<UcxChannel>> UcxCore::make_channel_locked(int peer_rank,
@@ -860,12 +894,13 @@ Result<std::shared_ptr<UcxChannel>> UcxCore::make_channel_locked(int peer_rank,
                                 : "") +
             ")");
   }
-  const bool put_path = choose_data_path(handle) == Options::DataPath::kRma;
+  std::string lanes;
+  const bool put_path = choose_data_path(handle, &lanes) == Options::DataPath::kRma;
   ch->attach(handle, put_path, pidfd);
   channels_.push_back(ch);
   if (pidfd >= 0) watch_pidfd(pidfd, id);
-  RDMAFLOW_LOG_DEBUG("ucx: channel {} to rank {}: {} path, error mode {}", id, peer_rank,
-                     put_path ? "rma" : "am", peer_mode ? "peer" : "none");
+  RDMAFLOW_LOG_DEBUG("ucx: channel {} to rank {}: {} path, error mode {}, transports {}", id,
+                     peer_rank, put_path ? "rma" : "am", peer_mode ? "peer" : "none", lanes);
   return ch;
 }
 

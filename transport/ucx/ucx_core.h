@@ -134,13 +134,17 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   // Completes every op of `ch` whose callback is still pending with `st`.
   void complete_channel_ops(UcxChannel* ch, const Status& st);
   void add_ref(Op* op) { ++op->refs; }
+  // A UCP call returned a request: it needs progress to complete.
+  void note_request() { request_posted_ = true; }
   void release(Op* op);
   Op* ctrl_op(UcxChannel* ch);  // an internal op (no callback) for control sends
   void emit_notify(Inbox& inbox, uint64_t value);
   void emit_message(Inbox& inbox, std::vector<uint8_t> bytes);
   void emit_inbox_failure(Inbox& inbox, Status st);
   void mark_dirty(UcxChannel* ch);
-  void retire_ep(ucp_ep_h ep, bool force, std::vector<ucp_rkey_h> rkeys);
+  // Closes `ep` (FORCE) after the current UCP callback, once `linger_on` (if any, a
+  // referenced op) has been sent or 200 ms passed; destroys `rkeys` when it is closed.
+  void retire_ep(ucp_ep_h ep, std::vector<ucp_rkey_h> rkeys, Op* linger_on);
   // Looks up the grant for an incoming access; on refusal returns the reason.
   Status resolve_grant(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len,
                        const char* op, int peer, uint8_t** target);
@@ -189,8 +193,9 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   };
   struct ToClose {
     ucp_ep_h ep = nullptr;
-    bool force = false;
     std::vector<ucp_rkey_h> rkeys;
+    Op* linger_on = nullptr;
+    Clock::time_point deadline;
   };
   enum PtState : int { kPtRunning, kPtBackoff, kPtSleeping, kPtStopped };
 
@@ -223,7 +228,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
                                                           const char* op);
   void watch_pidfd(int fd, uint32_t channel);
   void on_peer_exit(uint32_t channel);
-  Options::DataPath choose_data_path(ucp_ep_h ep) const;
+  Options::DataPath choose_data_path(ucp_ep_h ep, std::string* lanes) const;
   Status revoke_grants(std::vector<uint64_t> key_ids, const char* op);
   void wait_closing_locked(std::unique_lock<std::mutex>& lock, Clock::time_point deadline);
 
@@ -251,6 +256,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   std::atomic<size_t> subs_count_{0};
 
   // Progress context (worker_mu_).
+  bool request_posted_ = false;
   std::vector<Event> events_;
   std::vector<UcxChannel*> dirty_;
   std::vector<std::shared_ptr<UcxChannel>> channels_;  // index = channel id - 1
