@@ -14,7 +14,13 @@
 // peer's registered buffer, each window waited for (a write completes when its
 // data is in the peer's memory). Reference: the same bytes as blocking send()
 // calls on a plain TCP socket, the receiver recv()ing them and answering one
-// byte per window.
+// byte per window. For the shared-memory rows a second reference is measured
+// in the same run: single-thread memcpy() of the same sizes and windows between
+// two buffers of this process (what one core can move at best).
+//
+// Contenders: tcp; ucx_shm (UCX_TLS=posix,sysv,cma,self); ucx_tcp (UCX_TLS=tcp,self
+// on lo); verbs (skipped with its reason where no RDMA device exists); ucx (UCX's
+// own choice of transports).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -283,6 +289,43 @@ struct Reference {
   }
 };
 
+// ------------------------------------------------------ reference: memcpy
+
+// Single-thread memcpy bandwidth in MB/s for `window` copies of `size` bytes,
+// windows repeated for about `seconds` (rank 0 only; same buffers reused, as the
+// transports' writes reuse theirs).
+double memcpy_bandwidth(size_t size, size_t max_bytes, const Options& o) {
+  static uint8_t* src = nullptr;
+  static uint8_t* dst = nullptr;
+  static size_t have = 0;
+  if (have < max_bytes) {
+    std::free(src);
+    std::free(dst);
+    src = static_cast<uint8_t*>(std::aligned_alloc(4096, max_bytes));
+    dst = static_cast<uint8_t*>(std::aligned_alloc(4096, max_bytes));
+    if (src == nullptr || dst == nullptr) die("memcpy reference: out of memory");
+    std::memset(src, 7, max_bytes);
+    std::memset(dst, 0, max_bytes);
+    have = max_bytes;
+  }
+  const size_t window = window_for(size);
+  auto run = [&](uint64_t windows) {
+    for (uint64_t w = 0; w < windows; ++w) {
+      for (size_t i = 0; i < window; ++i) {
+        std::memcpy(dst, src, size);
+        asm volatile("" : : "r"(dst) : "memory");  // the copy must happen
+      }
+    }
+  };
+  run(1);
+  auto t0 = Clock::now();
+  run(2);
+  const uint64_t windows = pick_iters(since(t0), 2, o.seconds, 3, 1000000);
+  t0 = Clock::now();
+  run(windows);
+  return static_cast<double>(windows * window * size) / since(t0) / 1e6;
+}
+
 // ------------------------------------------------------- rdmaflow transport
 
 struct Contender {
@@ -331,13 +374,60 @@ struct Contender {
   }
 };
 
-std::unique_ptr<Contender> setup(const std::string& name, int rank, Oob& oob, size_t bytes,
+// A row of the report: a backend, possibly restricted to some of its transports
+// through the environment it is created in (UCX reads UCX_TLS at creation).
+struct Spec {
+  std::string label;
+  std::string backend;
+  std::vector<std::pair<std::string, std::string>> env;
+  bool shared_memory = false;  // compare with memcpy too
+};
+
+std::vector<Spec> expand(const std::string& name) {
+  if (name == "ucx_shm") return {{name, "ucx", {{"UCX_TLS", "posix,sysv,cma,self"}}, true}};
+  if (name == "ucx_tcp") {
+    return {{name, "ucx", {{"UCX_TLS", "tcp,self"}, {"UCX_NET_DEVICES", "lo"}}, false}};
+  }
+  return {{name, name, {}, name == "ucx"}};
+}
+
+std::vector<Spec> default_specs() {
+  std::vector<Spec> out;
+  for (const std::string& n : transport_backend_names()) {
+    if (n == "ucx") {
+      for (const char* v : {"ucx_shm", "ucx_tcp"}) out.push_back(expand(v)[0]);
+    } else {
+      out.push_back(expand(n)[0]);
+    }
+  }
+  return out;
+}
+
+Result<std::unique_ptr<Transport>> create_in_env(const Spec& spec, const TransportConfig& config) {
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+  for (const auto& [k, v] : spec.env) {
+    const char* old = std::getenv(k.c_str());
+    saved.emplace_back(k, old ? std::optional<std::string>(old) : std::nullopt);
+    ::setenv(k.c_str(), v.c_str(), 1);
+  }
+  auto t = make_transport(spec.backend, config);
+  for (const auto& [k, v] : saved) {
+    if (v) {
+      ::setenv(k.c_str(), v->c_str(), 1);
+    } else {
+      ::unsetenv(k.c_str());
+    }
+  }
+  return t;
+}
+
+std::unique_ptr<Contender> setup(const Spec& spec, int rank, Oob& oob, size_t bytes,
                                  std::string* skip_reason) {
   auto c = std::make_unique<Contender>();
   TransportConfig config;
   config.rank = rank;
   config.world_size = 2;
-  auto t = make_transport(name, config);
+  auto t = create_in_env(spec, config);
   // Both sides must agree on skipping.
   std::string mine = t.is_ok() ? "ok" : t.status().to_string();
   oob.send(mine);
@@ -442,6 +532,7 @@ struct Row {
   double reference;
   double value_p50 = 0;
   double reference_p50 = 0;
+  double memcpy = 0;  // MB/s of single-thread memcpy (bandwidth rows of shared-memory contenders)
 };
 
 std::string human(size_t n) {
@@ -451,7 +542,14 @@ std::string human(size_t n) {
 }
 
 int run(int rank, Oob& oob, const Options& o) {
-  std::vector<std::string> names = o.transports.empty() ? transport_backend_names() : o.transports;
+  std::vector<Spec> specs;
+  if (o.transports.empty()) {
+    specs = default_specs();
+  } else {
+    for (const auto& n : o.transports) {
+      for (auto& s : expand(n)) specs.push_back(std::move(s));
+    }
+  }
   // Plain-socket reference connection, set up once, to rank 0's host.
   Reference ref;
   if (rank == 0) {
@@ -470,9 +568,10 @@ int run(int rank, Oob& oob, const Options& o) {
   const size_t max_bytes = std::max(lat_sizes.back(), bw_sizes.back());
   nlohmann::json report = nlohmann::json::array();
 
-  for (const std::string& name : names) {
+  for (const Spec& spec : specs) {
+    const std::string& name = spec.label;
     std::string skip;
-    auto c = setup(name, rank, oob, max_bytes, &skip);
+    auto c = setup(spec, rank, oob, max_bytes, &skip);
     if (!c) {
       if (rank == 0) {
         if (o.json) {
@@ -493,6 +592,7 @@ int run(int rank, Oob& oob, const Options& o) {
       double r = ref.bandwidth(rank, oob, s, o);
       double t = transport_bandwidth(*c, rank, oob, s, o);
       bw.push_back({s, t, r});
+      if (spec.shared_memory && rank == 0) bw.back().memcpy = memcpy_bandwidth(s, max_bytes, o);
     }
     oob.send("next");
     oob.recv();
@@ -501,6 +601,7 @@ int run(int rank, Oob& oob, const Options& o) {
     if (o.json) {
       nlohmann::json j;
       j["transport"] = name;
+      for (const auto& [k, v] : spec.env) j["env"][k] = v;
       j["wait"] = o.spin ? "spin" : "block";
       j["busy_poll_us"] = busy ? std::atoi(busy) : 0;
       for (auto& r : lat) {
@@ -513,17 +614,25 @@ int run(int rank, Oob& oob, const Options& o) {
                                    {"ratio_p50", r.value_p50 / r.reference_p50}});
       }
       for (auto& r : bw) {
-        j["bandwidth_MBps"].push_back({{"size", r.size},
-                                       {"transport", r.value},
-                                       {"socket", r.reference},
-                                       {"ratio", r.value / r.reference}});
+        nlohmann::json row = {{"size", r.size},
+                              {"transport", r.value},
+                              {"socket", r.reference},
+                              {"ratio", r.value / r.reference}};
+        if (r.memcpy > 0) {
+          row["memcpy"] = r.memcpy;
+          row["ratio_memcpy"] = r.value / r.memcpy;
+        }
+        j["bandwidth_MBps"].push_back(row);
       }
       report.push_back(j);
       continue;
     }
+    std::string env;
+    for (const auto& [k, v] : spec.env) env += " " + k + "=" + v;
     std::printf(
-        "transport: %s  (2 processes over loopback; notify wait: %s; RDMAFLOW_TCP_BUSY_POLL=%s)\n",
-        name.c_str(), o.spin ? "spin" : "block", busy ? busy : "0");
+        "transport: %s  (2 processes over loopback; notify wait: %s; "
+        "RDMAFLOW_TCP_BUSY_POLL=%s%s)\n",
+        name.c_str(), o.spin ? "spin" : "block", busy ? busy : "0", env.c_str());
     std::printf("\nLatency in us, one-way = half round trip (osu_latency style)\n");
     std::printf("%10s %12s %12s %8s   %12s %12s %8s\n", "size", (name + " avg").c_str(),
                 "socket avg", "ratio", (name + " p50").c_str(), "socket p50", "ratio");
@@ -533,11 +642,15 @@ int run(int rank, Oob& oob, const Options& o) {
                   r.value_p50 / r.reference_p50);
     }
     std::printf("\nBandwidth, windowed one-sided writes (osu_bw style)\n");
-    std::printf("%10s %8s %14s %14s %8s\n", "size", "window", (name + " MB/s").c_str(),
-                "socket MB/s", "ratio");
+    std::printf("%10s %8s %14s %14s %8s", "size", "window", (name + " MB/s").c_str(), "socket MB/s",
+                "ratio");
+    if (spec.shared_memory) std::printf(" %14s %8s", "memcpy MB/s", "ratio");
+    std::printf("\n");
     for (auto& r : bw) {
-      std::printf("%10s %8zu %14.1f %14.1f %8.2f\n", human(r.size).c_str(), window_for(r.size),
+      std::printf("%10s %8zu %14.1f %14.1f %8.2f", human(r.size).c_str(), window_for(r.size),
                   r.value, r.reference, r.value / r.reference);
+      if (spec.shared_memory) std::printf(" %14.1f %8.2f", r.memcpy, r.value / r.memcpy);
+      std::printf("\n");
     }
     std::printf("\n");
     std::fflush(stdout);
@@ -552,6 +665,7 @@ void usage() {
       "usage: p2p [--transport NAME]... [--quick] [--json] [--spin] [--seconds S]\n"
       "           [--lat-min/--lat-max BYTES] [--bw-min/--bw-max BYTES] [--rank R --rendezvous "
       "HOST:PORT]\n"
+      "NAME: tcp, ucx_shm, ucx_tcp, ucx, verbs, all (default: every backend built in).\n"
       "Forks its two processes unless --rank (or OMPI_COMM_WORLD_RANK / PMI_RANK) is given;\n"
       "then rank 0 listens on the rendezvous port and rank 1 connects to it.\n");
 }
