@@ -12,13 +12,14 @@ BUILD_DIR="${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
 SECONDS_TO_RUN="${FUZZ_SECONDS:-20}"
 
 echo "== fuzz: build fuzz_graph_loader (clang, libFuzzer, ASan/UBSan) in $BUILD_DIR =="
+mkdir -p "$BUILD_DIR"
 CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DRDMAFLOW_FUZZ=ON -DRDMAFLOW_SANITIZE=ON -DRDMAFLOW_WERROR=OFF \
   -DRDMAFLOW_BUILD_TESTS=OFF -DRDMAFLOW_BUILD_BENCH=OFF \
   -DRDMAFLOW_WITH_UCX=OFF -DRDMAFLOW_WITH_VERBS=OFF -DRDMAFLOW_WITH_GRPC=OFF \
-  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link" >"$BUILD_DIR.cmake.log" 2>&1 ||
-  { cat "$BUILD_DIR.cmake.log"; exit 1; }
+  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link" >"$BUILD_DIR/configure.log" 2>&1 ||
+  { cat "$BUILD_DIR/configure.log"; exit 1; }
 cmake --build "$BUILD_DIR" --target fuzz_graph_loader -j "${JOBS:-2}"
 
 CORPUS="$BUILD_DIR/corpus"

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The main job: installs the Debian packages, builds, and runs the
-# point-to-point benchmark between two local processes (every available
-# transport beside its plain-socket / memcpy reference).
+# The main job: installs the Debian packages, builds, and runs the end-to-end
+# demo: 4 local processes train an MLP with parameter servers over the
+# auto-chosen transport and again over the gRPC baseline, print the loss curves,
+# a table of step time / bytes per step / speedup, and check the trained weights
+# against a single-process run. Extra arguments go to rdmaflow-demo (--help).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash scripts/install-deps.sh
 BUILD_DIR="$ROOT/build" bash scripts/build.sh
-"$ROOT/build/bench/p2p/p2p" "$@"
+exec "$ROOT/build/bench/e2e/rdmaflow-demo" "$@"

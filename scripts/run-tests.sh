@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test: installs the Debian packages, builds, runs the whole ctest suite,
-# then the sanitizer pass and the graph-loader fuzz smoke run.
+# then a short libFuzzer run of the graph loader and the format check.
 # Usage: scripts/run-tests.sh   (as root on Debian 12; CI runs exactly this)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,6 +13,9 @@ BUILD_DIR="$ROOT/build" bash scripts/build.sh
 
 echo "== ctest =="
 (cd "$ROOT/build" && ctest --output-on-failure -j 2 --timeout 600)
+
+echo "== graph-loader fuzz smoke run (clang libFuzzer + ASan/UBSan) =="
+FUZZ_SECONDS="${FUZZ_SECONDS:-30}" bash scripts/fuzz-graph.sh
 
 echo "== format check =="
 bash scripts/check-format.sh
