@@ -18,6 +18,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +85,24 @@ int run(int argc, char** argv) {
     }
   }
   const std::string chosen = auto_transport();
+  // A backend this machine cannot run (verbs without an RDMA device) is reported
+  // once with its reason instead of launching ranks that would all fail.
+  std::map<std::string, std::optional<std::string>> viability;
+  auto not_viable_here = [&](const std::string& t) -> std::optional<std::string> {
+    if (t == "grpc") return std::nullopt;
+    auto it = viability.find(t);
+    if (it != viability.end()) return it->second;
+    TransportConfig config;
+    auto made = make_transport(t, config);
+    std::optional<std::string> why;
+    if (made.is_ok()) {
+      (*made)->shutdown();
+    } else {
+      why = made.status().reason();
+    }
+    viability[t] = why;
+    return why;
+  };
   if (transports.empty()) {
     transports.push_back("grpc");
     for (const auto& n : transport_backend_names()) transports.push_back(n);
@@ -123,6 +143,11 @@ int run(int argc, char** argv) {
     double grpc_ms = 0;
     json rows = json::array();
     for (const auto& t : transports) {
+      if (auto why = not_viable_here(t)) {
+        std::printf("  %-14s %-10s   skipped: %s\n", "", t.c_str(), why->c_str());
+        rows.push_back(json{{"transport", t}, {"skipped", *why}});
+        continue;
+      }
       LaunchSpec spec;
       spec.ranks = cfg.ranks;
       spec.transport = t;
