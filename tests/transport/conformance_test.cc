@@ -70,6 +70,8 @@ TEST_P(Conformance, WriteAndReadEverySizeByteForByte) {
       return 0;
     }
     Buffer src(max + 64), back(max + 64);
+    RF_ASSERT_OK(node.local(src));
+    RF_ASSERT_OK(node.local(back));
     RF_ASSIGN_OR_FAIL(auto keys, ex.allgather(""));
     RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(keys[1]));
     for (size_t i = 0; i < sizes.size(); ++i) {
@@ -129,6 +131,7 @@ TEST_P(Conformance, NotifyIsObservedOnlyAfterTheDataIsThere) {
       return 0;
     }
     Buffer src(kSlots * kSlotBytes);
+    RF_ASSERT_OK(node.local(src));
     RF_ASSIGN_OR_FAIL(auto keys, ex.allgather(""));
     RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(keys[1]));
     for (int batch = 0; batch < kIterations / kSlots; ++batch) {
@@ -175,6 +178,8 @@ TEST_P(Conformance, ThousandsOfConcurrentOperationsBothWays) {
 
     Buffer src(kWrites * kSlot);
     Buffer reads(kThreads * kReadsPerThread * 4096);
+    RF_ASSERT_OK(node.local(src));
+    RF_ASSERT_OK(node.local(reads));
     for (int i = 0; i < kWrites; ++i) {
       fill_pattern(src.p + i * kSlot, size_of(i), static_cast<uint64_t>(rank) * 100000 + i);
     }
@@ -230,6 +235,7 @@ TEST_P(Conformance, FourProcessesAllToAllAtOnce) {
     Node node;
     RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
     Buffer incoming(world * kBytes), source(kBytes), reads(world * kBytes);
+    RF_ASSERT_OK(node.local(reads));
     fill_pattern(source.p, kBytes, 500 + static_cast<uint64_t>(rank));
     RF_ASSIGN_OR_FAIL(auto in_key, node.expose(incoming.p, incoming.size));
     RF_ASSIGN_OR_FAIL(auto src_key, node.expose(source.p, source.size));
@@ -323,6 +329,8 @@ TEST_P(Conformance, BadKeysAreRefusedAndMemoryIsUntouched) {
     RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(key_text));
     RF_ASSIGN_OR_FAIL(RemoteKey revoked, parse_key(revoked_text));
     Buffer src(2 * kBytes), dst(2 * kBytes);
+    RF_ASSERT_OK(node.local(src));
+    RF_ASSERT_OK(node.local(dst));
     fill_pattern(src.p, src.size, 1);
 
     auto expect_refused = [&](const char* what, Status st, std::set<Code> codes) {
@@ -393,6 +401,8 @@ TEST_P(Conformance, PeerKilledMidTransferFailsPendingOperationsNamingIt) {
         RF_ASSIGN_OR_FAIL(auto all, ex.allgather(""));
         RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(all[1]));
         Buffer src(kBytes), dst(kBytes);
+        RF_ASSERT_OK(node.local(src));
+        RF_ASSERT_OK(node.local(dst));
         std::memset(src.p, 1, kBytes);
         struct Tally {
           std::mutex mu;
@@ -501,6 +511,8 @@ TEST_P(Conformance, TimedOutOperationsCompleteAndTheChannelRecovers) {
     RF_ASSIGN_OR_FAIL(auto all, ex.allgather(""));
     RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(all[1]));
     Buffer dst(1 << 20), same(64);
+    RF_ASSERT_OK(node.local(dst));
+    RF_ASSERT_OK(node.local(same));
     fill_pattern(same.p, 64, 3);  // the timed-out write still lands later: keep it harmless
     RF_ASSERT_OK(ex.signal(1, SIGSTOP));
     constexpr Millis kShort(300);
@@ -579,6 +591,7 @@ TEST_P(Conformance, CloseAndShutdownCompleteEveryPendingOperationOnce) {
       RF_ASSIGN_OR_FAIL(auto server, second.transport->accept(0, kOpTimeout));
       Buffer target(kBytes);
       RF_ASSIGN_OR_FAIL(auto tkey, second.expose(target.p, target.size));
+      RF_ASSERT_OK(second.transport->register_memory(region.p, region.size).status());
       std::atomic<int> n{0};
       for (int i = 0; i < kWrites; ++i) {
         loop->write(region.p, kBytes, tkey, 0, std::nullopt, once.wrap([&](const Status&) { ++n; }),
@@ -750,6 +763,7 @@ TEST_P(Conformance, WorksOverIpv6Loopback) {
     EXPECT_NE(addr.find("[::1]"), std::string::npos) << addr;
     Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
     Buffer region(1 << 20), back(1 << 20);
+    RF_ASSERT_OK(node.local(back));
     fill_pattern(region.p, region.size, 60 + static_cast<uint64_t>(rank));
     RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
     RF_ASSIGN_OR_FAIL(auto all, ex.allgather(key_bytes(key)));

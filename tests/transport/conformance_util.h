@@ -176,6 +176,12 @@ struct Node {
     return Status::ok();
   }
 
+  // Registers a local source or destination (verbs needs its lkey; every
+  // backend accepts registered memory, which is what real callers use).
+  Status local(const Buffer& b) {
+    return transport->register_memory(b.p, b.size == 0 ? 1 : b.size).status();
+  }
+
   // Registers [p, p + n) and grants all of it.
   Result<RemoteKey> expose(void* p, size_t n) {
     RDMAFLOW_ASSIGN_OR_RETURN(RegionId id, transport->register_memory(p, n));
