@@ -1,11 +1,13 @@
 #include "transport/ucx/ucx_channel.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "allocator/log.h"
+#include "transport/ucx/ucx_shm.h"
 
 namespace rdmaflow::ucx {
 
@@ -43,6 +45,7 @@ UcxChannel::UcxChannel(std::shared_ptr<UcxCore> core, uint32_t id, int peer_rank
 
 UcxChannel::~UcxChannel() {
   if (pidfd_ >= 0) ::close(pidfd_);
+  for (auto& [region, m] : maps_) ::munmap(m.ptr, m.length);
   for (auto& [seq, item] : rx_held_) delete item;
 }
 
@@ -96,7 +99,7 @@ void UcxChannel::write(const void* src, size_t len, const RemoteKey& dst, uint64
   op->key_secret = dst.secret;
   op->key_addr = dst.addr;
   op->key_length = dst.length;
-  op->put_path = put_path_ && len > 0 && len > core_->options().eager_max;
+  op->put_path = (put_path_ && len > 0 && len > core_->options().eager_max) || (direct_ && len > 0);
   if (op->put_path) {
     std::lock_guard<std::mutex> lock(known_mu_);
     if (!known_keys_.count(dst.key_id)) op->blob = dst.blob;
@@ -122,7 +125,7 @@ void UcxChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t src_
   op->key_secret = src.secret;
   op->key_addr = src.addr;
   op->key_length = src.length;
-  op->put_path = put_path_ && len > 0;
+  op->put_path = (put_path_ || direct_) && len > 0;
   if (op->put_path) {
     std::lock_guard<std::mutex> lock(known_mu_);
     if (!known_keys_.count(src.key_id)) op->blob = src.blob;
@@ -153,6 +156,7 @@ void UcxChannel::attach(ucp_ep_h ep, bool put_path, int pidfd) {
   ep_ = ep;
   put_path_ = put_path;
   pidfd_ = pidfd;
+  direct_ = !put_path && pidfd >= 0 && core_->options().direct;
 }
 
 void UcxChannel::opened() {
@@ -388,6 +392,7 @@ UcxChannel::Step UcxChannel::post_write(Op* op) {
     op->parts = 2;  // sent + acknowledged
     awaiting_ack_.push_back(op);
     core_->add_ref(op);
+    if (direct_) ++am_writes_inflight_;
     post_am(op, op->src, op->len, 0);
     return Step::kPosted;
   }
@@ -399,7 +404,27 @@ UcxChannel::Step UcxChannel::post_write(Op* op) {
       return Step::kPosted;
     }
     if (k == nullptr) return Step::kStall;  // waiting for the owner to confirm the key
-    op->parts = op->has_notify ? 3 : 2;     // put + (notify sent + acknowledged | flush)
+    if (direct_) {
+      uint8_t* target = direct_ptr(*k, op);
+      if (target == nullptr) {  // not in the peer's shared pages: the receiver places it
+        op->put_path = false;
+        return post_write(op);
+      }
+      // An earlier write still travelling as an AM must not land after this copy.
+      if (am_writes_inflight_ > 0) return Step::kStall;
+      std::memcpy(target, op->src, op->len);
+      if (!op->has_notify) {
+        core_->complete(op, Status::ok());  // the bytes are in the peer's memory
+        return Step::kPosted;
+      }
+      // The notify AM is published after the bytes (UCX's shared-memory FIFO
+      // orders its element after earlier stores; the fence makes it explicit).
+      std::atomic_thread_fence(std::memory_order_release);
+      op->parts = 2;  // notify sent + acknowledged
+      op->notify_stage = true;
+      return post_write(op);
+    }
+    op->parts = op->has_notify ? 3 : 2;  // put + (notify sent + acknowledged | flush)
     ucp_request_param_t p = send_param(&UcxChannel::on_send, op);
     ucs_status_ptr_t r = ucp_put_nbx(ep_, op->src, op->len, op->key_addr + op->offset, k->rkey, &p);
     if (r == nullptr) {
@@ -464,6 +489,16 @@ UcxChannel::Step UcxChannel::post_read(Op* op) {
     return Step::kPosted;
   }
   if (k == nullptr) return Step::kStall;
+  if (direct_) {
+    const uint8_t* source = direct_ptr(*k, op);
+    if (source == nullptr) {  // not in the peer's shared pages: the owner answers a request
+      op->put_path = false;
+      return post_read(op);
+    }
+    std::memcpy(op->dst, source, op->len);
+    core_->complete(op, Status::ok());
+    return Step::kPosted;
+  }
   op->parts = 1;
   ucp_request_param_t p = send_param(&UcxChannel::on_send, op);
   ucs_status_ptr_t r = ucp_get_nbx(ep_, op->dst, op->len, op->key_addr + op->offset, k->rkey, &p);
@@ -485,6 +520,7 @@ void UcxChannel::revoked(uint64_t round, const std::vector<uint64_t>& key_ids) {
     auto it = keys_.find(id);
     if (it == keys_.end()) continue;
     if (it->second.rkey != nullptr) retired_rkeys_.push_back(it->second.rkey);
+    if (it->second.region != 0) unref_region(it->second.region);  // no copy is in flight
     keys_.erase(it);  // a later use queries the owner again, who refuses it
   }
   {
@@ -535,7 +571,8 @@ ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
       return on_read_req(h);
     case MsgType::kKeyQuery: {
       uint64_t addr = 0, len = 0, sum = 0;
-      Status st = core_->query_grant(h.key_id, h.secret, id_, peer_, &addr, &len, &sum);
+      DirectInfo direct;
+      Status st = core_->query_grant(h.key_id, h.secret, id_, peer_, &addr, &len, &sum, &direct);
       AmHeader reply;
       reply.type = static_cast<uint8_t>(MsgType::kKeyReply);
       reply.code = static_cast<uint16_t>(st.code());
@@ -544,9 +581,15 @@ ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
       reply.secret = sum;
       reply.value = addr;
       reply.length = len;
-      std::vector<uint8_t> reason;
-      if (!st.is_ok()) reason.assign(st.reason().begin(), st.reason().end());
-      post_ctrl(reply, std::move(reason));
+      std::vector<uint8_t> data;
+      if (!st.is_ok()) {
+        data.assign(st.reason().begin(), st.reason().end());
+      } else if (pidfd_ >= 0 && direct.fd >= 0) {
+        // A same-host peer may map the region's memfd and copy itself.
+        data.resize(sizeof(direct));
+        std::memcpy(data.data(), &direct, sizeof(direct));
+      }
+      post_ctrl(reply, std::move(data));
       break;
     }
     case MsgType::kKeyReply:
@@ -741,6 +784,10 @@ void UcxChannel::on_ack(const AmHeader& h, const void* data, size_t length) {
       continue;
     }
     it = awaiting_ack_.erase(it);
+    if (direct_ && op->hdr.type == static_cast<uint8_t>(MsgType::kWrite) &&
+        am_writes_inflight_ > 0 && --am_writes_inflight_ == 0) {
+      core_->mark_dirty(this);  // direct copies held back behind it may go
+    }
     Status st;
     for (const Refusal& r : refusals) {
       if (r.seq == op->seq) {
@@ -766,6 +813,21 @@ void UcxChannel::on_key_reply(const AmHeader& h, const void* data, size_t length
     e.state = KeyEntry::State::kRefused;
     e.refusal = RDMAFLOW_ERROR(Code::kInvalidArgument, "write", peer_,
                                "the rkey carried by " + key + " is not the one the peer packed");
+  } else if (direct_) {
+    // No rkey needed: memcpy through the peer's shared region, or the am path.
+    e.addr = h.value;
+    e.length = h.length;
+    e.state = KeyEntry::State::kValid;
+    DirectInfo info;
+    if (length == sizeof(info)) {
+      std::memcpy(&info, data, sizeof(info));
+      if (info.magic == DirectInfo::kMagic && info.region != 0 && info.length > 0 &&
+          info.base + info.length > info.base && map_region(info)) {
+        e.region = info.region;
+      }
+    }
+    std::lock_guard<std::mutex> lock(known_mu_);
+    known_keys_.insert(h.id);
   } else {
     e.addr = h.value;
     e.length = h.length;
@@ -782,6 +844,43 @@ void UcxChannel::on_key_reply(const AmHeader& h, const void* data, size_t length
     }
   }
   core_->mark_dirty(this);
+}
+
+bool UcxChannel::map_region(const DirectInfo& info) {
+  auto it = maps_.find(info.region);
+  if (it == maps_.end()) {
+    auto p = map_peer_memfd(pidfd_, info.fd, info.length);
+    if (!p.is_ok()) {
+      RDMAFLOW_LOG_DEBUG("ucx: channel {} to rank {}: no direct access to region {}: {}", id_,
+                         peer_, info.region, p.status().reason());
+      return false;
+    }
+    it = maps_.emplace(info.region, Mapping{*p, info.length, info.base, 0}).first;
+    RDMAFLOW_LOG_DEBUG("ucx: channel {} to rank {}: region {} ({} bytes) mapped for direct access",
+                       id_, peer_, info.region, info.length);
+  }
+  ++it->second.refs;
+  return true;
+}
+
+void UcxChannel::unref_region(uint64_t region) {
+  auto it = maps_.find(region);
+  if (it == maps_.end() || --it->second.refs > 0) return;
+  ::munmap(it->second.ptr, it->second.length);
+  maps_.erase(it);
+}
+
+uint8_t* UcxChannel::direct_ptr(const KeyEntry& e, const Op* op) const {
+  if (e.region == 0) return nullptr;
+  // resolve_key checked [key_addr + offset, + len) against the grant; the peer shared
+  // the whole pages of the grant's region, which may leave out its ragged ends.
+  const Mapping& m = maps_.at(e.region);
+  const uint64_t start = op->key_addr + op->offset;
+  if (start < m.remote_base || start - m.remote_base > m.length ||
+      op->len > m.length - (start - m.remote_base)) {
+    return nullptr;
+  }
+  return m.ptr + (start - m.remote_base);
 }
 
 ucs_status_t UcxChannel::on_read_req(const AmHeader& h) {
@@ -939,6 +1038,8 @@ void UcxChannel::fail(const Status& st, Op* linger_on) {
     if (e.rkey != nullptr) rkeys.push_back(e.rkey);
   }
   keys_.clear();
+  for (auto& [region, m] : maps_) ::munmap(m.ptr, m.length);
+  maps_.clear();
   if (ep_ != nullptr) {
     core_->retire_ep(ep_, std::move(rkeys), linger_on);
     ep_ = nullptr;

@@ -82,6 +82,14 @@ class UcxChannel final : public Channel {
     std::vector<uint8_t> blob;
     ucp_rkey_h rkey = nullptr;
     Status refusal;
+    uint64_t region = 0;  // direct channels: the owner's region (key of maps_), 0 = none
+  };
+  // A same-host peer's shared region, mapped here (direct channels).
+  struct Mapping {
+    uint8_t* ptr = nullptr;
+    uint64_t length = 0;
+    uint64_t remote_base = 0;  // the region's address in the peer
+    int refs = 0;              // keys_ entries using it
   };
   struct RxItem {
     UcxChannel* ch = nullptr;
@@ -116,6 +124,11 @@ class UcxChannel final : public Channel {
   void query_key(KeyEntry& e, const Op* op);
   void on_ack(const AmHeader& h, const void* data, size_t length);
   void on_key_reply(const AmHeader& h, const void* data, size_t length);
+  // Maps the peer's region described by `info` (or takes another reference); false if not.
+  bool map_region(const DirectInfo& info);
+  void unref_region(uint64_t region);
+  // Where [key_addr + offset, + len) of a direct key is mapped here; null if not shared.
+  uint8_t* direct_ptr(const KeyEntry& e, const Op* op) const;
   ucs_status_t on_ordered(const AmHeader& h, void* data, size_t length,
                           const ucp_am_recv_param_t* param);
   ucs_status_t on_read_req(const AmHeader& h);
@@ -146,6 +159,11 @@ class UcxChannel final : public Channel {
   // Progress context.
   ucp_ep_h ep_ = nullptr;
   bool put_path_ = false;
+  // Same-host peer on the am path: registered memory of the peer is reached by memcpy
+  // through a shared mapping when its region has one (docs/ucx.md, "Data paths").
+  bool direct_ = false;
+  std::unordered_map<uint64_t, Mapping> maps_;  // by the owner's region id
+  uint64_t am_writes_inflight_ = 0;             // direct channels: kWrite AMs not yet acknowledged
   int pidfd_ = -1;
   bool failed_ = false;
   uint32_t remote_id_ = 0;

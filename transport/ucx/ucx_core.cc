@@ -15,6 +15,7 @@
 #include "allocator/env.h"
 #include "allocator/log.h"
 #include "transport/ucx/ucx_channel.h"
+#include "transport/ucx/ucx_shm.h"
 
 namespace rdmaflow::ucx {
 
@@ -91,6 +92,7 @@ Result<Options> load_options() {
   }
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t eager, env_int("RDMAFLOW_UCX_EAGER_MAX", 8192));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t busy, env_int("RDMAFLOW_UCX_BUSY_POLL", 0));
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t direct, env_int("RDMAFLOW_UCX_DIRECT", 1));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t wait_spin, env_int("RDMAFLOW_UCX_WAIT_SPIN_US", 50));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t progress_spin, env_int("RDMAFLOW_UCX_PROGRESS_SPIN_US", 20));
   if (eager < 0) return bad_knob("RDMAFLOW_UCX_EAGER_MAX", std::to_string(eager), ">= 0");
@@ -101,6 +103,7 @@ Result<Options> load_options() {
   }
   o.eager_max = static_cast<uint64_t>(eager);
   o.busy_poll = busy != 0;
+  o.direct = direct != 0;
   o.wait_spin = std::chrono::microseconds(wait_spin);
   o.progress_spin = std::chrono::microseconds(progress_spin);
   return o;
@@ -245,6 +248,7 @@ void UcxCore::shutdown() {
   closing_.clear();
   for (auto& [id, r] : regions_) {
     if (r.memh != nullptr) ucp_mem_unmap(context_, r.memh);
+    if (r.shm.fd >= 0) unshare_in_place(r.shm);
   }
   regions_.clear();
   region_by_addr_.clear();
@@ -1043,12 +1047,23 @@ Result<RegionId> UcxCore::register_memory(void* addr, size_t len) {
   Region r;
   r.addr = a;
   r.len = len;
+  if (options_.direct) {
+    // Same-host peers will reach it with memcpy (ucx_shm.h); others are unaffected.
+    auto fd = share_in_place(addr, len);
+    if (fd.is_ok()) {
+      r.shm = *fd;
+    } else {
+      RDMAFLOW_LOG_DEBUG("ucx: region at {} ({} bytes) stays private, no direct access: {}", addr,
+                         len, fd.status().reason());
+    }
+  }
   ucp_mem_map_params_t mp{};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
   mp.address = addr;
   mp.length = len;
   ucs_status_t s = ucp_mem_map(context_, &mp, &r.memh);
   if (s != UCS_OK) {
+    if (r.shm.fd >= 0) unshare_in_place(r.shm);
     return RDMAFLOW_ERROR(Code::kResourceExhausted, op, -1,
                           std::string("ucp_mem_map failed: ") + ucs_status_string(s));
   }
@@ -1057,6 +1072,7 @@ Result<RegionId> UcxCore::register_memory(void* addr, size_t len) {
   s = ucp_rkey_pack(context_, r.memh, &packed, &packed_len);
   if (s != UCS_OK) {
     ucp_mem_unmap(context_, r.memh);
+    if (r.shm.fd >= 0) unshare_in_place(r.shm);
     return RDMAFLOW_ERROR(Code::kInternal, op, -1,
                           std::string("ucp_rkey_pack failed: ") + ucs_status_string(s));
   }
@@ -1089,6 +1105,10 @@ Status UcxCore::deregister_memory(RegionId region) {
   auto it = regions_.find(region);
   if (it == regions_.end()) return st;
   ucp_mem_unmap(context_, it->second.memh);
+  if (it->second.shm.fd >= 0) {
+    // Every peer confirmed dropping its keys (above); take the pages back private.
+    unshare_in_place(it->second.shm);
+  }
   region_by_addr_.erase(it->second.addr);
   regions_.erase(it);
   return st;
@@ -1255,7 +1275,7 @@ Status UcxCore::resolve_grant(uint64_t key_id, uint64_t secret, uint64_t offset,
 }
 
 Status UcxCore::query_grant(uint64_t key_id, uint64_t secret, uint32_t channel, int peer,
-                            uint64_t* addr, uint64_t* len, uint64_t* rkey_sum) {
+                            uint64_t* addr, uint64_t* len, uint64_t* rkey_sum, DirectInfo* direct) {
   uint8_t* target = nullptr;
   RDMAFLOW_RETURN_IF_ERROR(resolve_grant(key_id, secret, 0, 0, "key query", peer, &target));
   Grant& g = grants_.at(key_id);
@@ -1264,7 +1284,16 @@ Status UcxCore::query_grant(uint64_t key_id, uint64_t secret, uint32_t channel, 
   }
   *addr = g.addr;
   *len = g.len;
-  *rkey_sum = rkey_checksum(regions_.at(g.region).rkey);
+  const Region& r = regions_.at(g.region);
+  *rkey_sum = rkey_checksum(r.rkey);
+  if (direct != nullptr) {
+    direct->fd = r.shm.fd;
+    if (r.shm.fd >= 0) {
+      direct->region = g.region;
+      direct->base = r.shm.base;
+      direct->length = r.shm.length;
+    }
+  }
   return Status::ok();
 }
 

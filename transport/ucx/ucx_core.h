@@ -38,6 +38,7 @@
 #include "transport/remote_key.h"
 #include "transport/transport.h"
 #include "transport/ucx/ucx_address.h"
+#include "transport/ucx/ucx_shm.h"
 #include "transport/ucx/ucx_wire.h"
 
 namespace rdmaflow::ucx {
@@ -51,6 +52,7 @@ struct Options {
   DataPath data_path = DataPath::kAuto;
   ErrMode err_mode = ErrMode::kAuto;
   uint64_t eager_max = 8192;  // rma path: writes up to this size travel as an AM
+  bool direct = true;         // same-host peers: memcpy through a shared mapping (ucx_shm.h)
   bool busy_poll = false;     // waiters drive progress until their deadline
   Clock::duration wait_spin = std::chrono::microseconds(50);      // ... or this long
   Clock::duration progress_spin = std::chrono::microseconds(20);  // before the thread sleeps
@@ -149,8 +151,9 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   Status resolve_grant(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len,
                        const char* op, int peer, uint8_t** target);
   // Grant (address, length) for a key query; records `channel` as a user of the key.
+  // `direct` (if given) describes the region's shared segment, when it has one.
   Status query_grant(uint64_t key_id, uint64_t secret, uint32_t channel, int peer, uint64_t* addr,
-                     uint64_t* len, uint64_t* rkey_sum);
+                     uint64_t* len, uint64_t* rkey_sum, DirectInfo* direct);
   void on_revoke_ack(uint64_t round, uint32_t channel);
   void channel_failed(uint32_t channel);  // stops revocation rounds waiting for it
   void notify_control();                  // wakes connect/accept/revoke waiters
@@ -162,6 +165,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
     size_t len = 0;
     ucp_mem_h memh = nullptr;
     std::vector<uint8_t> rkey;  // packed once
+    SharedRange shm;            // the pages re-backed by a memfd (fd -1: none)
   };
   struct Grant {
     uint64_t secret = 0;

@@ -29,8 +29,9 @@ enum class MsgType : uint8_t {
   kReadReq = 7,     // id: op id. key_id, secret, offset, length.
   kReadResp = 8,    // id: op id. code != 0: refused, data = reason; else data = the bytes.
   kKeyQuery = 9,    // id: key id, secret. "May I put/get with this key?"
-  kKeyReply = 10,   // id: key id. code, value = grant address, length = grant length;
-                    // data = reason when refused.
+  kKeyReply = 10,   // id: key id. code, value = grant address, length = grant length,
+                    // secret = rkey checksum; data = reason when refused, else (same-host
+                    // peers, shared region) a DirectInfo.
   kRevoke = 11,     // id: revocation round. data: u64 key ids no longer valid.
   kRevokeAck = 12,  // id: revocation round. Sent after every put/get with those keys completed.
   kBye = 13,        // the peer closed this channel.
@@ -52,6 +53,20 @@ struct AmHeader {
   uint64_t value = 0;
 };
 static_assert(sizeof(AmHeader) == 64, "AmHeader is part of the wire format");
+
+// kKeyReply data for a same-host peer when the granted region is backed by a
+// shared memfd: the peer maps descriptor `fd` of the owner process (pidfd_getfd)
+// and then reads and writes the region with memcpy.
+struct DirectInfo {
+  static constexpr uint64_t kMagic = 0x7264666c6f777368ull;  // "rdflowsh"
+  uint64_t magic = kMagic;
+  uint64_t region = 0;  // the owner's region id (never reused)
+  uint64_t base = 0;    // the region's address in the owner
+  uint64_t length = 0;  // the region's length
+  int32_t fd = -1;      // the memfd, a descriptor of the owner process
+  uint32_t reserved = 0;
+};
+static_assert(sizeof(DirectInfo) == 40, "DirectInfo is part of the wire format");
 
 // A refused ordered operation, reported back in kAck.
 struct Refusal {

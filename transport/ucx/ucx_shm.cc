@@ -1,0 +1,180 @@
+#include "transport/ucx/ucx_shm.h"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+
+namespace rdmaflow::ucx {
+
+namespace {
+
+const char* kOp = "share memory";
+
+Status refuse(const std::string& why) {
+  return RDMAFLOW_ERROR(Code::kNotViable, kOp, -1, why);
+}
+
+std::string errno_text(const char* call) {
+  return std::string(call) + ": " + std::strerror(errno);
+}
+
+// One line of /proc/self/maps.
+struct Vma {
+  uintptr_t lo = 0, hi = 0;
+  std::string perms;
+  uint64_t offset = 0;
+  uint64_t inode = 0;
+  std::string path;
+};
+
+// True when the mappings overlapping [lo, hi) tile it and each satisfies `ok`
+// (which sets *why when it does not).
+template <typename Ok>
+bool every_vma(uintptr_t lo, uintptr_t hi, Ok ok, std::string* why) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  uintptr_t covered = lo;
+  while (covered < hi && std::getline(maps, line)) {
+    std::istringstream in(line);
+    Vma v;
+    std::string range, off, dev;
+    in >> range >> v.perms >> off >> dev >> v.inode;
+    std::getline(in >> std::ws, v.path);
+    const size_t dash = range.find('-');
+    v.lo = std::stoull(range.substr(0, dash), nullptr, 16);
+    v.hi = std::stoull(range.substr(dash + 1), nullptr, 16);
+    v.offset = std::stoull(off, nullptr, 16);
+    if (v.hi <= covered) continue;
+    if (v.lo > covered) break;
+    if (!ok(v)) return false;
+    covered = v.hi;
+  }
+  if (covered < hi) {
+    *why = "part of the range is not mapped";
+    return false;
+  }
+  return true;
+}
+
+bool all_zero(const uint8_t* p, size_t n) {
+  const auto* w = reinterpret_cast<const uint64_t*>(p);
+  for (size_t i = 0; i < n / 8; ++i) {
+    if (w[i] != 0) return false;
+  }
+  return true;
+}
+
+// Copies `len` bytes page by page, skipping all-zero source pages (the
+// destination reads as zero there already), so untouched memory stays unallocated.
+void copy_nonzero_pages(uint8_t* dst, const uint8_t* src, size_t len, size_t page) {
+  for (size_t at = 0; at < len; at += page) {
+    const size_t n = std::min(page, len - at);
+    if (!all_zero(src + at, n)) std::memcpy(dst + at, src + at, n);
+  }
+}
+
+}  // namespace
+
+Result<SharedRange> share_in_place(void* region, size_t region_len) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<uintptr_t>(region);
+  const uintptr_t lo = (start + page - 1) / page * page;
+  const uintptr_t hi = (start + region_len) / page * page;
+  if (hi <= lo) return refuse("the region holds no whole page");
+  void* addr = reinterpret_cast<void*>(lo);
+  const size_t len = hi - lo;
+  std::string why;
+  auto anonymous = [&](const Vma& v) {
+    // Not a file, hugetlb page or stack: plain private anonymous read/write memory.
+    if (v.perms.compare(0, 4, "rw-p") == 0 && v.inode == 0 &&
+        (v.path.empty() || v.path == "[heap]")) {
+      return true;
+    }
+    why = "the range is not private anonymous read/write memory (" + v.perms + " " + v.path + ")";
+    return false;
+  };
+  if (!every_vma(lo, hi, anonymous, &why)) return refuse(why);
+  const int fd = ::memfd_create("rdmaflow-ucx", MFD_CLOEXEC);
+  if (fd < 0) return refuse(errno_text("memfd_create"));
+  if (::ftruncate(fd, static_cast<off_t>(len)) != 0) {
+    why = errno_text("ftruncate");
+    ::close(fd);
+    return refuse(why);
+  }
+  void* tmp = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (tmp == MAP_FAILED) {
+    why = errno_text("mmap");
+    ::close(fd);
+    return refuse(why);
+  }
+  copy_nonzero_pages(static_cast<uint8_t*>(tmp), static_cast<const uint8_t*>(addr), len, page);
+  ::munmap(tmp, len);
+  // Replaces the private pages by the shared ones at the same address, in one step.
+  // (mmap, not mremap: UCX 1.13's memory hooks drop mremap's new address.)
+  if (::mmap(addr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+    why = errno_text("mmap");
+    ::close(fd);
+    return refuse(why);
+  }
+  return SharedRange{fd, lo, len};
+}
+
+void unshare_in_place(const SharedRange& shared) {
+  void* addr = reinterpret_cast<void*>(shared.base);
+  const size_t len = shared.length;
+  const int memfd = shared.fd;
+  const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  // Only where the memfd still backs the range: the owner may have unmapped it (or
+  // had it replaced) without deregistering first; then there is nothing to restore.
+  struct stat st {};
+  const auto lo = reinterpret_cast<uintptr_t>(addr);
+  std::string why;
+  auto ours = [&](const Vma& v) {
+    return v.perms.compare(0, 4, "rw-s") == 0 && v.inode == st.st_ino &&
+           v.offset == std::max(v.lo, lo) - lo;
+  };
+  if (::fstat(memfd, &st) != 0 || !every_vma(lo, lo + len, ours, &why)) {
+    ::close(memfd);
+    return;
+  }
+  void* tmp = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (tmp != MAP_FAILED) {
+    copy_nonzero_pages(static_cast<uint8_t*>(tmp), static_cast<const uint8_t*>(addr), len, page);
+    if (::mmap(addr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) !=
+        MAP_FAILED) {
+      copy_nonzero_pages(static_cast<uint8_t*>(addr), static_cast<const uint8_t*>(tmp), len, page);
+    }  // else the range stays shared: still valid memory for its owner
+    ::munmap(tmp, len);
+  }
+  ::close(memfd);
+}
+
+Result<uint8_t*> map_peer_memfd(int pidfd, int remote_fd, size_t len) {
+  const char* op = "map peer memory";
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, remote_fd, 0));
+  if (fd < 0) return RDMAFLOW_ERROR(Code::kNotViable, op, -1, errno_text("pidfd_getfd"));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < len) {
+    ::close(fd);
+    return RDMAFLOW_ERROR(Code::kNotViable, op, -1, "the peer's descriptor is not its segment");
+  }
+  void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (p == MAP_FAILED) {
+    return RDMAFLOW_ERROR(Code::kNotViable, op, -1, std::string("mmap: ") + std::strerror(err));
+  }
+  return static_cast<uint8_t*>(p);
+}
+
+}  // namespace rdmaflow::ucx
