@@ -25,11 +25,6 @@ namespace {
 
 constexpr const char* kSetup = "set up session";
 
-std::string requested_transport(const SessionOptions& options) {
-  if (!options.transport.empty()) return options.transport;
-  return env_string("RDMAFLOW_TRANSPORT").value_or("auto");
-}
-
 }  // namespace
 
 Result<std::string> choose_transport(const std::string& requested, const TransportConfig& config,
@@ -105,28 +100,31 @@ Result<std::unique_ptr<Session>> Session::create(const graph::TransferPlan& plan
   AllGather allgather = [&boot, timeout](std::span<const uint8_t> mine) {
     return boot.allgather(mine, timeout);
   };
-  const std::string requested = requested_transport(options);
-  RDMAFLOW_ASSIGN_OR_RETURN(std::string name,
-                            choose_transport(requested, boot.transport_config(), allgather));
+  const std::string requested = requested_transport(options.transport);
   std::unique_ptr<Engine> engine;
-  std::unique_ptr<Transport> transport;
-  if (name == "grpc") {
+  std::unique_ptr<TransportSelection> selection;
+  if (requested == "grpc") {
+    RDMAFLOW_ASSIGN_OR_RETURN(std::string name,
+                              choose_transport(requested, boot.transport_config(), allgather));
+    (void)name;
 #ifdef RDMAFLOW_HAVE_GRPC
     engine = std::make_unique<session_detail::GrpcEngine>(boot.rank(), boot.world_size());
 #endif
   } else {
-    RDMAFLOW_ASSIGN_OR_RETURN(transport, make_transport(name, boot.transport_config()));
-    RDMAFLOW_ASSIGN_OR_RETURN(ChannelMesh mesh, boot.connect_mesh(*transport, timeout));
-    engine = std::make_unique<session_detail::OneSidedEngine>(transport.get(), std::move(mesh),
-                                                              boot.rank(), boot.world_size());
+    // A transport per peer (runtime/transport_select.h).
+    RDMAFLOW_ASSIGN_OR_RETURN(SelectedMesh mesh, connect_selected_mesh(boot, requested, timeout));
+    selection = std::move(mesh.selection);
+    engine = std::make_unique<session_detail::OneSidedEngine>(
+        selection->per_peer(), std::move(mesh.channels), boot.rank(), boot.world_size());
   }
-  RDMAFLOW_LOG_INFO("session: transport {} (requested {})", name, requested);
+  RDMAFLOW_LOG_INFO("session: transport {} (requested {})", engine->name(), requested);
   // The allgather the session keeps must not refer to `boot` by a dangling
   // capture when the caller destroys it first: it is only used in finish(),
   // which the caller runs while the bootstrap lives.
   auto session = setup(plan, boot.rank(), boot.world_size(), std::move(engine), allgather, timeout);
   if (!session) return session.status();
-  (*session)->owned_transport_ = std::move(transport);
+  if (selection) (*session)->peer_transports_ = selection->peers();
+  (*session)->selection_ = std::move(selection);
   return session;
 }
 
@@ -136,8 +134,20 @@ Result<std::unique_ptr<Session>> Session::create(const graph::TransferPlan& plan
   if (!peers.allgather) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, kSetup, -1, "SessionPeers has no allgather");
   }
+  std::vector<Transport*> transports = peers.transports;
+  if (transports.empty()) {
+    transports.assign(static_cast<size_t>(std::max(peers.world_size, 0)), peers.transport);
+    if (peers.rank >= 0 && peers.rank < peers.world_size) {
+      transports[static_cast<size_t>(peers.rank)] = nullptr;
+    }
+  }
+  if (transports.size() != static_cast<size_t>(std::max(peers.world_size, 0))) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, kSetup, -1,
+                          "SessionPeers has " + std::to_string(transports.size()) +
+                              " transports for a world of " + std::to_string(peers.world_size));
+  }
   auto engine = std::make_unique<session_detail::OneSidedEngine>(
-      peers.transport, std::move(peers.channels), peers.rank, peers.world_size);
+      std::move(transports), std::move(peers.channels), peers.rank, peers.world_size);
   return setup(plan, peers.rank, peers.world_size, std::move(engine), peers.allgather, timeout);
 }
 
@@ -160,8 +170,12 @@ Result<std::unique_ptr<Session>> Session::setup(const graph::TransferPlan& plan,
   RDMAFLOW_ASSIGN_OR_RETURN(SessionLayout layout, SessionLayout::build(*s->plan_, rank));
   s->layout_ = std::make_unique<SessionLayout>(std::move(layout));
 
-  // Every rank must run the same plan over the same transport.
+  // Every rank must run the same plan, and all over the gRPC baseline or none:
+  // one-sided transports may differ per peer (each pair agreed on its channel).
   const uint64_t hash = graph::plan_hash(*s->plan_);
+  const auto family = [](const std::string& name) {
+    return name == "grpc" ? std::string("grpc") : std::string("one-sided");
+  };
   Writer w;
   w.u64(hash).str(s->transport_name_);
   RDMAFLOW_ASSIGN_OR_RETURN(std::vector<Bytes> all, allgather(w.out()));
@@ -181,7 +195,7 @@ Result<std::unique_ptr<Session>> Session::setup(const graph::TransferPlan& plan,
                                 "': every rank must run the same plan (same graph, placement "
                                 "and options)");
     }
-    if (name != s->transport_name_) {
+    if (family(name) != family(s->transport_name_)) {
       return RDMAFLOW_ERROR(Code::kInvalidArgument, kSetup, static_cast<int>(r),
                             "rank " + std::to_string(r) + " uses transport '" + name +
                                 "' but rank " + std::to_string(rank) + " uses '" +
@@ -196,9 +210,9 @@ Result<std::unique_ptr<Session>> Session::setup(const graph::TransferPlan& plan,
 Session::Session() = default;
 
 Session::~Session() {
-  engine_.reset();  // before the transport its channels belong to
-  if (owned_transport_) owned_transport_->shutdown();
-  owned_transport_.reset();
+  engine_.reset();  // before the transports its channels belong to
+  if (selection_) selection_->shutdown();
+  selection_.reset();
 }
 
 int Session::rank() const {
@@ -209,6 +223,9 @@ int Session::world_size() const {
 }
 const std::string& Session::transport_name() const {
   return transport_name_;
+}
+const std::vector<PeerTransport>& Session::peer_transports() const {
+  return peer_transports_;
 }
 const graph::TransferPlan& Session::plan() const {
   return *plan_;

@@ -31,9 +31,11 @@
 // carries a RemoteKey and the receiver reads the payload into memory it
 // allocates from its arena.
 //
-// Transports: RDMAFLOW_TRANSPORT = auto (default: the highest-priority backend
-// viable on every rank), tcp, ucx, verbs, or grpc (the TensorFlow-style
-// baseline: Send publishes, Recv is a RecvTensor pull; same plan, same API).
+// Transports: RDMAFLOW_TRANSPORT = auto (default: chosen per peer, see
+// runtime/transport_select.h: verbs where a device reaches the peer, else UCX
+// over shared memory or RDMA, else TCP), tcp, ucx, verbs, or grpc (the
+// TensorFlow-style baseline: Send publishes, Recv is a RecvTensor pull; same
+// plan, same API).
 //
 // Thread model: the step methods (begin_step ... end_step, finish) are called
 // by one executor thread. Progress (notifications, credits, dynamic reads) runs
@@ -55,6 +57,7 @@
 #include "allocator/status.h"
 #include "graph/transfer_plan.h"
 #include "runtime/bootstrap.h"
+#include "runtime/transport_select.h"
 #include "transport/channel.h"
 #include "transport/dtype.h"
 #include "transport/transport.h"
@@ -72,15 +75,18 @@ struct SessionOptions {
   std::optional<Millis> timeout;
 };
 
-// Collective exchange used at setup and in finish(): every rank's bytes, by rank.
-using AllGather = std::function<Result<std::vector<Bytes>>(std::span<const uint8_t> mine)>;
+// AllGather (runtime/transport_select.h) is the collective exchange used at
+// setup and in finish(): every rank's bytes, by rank.
 
 // What a session needs when the caller already built the channels.
 struct SessionPeers {
   int rank = 0;
   int world_size = 1;
   Transport* transport = nullptr;  // must outlive the session; null for a single rank
-  ChannelMesh channels;            // by peer rank; null for this rank
+  // Or one transport per peer (world entries, null for this rank) when peers use
+  // different ones (TransportSelection::per_peer()); takes precedence when set.
+  std::vector<Transport*> transports;
+  ChannelMesh channels;  // by peer rank; null for this rank
   AllGather allgather;
 };
 
@@ -138,7 +144,12 @@ class Session {
 
   int rank() const;
   int world_size() const;
+  // "ucx", "tcp", ...; "ucx+tcp" when peers use different transports; "local"
+  // for a single rank; "grpc" for the baseline.
   const std::string& transport_name() const;
+  // Per peer rank: the transport of its channel and why it was chosen. Empty
+  // when the caller built the channels (SessionPeers) or for gRPC.
+  const std::vector<PeerTransport>& peer_transports() const;
   const graph::TransferPlan& plan() const;
   const graph::RankPlan& rank_plan() const;
   Millis timeout() const;
@@ -206,13 +217,16 @@ class Session {
   bool finished_ = false;
   std::unique_ptr<Engine> engine_;
   // Owned when create(plan, boot) built them. Destroyed after the engine.
-  std::unique_ptr<Transport> owned_transport_;
+  std::unique_ptr<TransportSelection> selection_;
+  std::vector<PeerTransport> peer_transports_;
   AllGather allgather_;
 };
 
-// The transport RDMAFLOW_TRANSPORT (or `requested`) names, resolved on every
-// rank: "auto" becomes the highest-priority backend that every rank can create.
-// "grpc" is returned as is. Collective.
+// One transport for the whole job, for users that need a single one: the one
+// RDMAFLOW_TRANSPORT (or `requested`) names, resolved on every rank ("auto"
+// becomes the highest-priority backend that every rank can create; "grpc" is
+// returned as is). Collective. Session::create chooses per peer instead
+// (select_transports).
 Result<std::string> choose_transport(const std::string& requested, const TransportConfig& config,
                                      const AllGather& allgather);
 

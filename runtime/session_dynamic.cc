@@ -12,14 +12,20 @@ Status encode_dynamic_header(const DynamicHeader& h, std::span<uint8_t> out) {
       .u8(static_cast<uint8_t>(h.dtype))
       .u8(static_cast<uint8_t>(h.dims.size()))
       .u8(h.inline_payload ? 1 : 0)
-      .u8(0)
+      .u8(static_cast<uint8_t>(h.key ? h.more_keys.size() : 0))
       .u64(h.step)
       .u64(h.bytes);
   for (int64_t d : h.dims) w.u64(static_cast<uint64_t>(d));
   if (h.key) {
     w.bytes(h.key->serialize());
+    for (const auto& k : h.more_keys) w.bytes(k.serialize());
   } else {
     w.u32(0);
+  }
+  if (h.more_keys.size() > kMaxDynamicExtraKeys) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, "encode dynamic header", -1,
+                          std::to_string(h.more_keys.size()) + " extra keys (at most " +
+                              std::to_string(kMaxDynamicExtraKeys) + ")");
   }
   if (h.dims.size() > kMaxDynamicDims || w.out().size() > out.size()) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, "encode dynamic header", -1,
@@ -37,10 +43,10 @@ Result<DynamicHeader> decode_dynamic_header(std::span<const uint8_t> in) {
   };
   Reader r(in);
   uint32_t magic = 0;
-  uint8_t dtype = 0, ndims = 0, inl = 0, pad = 0;
+  uint8_t dtype = 0, ndims = 0, inl = 0, extra = 0;
   DynamicHeader h;
   if (!r.u32(magic) || magic != kDynamicMagic) return bad("bad magic");
-  if (!r.u8(dtype) || !r.u8(ndims) || !r.u8(inl) || !r.u8(pad) || !r.u64(h.step) ||
+  if (!r.u8(dtype) || !r.u8(ndims) || !r.u8(inl) || !r.u8(extra) || !r.u64(h.step) ||
       !r.u64(h.bytes)) {
     return bad("truncated");
   }
@@ -70,6 +76,14 @@ Result<DynamicHeader> decode_dynamic_header(std::span<const uint8_t> in) {
     if (!k) return bad("bad payload key: " + k.status().reason());
     if (k->length < h.bytes) return bad("payload key grants fewer bytes than the payload");
     h.key = std::move(*k);
+    if (extra > kMaxDynamicExtraKeys) return bad(std::to_string(extra) + " extra keys");
+    for (uint8_t i = 0; i < extra; ++i) {
+      if (!r.bytes(key)) return bad("truncated extra key");
+      auto more = RemoteKey::deserialize(key);
+      if (!more) return bad("bad extra payload key: " + more.status().reason());
+      if (more->length < h.bytes) return bad("an extra key grants fewer bytes than the payload");
+      h.more_keys.push_back(std::move(*more));
+    }
   }
   return h;
 }

@@ -2,8 +2,13 @@
 // (docs/session.md, "Dynamic tensors"). Little endian, at most meta_bytes:
 //
 //   u32 magic 'RFDH' | u8 dtype | u8 ndims | u8 inline (1: payload follows at
-//   meta_bytes in the same write) | u8 0 | u64 step | u64 payload bytes |
-//   i64 dims[ndims] | u32 key length | RemoteKey (when not inline)
+//   meta_bytes in the same write) | u8 extra keys (k) | u64 step |
+//   u64 payload bytes | i64 dims[ndims] | u32 key length | RemoteKey (when not
+//   inline) | k x (u32 key length | RemoteKey)
+//
+// The extra keys grant the same payload through other transports, when the
+// receivers of one output reach it over different ones; each receiver reads with
+// the key of its channel's backend.
 //
 // The receiver trusts nothing in it: dtype, dims and bytes must agree, the
 // step must be the one notified, and a key must parse.
@@ -22,6 +27,7 @@ namespace rdmaflow::session_detail {
 
 inline constexpr uint32_t kDynamicMagic = 0x48444652;  // "RFDH"
 inline constexpr size_t kMaxDynamicDims = 32;
+inline constexpr size_t kMaxDynamicExtraKeys = 8;
 
 struct DynamicHeader {
   DataType dtype = DataType::kF32;
@@ -29,7 +35,8 @@ struct DynamicHeader {
   uint64_t step = 0;
   uint64_t bytes = 0;
   std::vector<int64_t> dims;
-  std::optional<RemoteKey> key;  // where to read the payload when not inline
+  std::optional<RemoteKey> key;      // where to read the payload when not inline
+  std::vector<RemoteKey> more_keys;  // the same, through other transports
 };
 
 // Writes `h` into `out`; kInvalidArgument when it does not fit.

@@ -25,8 +25,15 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
-OneSidedEngine::OneSidedEngine(Transport* transport, ChannelMesh channels, int rank, int world)
-    : transport_(transport), rank_(rank), world_(world) {
+OneSidedEngine::OneSidedEngine(std::vector<Transport*> transports, ChannelMesh channels, int rank,
+                               int world)
+    : transports_(std::move(transports)), rank_(rank), world_(world) {
+  transports_.resize(static_cast<size_t>(world), nullptr);
+  for (Transport* t : transports_) {
+    if (t && std::find(distinct_.begin(), distinct_.end(), t) == distinct_.end()) {
+      distinct_.push_back(t);
+    }
+  }
   core_->peers.resize(static_cast<size_t>(world));
   for (int p = 0; p < world && p < static_cast<int>(channels.size()); ++p) {
     core_->peers[static_cast<size_t>(p)].channel = channels[static_cast<size_t>(p)];
@@ -68,18 +75,39 @@ OneSidedEngine::~OneSidedEngine() {
         if (slot.overflow) (void)arena_->free(*slot.overflow);
     for (auto& [k, o] : out_overflow_) {
       if (o.alloc) {
-        (void)transport_->revoke_key(o.key);
+        revoke(o);
         (void)arena_->free(*o.alloc);
       }
     }
     if (frame_alloc_.ptr) (void)arena_->free(frame_alloc_);
     if (ctrl_alloc_.ptr) (void)arena_->free(ctrl_alloc_);
-    if (attached_) (void)arena_->detach(transport_);
+    for (Transport* t : attached_) (void)arena_->detach(t);
   }
 }
 
 std::string OneSidedEngine::name() const {
-  return transport_ ? transport_->name() : "local";
+  if (distinct_.empty()) return "local";
+  // Best first, as the registry orders the backends ("ucx+tcp").
+  std::string out;
+  for (const auto& n : transport_backend_names()) {
+    for (Transport* t : distinct_) {
+      if (t->name() == n) out += (out.empty() ? "" : "+") + n;
+    }
+  }
+  for (Transport* t : distinct_) {  // a backend the registry does not know
+    if (out.find(t->name()) == std::string::npos) out += (out.empty() ? "" : "+") + t->name();
+  }
+  return out;
+}
+
+Transport* OneSidedEngine::transport_for(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(transports_.size())) return nullptr;
+  return transports_[static_cast<size_t>(peer)];
+}
+
+void OneSidedEngine::revoke(OutOverflow& o) {
+  for (auto& [t, key] : o.keys) (void)t->revoke_key(key);
+  o.keys.clear();
 }
 
 uint8_t* OneSidedEngine::slot_ptr(graph::TransferId t, uint32_t frame) const {
@@ -101,15 +129,15 @@ Status OneSidedEngine::setup(const SessionLayout& layout, const AllGather& allga
   core_->pending.resize(copies);
   header_step_.assign(layout.me->buffers.size() * copies, -1);
 
-  const bool needs_transport = !layout.sends.empty() || !layout.recvs.empty();
-  if (needs_transport && !transport_) {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
-                          "rank " + std::to_string(rank_) + " has transfers but no transport");
-  }
   for (int p : layout.senders) {
     if (!core_->peers[static_cast<size_t>(p)].channel) {
       return RDMAFLOW_ERROR(Code::kInvalidArgument, op, p,
                             "no channel to a rank this one receives from");
+    }
+    if (!transport_for(p)) {
+      return RDMAFLOW_ERROR(
+          Code::kInvalidArgument, op, p,
+          "rank " + std::to_string(rank_) + " receives from this rank but has no transport for it");
     }
   }
   for (int p : layout.receivers) {
@@ -117,15 +145,20 @@ Status OneSidedEngine::setup(const SessionLayout& layout, const AllGather& allga
       return RDMAFLOW_ERROR(Code::kInvalidArgument, op, p,
                             "no channel to a rank this one sends to");
     }
+    if (!transport_for(p)) {
+      return RDMAFLOW_ERROR(
+          Code::kInvalidArgument, op, p,
+          "rank " + std::to_string(rank_) + " sends to this rank but has no transport for it");
+    }
   }
 
   // Frames and the control words, in one registered arena.
   ArenaOptions ao;
   ao.name = "session rank " + std::to_string(rank_);
   RDMAFLOW_ASSIGN_OR_RETURN(arena_, RegisteredArena::create(ao));
-  if (transport_) {
-    RDMAFLOW_RETURN_IF_ERROR(arena_->attach(transport_).with_op(op));
-    attached_ = true;
+  for (Transport* t : distinct_) {  // every slab is registered with each of them
+    RDMAFLOW_RETURN_IF_ERROR(arena_->attach(t).with_op(op));
+    attached_.push_back(t);
   }
   const size_t align =
       std::clamp<size_t>(layout.plan->options.alignment, RegisteredArena::kMinAlignment,
@@ -166,15 +199,15 @@ Status OneSidedEngine::setup(const SessionLayout& layout, const AllGather& allga
   for (graph::TransferId t : layout.recvs) {
     const auto& s = layout.spec(t);
     for (uint32_t f = 0; f < copies; ++f) {
-      RDMAFLOW_ASSIGN_OR_RETURN(RemoteKey key,
-                                transport_->export_key(slot_ptr(t, f), s.recv_slot.size));
+      RDMAFLOW_ASSIGN_OR_RETURN(
+          RemoteKey key, transport_for(s.src_rank)->export_key(slot_ptr(t, f), s.recv_slot.size));
       w.u32(t).u32(f).bytes(key.serialize());
     }
   }
   w.u32(static_cast<uint32_t>(layout.receivers.size()));
   for (int p : layout.receivers) {
-    RDMAFLOW_ASSIGN_OR_RETURN(
-        RemoteKey key, transport_->export_key(ctrl + static_cast<size_t>(p) * kCtrlStride, 8));
+    RDMAFLOW_ASSIGN_OR_RETURN(RemoteKey key, transport_for(p)->export_key(
+                                                 ctrl + static_cast<size_t>(p) * kCtrlStride, 8));
     w.u32(static_cast<uint32_t>(p)).bytes(key.serialize());
   }
   RDMAFLOW_ASSIGN_OR_RETURN(std::vector<Bytes> all, allgather(w.out()));
@@ -367,10 +400,23 @@ void OneSidedEngine::apply_notify(int p, uint64_t value, std::vector<ReadAction>
     }
     slot.overflow = *a;
   }
+  // The key for this peer's channel (one per transport when readers differ).
+  const std::string backend = peer.channel->backend();
+  const RemoteKey* key = &*header->key;
+  for (const auto& k : header->more_keys) {
+    if (key->backend != backend && k.backend == backend) key = &k;
+  }
+  if (key->backend != backend) {
+    slot.state = SlotState::kFailed;
+    slot.error = RDMAFLOW_ERROR(Code::kProtocolError, "receive", p,
+                                layout_->describe(t) + " " + step_text(step) +
+                                    ": the header has no key for a " + backend + " channel");
+    return;
+  }
   slot.view.data = slot.overflow->ptr;
   slot.state = SlotState::kReading;
   core_->pending[f].push_back({t, p, "read of a dynamic payload"});
-  reads.push_back({t, step, p, slot.overflow->ptr, header->bytes, *header->key});
+  reads.push_back({t, step, p, slot.overflow->ptr, header->bytes, *key});
 }
 
 void OneSidedEngine::issue_reads(std::vector<ReadAction>& reads) {
@@ -539,18 +585,26 @@ Result<SessionBuffer> OneSidedEngine::overflow_buffer(size_t output_index, uint6
   auto& o = out_overflow_[{output_index, f}];
   if (!o.alloc || o.alloc->capacity < bytes) {
     if (o.alloc) {
-      (void)transport_->revoke_key(o.key);
+      revoke(o);
       (void)arena_->free(*o.alloc);
       o.alloc.reset();
     }
     RDMAFLOW_ASSIGN_OR_RETURN(Allocation a, arena_->allocate(bytes));
-    auto key = transport_->export_key(a.ptr, a.capacity);
-    if (!key) {
-      (void)arena_->free(a);
-      return key.status();
+    // Every receiver reads it through its own channel's transport: one key each.
+    for (graph::TransferId t : buffer.transfers) {
+      Transport* tr = transport_for(layout_->spec(t).dst_rank);
+      if (std::any_of(o.keys.begin(), o.keys.end(), [&](const auto& k) { return k.first == tr; })) {
+        continue;
+      }
+      auto key = tr->export_key(a.ptr, a.capacity);
+      if (!key) {
+        revoke(o);
+        (void)arena_->free(a);
+        return key.status();
+      }
+      o.keys.emplace_back(tr, std::move(*key));
     }
     o.alloc = a;
-    o.key = std::move(*key);
   }
   return SessionBuffer{o.alloc->ptr, o.alloc->capacity};
 }
@@ -591,7 +645,15 @@ Status OneSidedEngine::send(graph::TransferId t, uint64_t step, const void* payl
       h.step = step;
       h.bytes = bytes;
       h.dims = dims;
-      if (!inline_payload) h.key = out_overflow_.at({o.output_index, f}).key;
+      if (!inline_payload) {
+        for (const auto& [tr, key] : out_overflow_.at({o.output_index, f}).keys) {
+          if (!h.key) {
+            h.key = key;
+          } else {
+            h.more_keys.push_back(key);
+          }
+        }
+      }
       RDMAFLOW_RETURN_IF_ERROR(encode_dynamic_header(h, {base, spec.meta_bytes})
                                    .with_op("send " + layout_->describe(t)));
       written = static_cast<int64_t>(step);

@@ -5,6 +5,11 @@
 // one credit: an 8-byte write with notify make_notify(kCreditTransfer, step)
 // into a word the sender exported for that receiver.
 //
+// Peers may use different transports (runtime/transport_select.h): the arena
+// is registered with every transport in use, and each key is exported through
+// the transport of the peer that will use it. A large dynamic output read by
+// peers of several transports carries one key per transport in its header.
+//
 // State lives in a shared Core so that completion callbacks, which run on the
 // transport's thread, never outlive it. Lock order: Core::mu is never held
 // while calling into a channel or an inbox.
@@ -29,7 +34,8 @@ inline constexpr graph::TransferId kCreditTransfer = 0xffffffffu;
 
 class OneSidedEngine final : public Session::Engine {
  public:
-  OneSidedEngine(Transport* transport, ChannelMesh channels, int rank, int world);
+  // `transports`: per peer rank (null for this rank and for peers without a channel).
+  OneSidedEngine(std::vector<Transport*> transports, ChannelMesh channels, int rank, int world);
   ~OneSidedEngine() override;
 
   std::string name() const override;
@@ -67,7 +73,7 @@ class OneSidedEngine final : public Session::Engine {
   };
   struct OutOverflow {  // a dynamic output larger than planned, per (output, frame)
     std::optional<Allocation> alloc;
-    RemoteKey key;
+    std::vector<std::pair<Transport*, RemoteKey>> keys;  // one per transport of its readers
   };
   struct Pending {  // an operation on a frame, for begin_step's timeout message
     graph::TransferId transfer = 0;
@@ -128,13 +134,17 @@ class OneSidedEngine final : public Session::Engine {
   uint8_t* slot_ptr(graph::TransferId t, uint32_t frame) const;
   uint8_t* send_ptr(graph::TransferId t, uint32_t frame) const;
 
-  Transport* transport_;
+  Transport* transport_for(int peer) const;
+  void revoke(OutOverflow& o);
+
+  std::vector<Transport*> transports_;  // per peer
+  std::vector<Transport*> distinct_;    // each transport in use once, in peer order
   int rank_;
   int world_;
   const SessionLayout* layout_ = nullptr;
   Millis timeout_{30000};
   std::unique_ptr<RegisteredArena> arena_;
-  bool attached_ = false;
+  std::vector<Transport*> attached_;
   Allocation frame_alloc_;
   Allocation ctrl_alloc_;  // per peer: a 64-byte credit word (mailbox), then a credit source
   uint8_t* frames_ = nullptr;

@@ -27,11 +27,28 @@ struct TransportConfig {
   Millis connect_timeout{30000};
 };
 
+// What a backend can tell about how it reaches peers, for per-peer selection
+// (runtime/transport_select.h). A backend with nothing to say keeps the default.
+struct TransportCapabilities {
+  // The lower-level transports the backend may use, as the backend names them.
+  // UCX: its context's resources after UCX_TLS ("posix", "sysv", "cma", "tcp",
+  // "rc_verbs", ...).
+  std::vector<std::string> components;
+  // The device, for logs ("rxe0 port 1 (RoCE, mtu 1024), GID index 1 ...").
+  std::string device;
+  // What the device reaches (verbs: "ib <subnet prefix>" or "roce"); two ranks
+  // whose backends report the same non-empty fabric are taken to reach each other.
+  std::string fabric;
+};
+
 class Transport : public MemoryRegistrar {
  public:
   ~Transport() override = default;
 
   virtual std::string name() const = 0;
+
+  // See TransportCapabilities. Cheap; callable from any thread.
+  virtual TransportCapabilities capabilities() const { return {}; }
 
   // Starts listening (idempotent) and returns the address peers pass to connect().
   // The format is backend specific and opaque to callers.

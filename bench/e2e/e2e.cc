@@ -52,14 +52,26 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-// The transport "auto" resolves to in a one-process job.
-std::string auto_transport() {
+// What RDMAFLOW_TRANSPORT=auto picks between two processes of this host (every
+// job this bench launches is local), with its reason: the per-peer rule of
+// runtime/transport_select.h applied to this process's own capabilities.
+struct AutoChoice {
+  std::string transport = "tcp";
+  std::string reason;
+};
+AutoChoice auto_transport() {
   TransportConfig tc;
-  AllGather self = [](std::span<const uint8_t> mine) {
-    return Result<std::vector<Bytes>>(std::vector<Bytes>{Bytes(mine.begin(), mine.end())});
-  };
-  auto name = choose_transport("auto", tc, self);
-  return name ? *name : "tcp";
+  LocalProbe probe = probe_transports("auto", tc);
+  for (auto& t : probe.transports) t->shutdown();
+  AutoChoice c;
+  auto d = decide_pair(0, probe.record, 1, probe.record);
+  if (d) {
+    c.transport = d->transport;
+    c.reason = d->reason;
+  } else {
+    c.reason = d.status().reason();
+  }
+  return c;
 }
 
 int run(int argc, char** argv) {
@@ -84,7 +96,8 @@ int run(int argc, char** argv) {
       return 2;
     }
   }
-  const std::string chosen = auto_transport();
+  const AutoChoice auto_choice = auto_transport();
+  const std::string& chosen = auto_choice.transport;
   // A backend this machine cannot run (verbs without an RDMA device) is reported
   // once with its reason instead of launching ranks that would all fail.
   std::map<std::string, std::optional<std::string>> viability;
@@ -131,12 +144,14 @@ int run(int argc, char** argv) {
        json{{"kind", "transfer"}, {"bytes", 16 << 20}, {"steps", std::max(steps, 20)}}, 2},
   };
 
-  std::printf("bench/e2e: median step time after 2 warm-up steps, %d steps; auto = %s\n\n", steps,
-              chosen.c_str());
+  std::printf("bench/e2e: median step time after 2 warm-up steps, %d steps\n", steps);
+  std::printf("auto between processes of this host: %s (%s)\n\n", chosen.c_str(),
+              auto_choice.reason.c_str());
   std::printf("  %-14s %-10s %12s %14s %10s\n", "config", "transport", "step time", "bytes/step",
               "vs gRPC");
   json out = json::object();
   out["auto"] = chosen;
+  out["auto_reason"] = auto_choice.reason;
   json profile;
   for (const auto& cfg : configs) {
     std::printf("  %s: %s\n", cfg.name.c_str(), cfg.description.c_str());

@@ -1,6 +1,8 @@
 #include "runtime/executor/data_parallel.h"
 
 #include "allocator/env.h"
+#include "allocator/log.h"
+#include "runtime/transport_select.h"
 #ifdef RDMAFLOW_HAVE_COMMUNICATOR
 #include "collectives/communicator.h"
 #endif
@@ -12,12 +14,12 @@ namespace {
 
 class CommunicatorDataParallel final : public DataParallel {
  public:
-  CommunicatorDataParallel(std::string name, std::unique_ptr<Transport> transport,
+  CommunicatorDataParallel(std::string name, std::unique_ptr<TransportSelection> selection,
                            std::unique_ptr<Communicator> comm)
-      : name_(std::move(name)), transport_(std::move(transport)), comm_(std::move(comm)) {}
+      : name_(std::move(name)), selection_(std::move(selection)), comm_(std::move(comm)) {}
   ~CommunicatorDataParallel() override {
-    comm_.reset();  // before the transport its channels belong to
-    transport_->shutdown();
+    comm_.reset();  // before the transports its channels belong to
+    selection_->shutdown();
   }
   const std::string& transport_name() const override { return name_; }
   ExecutorHooks::AllReduce allreduce_hook() override {
@@ -33,7 +35,7 @@ class CommunicatorDataParallel final : public DataParallel {
 
  private:
   std::string name_;
-  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<TransportSelection> selection_;
   std::unique_ptr<Communicator> comm_;
 };
 
@@ -42,31 +44,28 @@ class CommunicatorDataParallel final : public DataParallel {
 Result<std::unique_ptr<DataParallel>> connect_data_parallel(Bootstrap& boot,
                                                             const SessionOptions& options) {
   const Millis timeout = options.timeout.value_or(default_timeout());
-  AllGather ag = [&boot, timeout](std::span<const uint8_t> mine) {
-    return boot.allgather(mine, timeout);
-  };
-  std::string requested = options.transport;
-  if (requested.empty()) requested = env_string("RDMAFLOW_TRANSPORT").value_or("auto");
-  RDMAFLOW_ASSIGN_OR_RETURN(std::string name,
-                            choose_transport(requested, boot.transport_config(), ag));
-  if (name == "grpc") {
+  const std::string requested = requested_transport(options.transport);
+  if (requested == "grpc") {
     return RDMAFLOW_ERROR(Code::kNotViable, "set up data parallelism", -1,
                           "the gRPC baseline has no allreduce; use a one-sided transport");
   }
-  RDMAFLOW_ASSIGN_OR_RETURN(std::unique_ptr<Transport> transport,
-                            make_transport(name, boot.transport_config()));
-  RDMAFLOW_ASSIGN_OR_RETURN(ChannelMesh mesh, boot.connect_mesh(*transport, timeout));
+  // A transport per peer (runtime/transport_select.h); the communicator's fabric
+  // registers its slots with each and exports every key through the peer's own.
+  RDMAFLOW_ASSIGN_OR_RETURN(SelectedMesh mesh, connect_selected_mesh(boot, requested, timeout));
+  RDMAFLOW_LOG_INFO("data parallel: transport {} (requested {}): {}", mesh.selection->name(),
+                    requested, mesh.selection->summary());
   CommunicatorSetup setup;
   setup.rank = boot.rank();
   setup.world = boot.world_size();
-  setup.channels = std::move(mesh);
-  setup.transport = transport.get();
+  setup.channels = std::move(mesh.channels);
+  setup.transports = mesh.selection->per_peer();
   CommunicatorOptions co;
   co.timeout = timeout;
   RDMAFLOW_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
                             Communicator::create(std::move(setup), co));
+  const std::string name = mesh.selection->name();
   return std::unique_ptr<DataParallel>(
-      new CommunicatorDataParallel(name, std::move(transport), std::move(comm)));
+      new CommunicatorDataParallel(name, std::move(mesh.selection), std::move(comm)));
 }
 #else
 Result<std::unique_ptr<DataParallel>> connect_data_parallel(Bootstrap&, const SessionOptions&) {

@@ -1,6 +1,13 @@
 // The UCX (UCP) backend behind the Transport interface: one UCP context and
 // worker per transport, one endpoint per channel. See docs/ucx.md.
+#include <ucp/api/ucp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "transport/transport.h"
 #include "transport/ucx/ucx_channel.h"
@@ -10,13 +17,46 @@ namespace rdmaflow {
 namespace ucx {
 namespace {
 
+// UCX 1.13 has no query for a context's transports; read its description, whose
+// resource lines look like "#      resource 3  :  md 2  dev 3  flags -- sysv/memory".
+std::vector<std::string> context_transports(ucp_context_h context) {
+  std::vector<std::string> tls;
+  char* buf = nullptr;
+  size_t size = 0;
+  FILE* f = ::open_memstream(&buf, &size);
+  if (f == nullptr) return tls;
+  ucp_context_print_info(context, f);
+  std::fclose(f);
+  std::string info(buf, size);
+  std::free(buf);
+  size_t pos = 0;
+  while ((pos = info.find("resource ", pos)) != std::string::npos) {
+    const size_t eol = std::min(info.find('\n', pos), info.size());
+    const size_t dashes = info.find("-- ", pos);
+    pos = eol;
+    if (dashes == std::string::npos || dashes > eol) continue;
+    const size_t start = dashes + 3;
+    const size_t slash = info.find('/', start);
+    if (slash == std::string::npos || slash > eol) continue;
+    std::string tl = info.substr(start, slash - start);
+    if (!tl.empty() && std::find(tls.begin(), tls.end(), tl) == tls.end()) tls.push_back(tl);
+  }
+  return tls;
+}
+
 class UcxTransport final : public Transport {
  public:
-  explicit UcxTransport(std::shared_ptr<UcxCore> core) : core_(std::move(core)) {}
+  explicit UcxTransport(std::shared_ptr<UcxCore> core)
+      : core_(std::move(core)), tls_(context_transports(core_->context())) {}
   ~UcxTransport() override { shutdown(); }
 
   std::string name() const override { return "ucx"; }
   std::string registrar_name() const override { return "ucx"; }
+  TransportCapabilities capabilities() const override {
+    TransportCapabilities c;
+    c.components = tls_;
+    return c;
+  }
 
   Result<std::string> listen() override {
     if (core_->stopped()) {
@@ -43,6 +83,7 @@ class UcxTransport final : public Transport {
 
  private:
   std::shared_ptr<UcxCore> core_;
+  std::vector<std::string> tls_;  // the context's transports, read once
 };
 
 }  // namespace

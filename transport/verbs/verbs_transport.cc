@@ -207,6 +207,25 @@ Status VerbsTransport::start() {
   return Status::ok();
 }
 
+TransportCapabilities VerbsTransport::capabilities() const {
+  TransportCapabilities c;
+  if (!core_) return c;
+  const PortChoice& port = core_->port();
+  c.device = port.summary;
+  if (port.ethernet) {
+    c.fabric = "roce";  // routed over IP: reachability is assumed, not checked
+  } else {
+    static const char* kHex = "0123456789abcdef";
+    std::string prefix;
+    for (size_t i = 0; i < 8; ++i) {
+      prefix.push_back(kHex[port.gid.entry.gid[i] >> 4]);
+      prefix.push_back(kHex[port.gid.entry.gid[i] & 15]);
+    }
+    c.fabric = "ib " + prefix;
+  }
+  return c;
+}
+
 VerbsTransport::~VerbsTransport() {
   shutdown();
 }

@@ -39,6 +39,8 @@ class VerbsTransport final : public Transport {
 
   std::string name() const override { return "verbs"; }
   std::string registrar_name() const override { return "verbs"; }
+  // device: the port summary; fabric: "ib <subnet prefix>" or "roce".
+  TransportCapabilities capabilities() const override;
 
   Result<std::string> listen() override;
   Result<std::shared_ptr<Channel>> connect(int peer_rank, const std::string& address,
