@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "runtime/executor/data_parallel.h"
 #include "runtime/session.h"
 #include "tests/session/session_test_util.h"
 
@@ -401,6 +402,42 @@ TEST(SelectTransports, MixedJobUsesUcxAndTcpPerPeer) {
     if (rank != 0) {
       EXPECT_EQ(reads, kSteps / 2u);  // the large "d" of even steps, read each time
     }
+    return ::testing::Test::HasFailure() ? 1 : 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// Data parallelism over the same mixed mesh: the communicator registers its
+// slots with both transports and averages across ucx and tcp pairs.
+TEST(SelectTransports, MixedJobDataParallelAllreduce) {
+  const int port = free_port();
+  auto r = run_ranks(3, [&](int rank, int world, testing::Exchange&) -> int {
+    ::setenv("RDMAFLOW_TRANSPORT", "auto", 1);
+    if (rank == 2) ::setenv("UCX_TLS", "tcp", 1);
+    RF_ASSIGN_OR_FAIL(auto boot, boot_rank(rank, world, port));
+    SessionOptions so;
+    so.timeout = 10000ms;
+    RF_ASSIGN_OR_FAIL(auto dp, exec::connect_data_parallel(*boot, so));
+    EXPECT_EQ(dp->transport_name(), rank == 2 ? "tcp" : "ucx+tcp");
+    auto hook = dp->allreduce_hook();
+    graph::Op op;
+    op.name = "grad";
+    std::vector<float> v(100000);
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = static_cast<float>(rank * 3 + static_cast<int>(i % 7));
+    exec::TensorView t;
+    t.dims = {static_cast<int64_t>(v.size())};
+    t.data = v.data();
+    t.bytes = v.size() * 4;
+    RF_ASSERT_OK(hook(op, 0, t));
+    for (size_t i = 0; i < v.size(); ++i) {
+      const float want = static_cast<float>(3 + static_cast<int>(i % 7));  // mean of 0, 3, 6 is 3
+      if (v[i] != want) {
+        ADD_FAILURE() << "rank " << rank << " element " << i << ": " << v[i] << " != " << want;
+        return 1;
+      }
+    }
+    RF_ASSERT_OK(boot->barrier());
     return ::testing::Test::HasFailure() ? 1 : 0;
   });
   RF_EXPECT_RUN_OK(r);
