@@ -1,5 +1,7 @@
 #include "collectives/communicator.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -102,6 +104,29 @@ Result<int64_t> knob(const char* name, int64_t given, int64_t fallback, int64_t 
   return v;
 }
 
+// More spinning threads than cores on this host: the ranks of this host (from
+// the launcher, else the whole world) against the CPUs this process may use.
+// Open MPI says so itself when it places more ranks than slots.
+bool oversubscribed(int world) {
+  if (auto v = env_string("OMPI_MCA_mpi_oversubscribe")) {
+    if (*v == "1" || *v == "true") return true;
+  }
+  int64_t local = world;
+  for (const char* name :
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+    auto v = env_int(name, 0);
+    if (v.is_ok() && *v > 0) {
+      local = *v;
+      break;
+    }
+  }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+  if (cpus <= 0) cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return local > cpus;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup setup,
@@ -120,12 +145,15 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t lanes, knob("RDMAFLOW_COLL_LANES", options.lanes, 2, 1));
   int64_t spin = options.spin_us;
   if (spin < 0) {
-    RDMAFLOW_ASSIGN_OR_RETURN(spin, env_int("RDMAFLOW_COLL_SPIN_US", 50));
+    RDMAFLOW_ASSIGN_OR_RETURN(spin, env_int("RDMAFLOW_COLL_SPIN_US", 10000));
   }
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t yield, env_int("RDMAFLOW_COLL_YIELD", -1));
+  if (yield < 0) yield = oversubscribed(setup.world) ? 1 : 0;
   cfg.slot_bytes = static_cast<size_t>(slot_bytes);
   cfg.slots = static_cast<int>(slots);
   cfg.lanes = static_cast<int>(std::min<int64_t>(lanes, 63));
   cfg.spin = std::chrono::microseconds(std::max<int64_t>(0, spin));
+  cfg.yield_polls = static_cast<int>(std::min<int64_t>(yield, 1 << 20));
   cfg.timeout = options.timeout.value_or(default_timeout());
   c->options_.timeout = cfg.timeout;
 

@@ -64,7 +64,7 @@ struct CommunicatorOptions {
   size_t slot_bytes = 0;          // 0: RDMAFLOW_COLL_SLOT_BYTES, default 512 KiB
   int slots = 0;                  // per peer per lane; 0: RDMAFLOW_COLL_SLOTS, default 4
   int lanes = 0;                  // 0: RDMAFLOW_COLL_LANES, default 2
-  int spin_us = -1;               // -1: RDMAFLOW_COLL_SPIN_US, default 50
+  int spin_us = -1;               // -1: RDMAFLOW_COLL_SPIN_US, default 10000
   size_t piece_bytes = 0;         // 0: chosen per call (<= slot_bytes)
   bool measure = true;            // measure alpha/beta at creation (else defaults)
   std::optional<Millis> timeout;  // default RDMAFLOW_TIMEOUT_MS

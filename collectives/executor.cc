@@ -1,5 +1,7 @@
 #include "collectives/executor.h"
 
+#include <sched.h>
+
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -10,6 +12,9 @@ namespace rdmaflow {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Longest stretch of driving before the executor re-checks deadline and peers.
+constexpr auto kSlice = std::chrono::microseconds(20);
 
 // Write completions, filled on progress threads, drained by the executor.
 struct Completions {
@@ -34,6 +39,7 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
   const auto& items = program.items();
   const size_t n = items.size();
   if (n == 0) return Status::ok();
+  if (Status st = fabric.detached_error(); !st.is_ok()) return st.with_op(what);
   const int world = program.world();
   const size_t es = program.elem_size();
   const FabricConfig& cfg = fabric.config();
@@ -65,19 +71,26 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
     }
   };
 
+  // Sends in flight per peer (their completions are awaited).
+  std::vector<uint32_t> inflight(world, 0);
   std::vector<uint32_t> drained;
-  while (finished < n && failure.is_ok()) {
-    const uint64_t epoch = sig.epoch();
+
+  // One pass: take write completions, start every ready item whose remote
+  // condition holds. True when anything moved.
+  auto step = [&]() -> bool {
+    bool progressed = false;
     {
       std::lock_guard<std::mutex> lock(comps->mu);
       drained.swap(comps->done);
       if (!comps->error.is_ok()) failure = comps->error;
     }
-    for (uint32_t i : drained) finish(i);
+    for (uint32_t i : drained) {
+      --inflight[items[i].peer];
+      finish(i);
+    }
+    progressed |= !drained.empty();
     drained.clear();
-    if (!failure.is_ok()) break;
-
-    bool progressed = false;
+    if (!failure.is_ok()) return true;
     for (size_t k = 0; k < ready.size();) {
       const uint32_t i = ready[k];
       const Item& it = items[i];
@@ -91,6 +104,12 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
           }
           Fabric::Peer& peer = fabric.peer(it.peer);
           const size_t bytes = it.elems * es;
+          if (bytes <= Fabric::kSmallBytes) {
+            fabric.send_small(it.peer, lane, seq, it.src, bytes);
+            started = true;
+            finish(i);
+            break;
+          }
           const void* src = it.src;
           if (peer.staged) {
             std::byte* stage = peer.local + fabric.stage_offset() + fabric.slot_offset(lane, seq);
@@ -120,6 +139,7 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
                 s->notify();
               },
               std::chrono::duration_cast<Millis>(deadline - Clock::now()) + Millis(1));
+          ++inflight[p];
           started = true;  // finishes when the write completes
           break;
         }
@@ -164,7 +184,17 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
         ++k;
       }
     }
-    if (progressed || finished == n) continue;
+    return progressed;
+  };
+
+  auto spin_until = Clock::now() + cfg.spin;
+  const int yield_every = fabric.yield_polls();
+  while (finished < n && failure.is_ok()) {
+    uint64_t epoch = sig.epoch();
+    if (step()) {
+      spin_until = Clock::now() + cfg.spin;
+      continue;
+    }
 
     // Nothing could move: check the peers we wait on, then wait.
     int waiting_peer = -1;
@@ -185,16 +215,54 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
         if (it.kind == ItemKind::kSend) waiting_for += " (waiting for its slot to be freed)";
       }
     }
+    if (failure.is_ok()) failure = fabric.detached_error();
     if (!failure.is_ok()) break;
-    // Let the backend's progress run on this thread first (no thread hop, no
-    // futex wake-up between a notify's arrival and its consumer), then sleep.
-    auto spin = cfg.spin;
-    if (waiting_peer >= 0) {
+    for (int p = 0; p < world && waiting_peer < 0; ++p) {
+      if (inflight[p] > 0) waiting_peer = p;
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      failure = RDMAFLOW_ERROR(Code::kTimeout, what, waiting_peer,
+                               "no progress before the deadline while " + waiting_for + " (" +
+                                   std::to_string(finished) + " of " + std::to_string(n) +
+                                   " pieces done)");
+      break;
+    }
+
+    // Drive the backend's progress on this thread: no thread hop and no futex
+    // wake-up between a notify's arrival and its consumer, and the items it
+    // enables start from inside the drive, while this thread is the
+    // registered waiter (the progress thread stays parked and is not woken by
+    // each post). Every `yield_every` polls the core is offered to others
+    // (oversubscribed ranks); every kSlice the loop re-checks deadline and
+    // peers. After `cfg.spin` without progress, sleep until something happens.
+    if (waiting_peer >= 0 && now < spin_until) {
       if (auto driver = fabric.peer(waiting_peer).channel->inbox().wait_driver()) {
-        if (driver->drive([&] { return sig.epoch() != epoch; }, deadline)) continue;
-        spin = std::chrono::microseconds(0);
+        int polls = 0;
+        auto slice_end = std::min({deadline, spin_until, now + kSlice});
+        driver->drive(
+            [&] {
+              if (sig.epoch() != epoch) {
+                epoch = sig.epoch();
+                if (step()) {
+                  const auto t = Clock::now();
+                  spin_until = t + cfg.spin;
+                  slice_end = std::min({deadline, spin_until, t + kSlice});
+                  if (finished == n || !failure.is_ok()) return true;
+                }
+              }
+              if (yield_every > 0 && ++polls >= yield_every) {
+                polls = 0;
+                sched_yield();
+              }
+              return Clock::now() >= slice_end;
+            },
+            slice_end + kSlice);
+        continue;
       }
     }
+    const auto spin = std::chrono::duration_cast<std::chrono::microseconds>(
+        now < spin_until ? spin_until - now : Clock::duration(0));
     if (!sig.wait(epoch, deadline, spin) && Clock::now() >= deadline) {
       failure = RDMAFLOW_ERROR(Code::kTimeout, what, waiting_peer,
                                "no progress before the deadline while " + waiting_for + " (" +

@@ -4,9 +4,13 @@
 // dependencies are done runs as soon as its remote condition holds (a send
 // needs the credit of its slot, a receive needs its piece's notify). Sends are
 // posted asynchronously, so reductions on this thread overlap the transfers
-// the transports' progress threads carry out. While nothing is ready it waits
-// on the fabric's Signal (spin briefly, then sleep), never longer than the
-// deadline.
+// the transports carry out. While nothing is ready it drives the backend's
+// progress itself (WaitDriver) and starts what that enables from inside the
+// drive, so a notify reaches its consumer with no thread hop and a post wakes
+// no progress thread; it yields the core every few polls when the host is
+// oversubscribed (FabricConfig::yield_polls) and sleeps on the fabric's Signal
+// only after FabricConfig::spin without progress; never past the deadline.
+// Small sends (<= Fabric::kSmallBytes) are staged and not waited for.
 #pragma once
 
 #include <chrono>

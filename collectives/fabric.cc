@@ -110,9 +110,10 @@ Result<std::unique_ptr<Fabric>> Fabric::create(int rank, int world,
 Status Fabric::setup(std::vector<Transport*> transports) {
   const char* op = "create communicator";
   data_bytes_ = static_cast<size_t>(config_.lanes) * config_.slots * config_.slot_bytes;
+  small_bytes_ = static_cast<size_t>(config_.lanes) * config_.slots * kSmallBytes;
   bool any_staged = false;
   for (const Peer& p : peers_) any_staged |= p.staged;
-  region_bytes_ = data_bytes_ + kControlBytes + (any_staged ? data_bytes_ : 0);
+  region_bytes_ = data_bytes_ + kControlBytes + small_bytes_ + (any_staged ? data_bytes_ : 0);
   block_bytes_ = (region_bytes_ * world_ + 4095) / 4096 * 4096;
   if (world_ == 1) return Status::ok();
   block_ = static_cast<std::byte*>(std::aligned_alloc(4096, block_bytes_));
@@ -212,7 +213,44 @@ Status Fabric::peer_error(int p) const {
   return peers_[p].channel->error();
 }
 
+Status Fabric::detached_error() {
+  if (!shared_->detached_failed.load(std::memory_order_acquire)) return Status::ok();
+  std::lock_guard<std::mutex> lock(shared_->error_mu);
+  return shared_->detached_error;
+}
+
+void Fabric::send_small(int p, int lane, uint64_t seq, const void* src, size_t bytes) {
+  Peer& peer = peers_[p];
+  std::byte* cell = peer.local + small_offset(lane, seq);
+  std::memcpy(cell, src, bytes);
+  shared_->detached.fetch_add(1, std::memory_order_acq_rel);
+  std::shared_ptr<Shared> s = shared_;
+  peer.channel->write(
+      cell, bytes, peer.remote, slot_offset(lane, seq),
+      notify_code::encode(notify_code::kData, lane, seq),
+      [s](const Status& st) {
+        if (!st.is_ok()) {
+          std::lock_guard<std::mutex> lock(s->error_mu);
+          if (s->detached_error.is_ok()) s->detached_error = st;
+          s->detached_failed.store(true, std::memory_order_release);
+        }
+        s->detached.fetch_sub(1, std::memory_order_acq_rel);
+        s->signal.notify();
+      },
+      config_.timeout);
+}
+
 Fabric::~Fabric() {
+  // Detached sends still read the staging cells: let them finish (they all
+  // complete, at the latest at their timeout or when the channel fails).
+  const auto until = std::chrono::steady_clock::now() + config_.timeout + Millis(1000);
+  while (shared_ && shared_->detached.load(std::memory_order_acquire) > 0 &&
+         std::chrono::steady_clock::now() < until) {
+    const uint64_t epoch = shared_->signal.epoch();
+    if (shared_->detached.load(std::memory_order_acquire) == 0) break;
+    shared_->signal.wait(epoch, std::chrono::steady_clock::now() + Millis(10),
+                         std::chrono::microseconds(0));
+  }
   for (Peer& p : peers_) {
     if (p.channel) p.channel->inbox().set_notify_listener(nullptr);
   }

@@ -6,6 +6,7 @@
 //
 //   region[p] = lanes x slots x slot_bytes   data slots (p's pieces land here)
 //             | 64 B control                 credit landing word, credit source word
+//             | lanes x slots x kSmallBytes  small-send staging (below)
 //             | lanes x slots x slot_bytes   send staging (only for backends that
 //                                            need a registered source, i.e. verbs)
 //
@@ -20,6 +21,14 @@
 // CREDIT(l, seq). The sender may use slot s for piece seq only once
 // CREDIT(l, seq - slots) arrived. Notify values carry a magic byte so values of
 // other users of the channel are put back into the inbox untouched.
+//
+// Small sends (<= kSmallBytes) are copied into this rank's staging cell for
+// (peer, lane, slot) and posted from there; the executor does not wait for
+// their completion (on UCX that is the receiver's acknowledgement, a round
+// trip). The cell is reused by piece seq + slots, which is only sent after
+// CREDIT(l, seq), i.e. after the receiver consumed the piece, so the bytes have
+// left it. Their failures are recorded here (sticky: later calls fail with
+// them), and the fabric waits for them before it frees its memory.
 #pragma once
 
 #include <atomic>
@@ -27,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "allocator/status.h"
@@ -41,7 +51,8 @@ struct FabricConfig {
   int slots = 4;  // per peer per lane
   int lanes = 2;  // collectives in flight at once
   Millis timeout{30000};
-  std::chrono::microseconds spin{50};
+  std::chrono::microseconds spin{10000};  // drive progress this long before sleeping
+  int yield_polls = 0;                    // sched_yield() every N polls while driving; 0: never
 };
 
 namespace notify_code {
@@ -69,6 +80,11 @@ class Fabric {
     std::vector<PeerSlots> peers;
     int lanes = 0;
     int slots = 0;
+    // Small sends whose completion nobody waits for (see above).
+    std::atomic<int64_t> detached{0};
+    std::atomic<bool> detached_failed{false};
+    std::mutex error_mu;
+    Status detached_error;  // first failure of a detached send (error_mu)
   };
 
   struct Peer {
@@ -91,6 +107,7 @@ class Fabric {
   int rank() const { return rank_; }
   int world() const { return world_; }
   const FabricConfig& config() const { return config_; }
+  int yield_polls() const { return config_.yield_polls; }
   Peer& peer(int p) { return peers_[p]; }
   Shared& shared() { return *shared_; }
   Signal& signal() { return shared_->signal; }
@@ -99,7 +116,12 @@ class Fabric {
     return (static_cast<size_t>(lane) * config_.slots + seq % config_.slots) * config_.slot_bytes;
   }
   size_t control_offset() const { return data_bytes_; }
-  size_t stage_offset() const { return data_bytes_ + kControlBytes; }
+  // Staging cell of a small send (in this rank's region for the peer).
+  size_t small_offset(int lane, uint64_t seq) const {
+    return data_bytes_ + kControlBytes +
+           (static_cast<size_t>(lane) * config_.slots + seq % config_.slots) * kSmallBytes;
+  }
+  size_t stage_offset() const { return data_bytes_ + kControlBytes + small_bytes_; }
 
   bool data_arrived(int p, int lane, uint64_t seq) const {
     return shared_->peers[p].data[lane * config_.slots + seq % config_.slots].load(
@@ -112,8 +134,14 @@ class Fabric {
 
   // First channel error among `peers` (OK when all are healthy).
   Status peer_error(int p) const;
+  // The first failure of a detached small send (OK when none failed).
+  Status detached_error();
+  // Posts a small send of `bytes` (<= kSmallBytes) from `src` as piece `seq` of
+  // `lane` to `p` without waiting for its completion.
+  void send_small(int p, int lane, uint64_t seq, const void* src, size_t bytes);
 
   static constexpr size_t kControlBytes = 64;
+  static constexpr size_t kSmallBytes = 4096;
 
  private:
   Fabric() = default;
@@ -126,6 +154,7 @@ class Fabric {
   std::vector<Peer> peers_;
   std::shared_ptr<Shared> shared_;
   size_t data_bytes_ = 0;
+  size_t small_bytes_ = 0;
   size_t region_bytes_ = 0;
   std::byte* block_ = nullptr;
   size_t block_bytes_ = 0;
