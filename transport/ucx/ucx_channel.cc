@@ -40,7 +40,7 @@ UcxChannel::UcxChannel(std::shared_ptr<UcxCore> core, uint32_t id, int peer_rank
     : core_(std::move(core)), id_(id), peer_(peer_rank), peer_identity_(peer) {
   inbox_.set_peer(peer_rank);
   const Options& o = core_->options();
-  if (o.busy_poll || o.wait_spin.count() > 0) inbox_.set_wait_driver(core_);
+  if (o.busy_poll || o.wait_spin.count() > 0 || o.wait_block) inbox_.set_wait_driver(core_);
 }
 
 UcxChannel::~UcxChannel() {
@@ -59,7 +59,8 @@ Status UcxChannel::error() const {
 
 Op* UcxChannel::issue(OpKind kind, Callback done, Millis timeout) {
   const Options& o = core_->options();
-  if (done && (o.busy_poll || o.wait_spin.count() > 0)) attach_wait_driver(done, core_);
+  if (done && (o.busy_poll || o.wait_spin.count() > 0 || o.wait_block))
+    attach_wait_driver(done, core_);
   return core_->new_op(kind, this, std::move(done), timeout);
 }
 

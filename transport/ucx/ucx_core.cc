@@ -92,6 +92,11 @@ Result<Options> load_options() {
   }
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t eager, env_int("RDMAFLOW_UCX_EAGER_MAX", 8192));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t busy, env_int("RDMAFLOW_UCX_BUSY_POLL", 0));
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t wait_block, env_int("RDMAFLOW_UCX_WAIT_BLOCK", 1));
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t spin_yield, env_int("RDMAFLOW_UCX_SPIN_YIELD", 16));
+  if (spin_yield < 0) {
+    return bad_knob("RDMAFLOW_UCX_SPIN_YIELD", std::to_string(spin_yield), ">= 0");
+  }
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t direct, env_int("RDMAFLOW_UCX_DIRECT", 1));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t wait_spin, env_int("RDMAFLOW_UCX_WAIT_SPIN_US", 50));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t progress_spin, env_int("RDMAFLOW_UCX_PROGRESS_SPIN_US", 20));
@@ -103,6 +108,8 @@ Result<Options> load_options() {
   }
   o.eager_max = static_cast<uint64_t>(eager);
   o.busy_poll = busy != 0;
+  o.wait_block = wait_block != 0;
+  o.spin_yield = static_cast<uint32_t>(spin_yield);
   o.direct = direct != 0;
   o.wait_spin = std::chrono::microseconds(wait_spin);
   o.progress_spin = std::chrono::microseconds(progress_spin);
@@ -184,7 +191,9 @@ Status UcxCore::init(const TransportConfig& config) {
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   control_ep_ = ::epoll_create1(EPOLL_CLOEXEC);
   sleep_ep_ = ::epoll_create1(EPOLL_CLOEXEC);
-  if (wake_fd_ < 0 || control_ep_ < 0 || sleep_ep_ < 0) {
+  waiter_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  waiter_ep_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (wake_fd_ < 0 || control_ep_ < 0 || sleep_ep_ < 0 || waiter_fd_ < 0 || waiter_ep_ < 0) {
     return RDMAFLOW_ERROR(Code::kResourceExhausted, "create ucx transport", -1,
                           std::string("eventfd/epoll: ") + std::strerror(errno));
   }
@@ -196,6 +205,12 @@ Status UcxCore::init(const TransportConfig& config) {
   ::epoll_ctl(sleep_ep_, EPOLL_CTL_ADD, worker_fd_, &ev);
   ev.data.u64 = 2;
   ::epoll_ctl(sleep_ep_, EPOLL_CTL_ADD, control_ep_, &ev);
+  ev.data.u64 = 1;
+  ::epoll_ctl(waiter_ep_, EPOLL_CTL_ADD, worker_fd_, &ev);
+  ev.data.u64 = 2;
+  ::epoll_ctl(waiter_ep_, EPOLL_CTL_ADD, control_ep_, &ev);
+  ev.data.u64 = 3;
+  ::epoll_ctl(waiter_ep_, EPOLL_CTL_ADD, waiter_fd_, &ev);
 
   std::random_device rd;
   rng_state_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid());
@@ -207,7 +222,7 @@ Status UcxCore::init(const TransportConfig& config) {
 
 UcxCore::~UcxCore() {
   shutdown();
-  for (int fd : {wake_fd_, control_ep_, sleep_ep_}) {
+  for (int fd : {wake_fd_, control_ep_, sleep_ep_, waiter_fd_, waiter_ep_}) {
     if (fd >= 0) ::close(fd);
   }
 }
@@ -477,7 +492,13 @@ void UcxCore::submit(Op* op) {
   // progress context: wake the progress thread for it. An op that went out whole needs
   // nobody until its answer arrives, which wakes a sleeping progress thread by itself
   // (the worker's event fd) - so the common small write costs no syscall here.
-  if ((needs_progress || !posted) && busy_waiters_.load(std::memory_order_seq_cst) == 0) kick();
+  if (needs_progress || !posted) {
+    if (busy_waiters_.load(std::memory_order_seq_cst) == 0) {
+      kick();
+    } else {
+      wake_blocked_waiter();  // it may be the only one driving progress
+    }
+  }
 }
 
 void UcxCore::drain_submissions_locked() {
@@ -622,10 +643,22 @@ void UcxCore::dispatch() {
         }
       }
       dispatching_.clear();
+      // What was delivered may be what a waiter asleep in drive_blocking waits for.
+      wake_blocked_waiter();
     }
     t_dispatching = false;
     dispatch_mu_.unlock();
   }
+}
+
+void UcxCore::wake_blocked_waiter() {
+  // Pairs with the sleeper's store of blocking_sleeping_ before it checks for work:
+  // either it sees what we queued, or we see it asleep.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!blocking_sleeping_.load(std::memory_order_seq_cst)) return;
+  uint64_t one = 1;
+  ssize_t n = ::write(waiter_fd_, &one, sizeof(one));
+  (void)n;
 }
 
 void UcxCore::kick() {
@@ -723,7 +756,10 @@ void UcxCore::progress_thread() {
 }
 
 bool UcxCore::drive(const std::function<bool()>& ready, Clock::time_point deadline) {
-  if (stopped() || (!options_.busy_poll && options_.wait_spin.count() == 0)) return false;
+  if (stopped() ||
+      (!options_.busy_poll && options_.wait_spin.count() == 0 && !options_.wait_block)) {
+    return false;
+  }
   const auto spin_end =
       options_.busy_poll ? deadline : std::min(deadline, Clock::now() + options_.wait_spin);
   busy_waiters_.fetch_add(1, std::memory_order_seq_cst);
@@ -738,12 +774,68 @@ bool UcxCore::drive(const std::function<bool()>& ready, Clock::time_point deadli
     if (!progress_once(&did)) cpu_relax();
     dispatch();
     if ((i & 7) == 7 && Clock::now() >= spin_end) break;
+    // On a busy machine the thread we wait for may need this core: let it run now
+    // and then (a no-op when nobody else is runnable).
+    if (options_.spin_yield > 0 && i % options_.spin_yield == options_.spin_yield - 1) {
+      std::this_thread::yield();
+    }
   }
-  if (busy_waiters_.fetch_sub(1, std::memory_order_seq_cst) == 1 && !ok) {
-    // This waiter goes to sleep on its condition variable: hand progress back.
+  if (!ok && options_.wait_block && !options_.busy_poll && !t_dispatching &&
+      Clock::now() < deadline) {
+    ok = drive_blocking(ready, deadline);
+  }
+  const bool last = busy_waiters_.fetch_sub(1, std::memory_order_seq_cst) == 1;
+  if (!ok) followers_.fetch_add(1, std::memory_order_seq_cst);
+  if (last && followers_.exchange(0, std::memory_order_seq_cst) > 0) {
+    // A waiter sleeps on its condition variable and nobody drives: hand progress back.
     activity_.fetch_add(1, std::memory_order_seq_cst);
     kick();
   }
+  return ok;
+}
+
+bool UcxCore::drive_blocking(const std::function<bool()>& ready, Clock::time_point deadline) {
+  if (blocking_taken_.exchange(true, std::memory_order_seq_cst)) return false;
+  bool ok = false;
+  for (;;) {
+    if (ready()) {
+      ok = true;
+      break;
+    }
+    const auto now = Clock::now();
+    if (stopped() || stop_thread_.load(std::memory_order_acquire) || now >= deadline) break;
+    // One pass; if it found nothing to do, arm the worker's event fd and sleep on it.
+    bool did = false;
+    int timeout_ms = 0;
+    {
+      std::lock_guard<std::mutex> lock(worker_mu_);
+      if (stopped()) break;
+      did = pass_locked();
+      if (!did && ucp_worker_arm(worker_) == UCS_ERR_BUSY) did = true;
+      if (!did) {
+        Clock::time_point wake = std::min(deadline, now + std::chrono::milliseconds(kMaxSleepMs));
+        for (Op* op = active_head_; op; op = op->next) wake = std::min(wake, op->deadline);
+        if (!closing_.empty() || !to_close_.empty()) wake = now + std::chrono::milliseconds(1);
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count();
+        timeout_ms = static_cast<int>(std::clamp<int64_t>(ms + 1, 1, kMaxSleepMs));
+      }
+    }
+    dispatch();
+    if (did) continue;
+    blocking_sleeping_.store(true, std::memory_order_seq_cst);
+    // Anything queued or delivered after the pass wakes us through waiter_fd_.
+    if (subs_count_.load(std::memory_order_seq_cst) == 0 &&
+        ready_count_.load(std::memory_order_seq_cst) == 0 && !ready()) {
+      epoll_event evs[4];
+      ::epoll_wait(waiter_ep_, evs, 4, timeout_ms);
+    }
+    blocking_sleeping_.store(false, std::memory_order_seq_cst);
+    uint64_t v;
+    while (::read(waiter_fd_, &v, sizeof(v)) == sizeof(v)) {
+    }
+    poll_control(0);  // peer exits, the shutdown wake-up
+  }
+  blocking_taken_.store(false, std::memory_order_seq_cst);
   return ok;
 }
 

@@ -54,6 +54,8 @@ struct Options {
   uint64_t eager_max = 8192;  // rma path: writes up to this size travel as an AM
   bool direct = true;         // same-host peers: memcpy through a shared mapping (ucx_shm.h)
   bool busy_poll = false;     // waiters drive progress until their deadline
+  bool wait_block = true;     // after spinning, a waiter sleeps on the worker's event fd itself
+  uint32_t spin_yield = 16;   // spinning waiters call sched_yield every this many polls (0: never)
   Clock::duration wait_spin = std::chrono::microseconds(50);      // ... or this long
   Clock::duration progress_spin = std::chrono::microseconds(20);  // before the thread sleeps
 };
@@ -216,6 +218,12 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   void dispatch();
   void kick();
   bool poll_control(int timeout_ms);
+  // drive(), after the spin: this waiter sleeps on the worker's event fd itself and
+  // drives progress whenever it wakes, so an arriving message wakes it directly (no
+  // progress-thread hop, no condition variable). One such waiter at a time; false if
+  // another one already is (this one then sleeps on its condition variable).
+  bool drive_blocking(const std::function<bool()>& ready, Clock::time_point deadline);
+  void wake_blocked_waiter();  // if a waiter sleeps in drive_blocking, wakes it
   void scan_timeouts_locked(Clock::time_point now);
   // Control-plane wait (connect, accept, revoke) on ctl_cv_; drives progress itself when
   // nobody else can (called from a callback, or after the progress thread stopped).
@@ -244,8 +252,13 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   std::string address_;
   int worker_fd_ = -1;
   int wake_fd_ = -1;
-  int control_ep_ = -1;  // epoll: wake_fd_ + peer pidfds
-  int sleep_ep_ = -1;    // epoll: worker_fd_ + control_ep_
+  int control_ep_ = -1;                      // epoll: wake_fd_ + peer pidfds
+  int sleep_ep_ = -1;                        // epoll: worker_fd_ + control_ep_
+  int waiter_fd_ = -1;                       // eventfd: wakes the waiter sleeping in drive_blocking
+  int waiter_ep_ = -1;                       // epoll: worker_fd_ + control_ep_ + waiter_fd_
+  std::atomic<bool> blocking_taken_{false};  // a waiter is in drive_blocking
+  std::atomic<bool> blocking_sleeping_{false};  // ... and asleep in epoll_wait
+  std::atomic<int> followers_{0};  // waiters that went to their condition variable meanwhile
 
   std::mutex worker_mu_;
   std::atomic<int> busy_waiters_{0};
