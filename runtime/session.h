@@ -1,9 +1,10 @@
 // Session: runs a TransferPlan step after step (docs/session.md).
 //
 // Setup (collective, once): every rank checks that all ranks hold the same
-// plan (plan_hash) and the same transport, allocates the plan's frames
-// (receive slots and output buffers) in a RegisteredArena attached to the
-// transport, and hands each sender the RemoteKeys of its slots. After that a
+// plan (plan_hash) and all use the gRPC baseline or none, allocates the plan's
+// frames (receive slots and output buffers) in a RegisteredArena attached to
+// every transport its peers use, and hands each sender the RemoteKeys of its
+// slots (exported through that sender's transport). After that a
 // step of a static transfer is one one-sided write with notify
 // make_notify(transfer, step): no RPC, no metadata, no copy.
 //
@@ -128,8 +129,9 @@ struct SessionStats {
 
 class Session {
  public:
-  // Creates the transport (SessionOptions::transport), builds the channel mesh
-  // through `boot` and sets up the plan. Collective.
+  // Chooses a transport per peer (SessionOptions::transport, see
+  // runtime/transport_select.h), builds the channel mesh through `boot` and sets
+  // up the plan. Collective.
   static Result<std::unique_ptr<Session>> create(const graph::TransferPlan& plan, Bootstrap& boot,
                                                  SessionOptions options = {});
 
