@@ -1,6 +1,6 @@
 #include "collectives/communicator.h"
 
-#include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -105,7 +105,7 @@ Result<int64_t> knob(const char* name, int64_t given, int64_t fallback, int64_t 
 }
 
 // More spinning threads than cores on this host: the ranks of this host (from
-// the launcher, else the whole world) against the CPUs this process may use.
+// the launcher, else the whole world) against the host's online CPUs.
 // Open MPI says so itself when it places more ranks than slots.
 bool oversubscribed(int world) {
   if (auto v = env_string("OMPI_MCA_mpi_oversubscribe")) {
@@ -120,10 +120,9 @@ bool oversubscribed(int world) {
       break;
     }
   }
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
-  if (cpus <= 0) cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // The host's CPUs, not this process's affinity: launchers bind each rank to
+  // a core when there are enough of them.
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   return local > cpus;
 }
 
@@ -143,12 +142,17 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
       knob("RDMAFLOW_COLL_SLOT_BYTES", static_cast<int64_t>(options.slot_bytes), 512 * 1024, 64));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t slots, knob("RDMAFLOW_COLL_SLOTS", options.slots, 4, 1));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t lanes, knob("RDMAFLOW_COLL_LANES", options.lanes, 2, 1));
+  // A rank with a core of its own spins (driving progress) for 10 ms before
+  // it sleeps; on an oversubscribed host spinning ranks take the cores the
+  // ranks they wait for need, so they sleep at once (docs/benchmarks.md,
+  // "Collectives", has the measurements behind both defaults).
+  const bool crowded = oversubscribed(setup.world);
   int64_t spin = options.spin_us;
   if (spin < 0) {
-    RDMAFLOW_ASSIGN_OR_RETURN(spin, env_int("RDMAFLOW_COLL_SPIN_US", 10000));
+    RDMAFLOW_ASSIGN_OR_RETURN(spin, env_int("RDMAFLOW_COLL_SPIN_US", crowded ? 0 : 10000));
   }
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t yield, env_int("RDMAFLOW_COLL_YIELD", -1));
-  if (yield < 0) yield = oversubscribed(setup.world) ? 1 : 0;
+  if (yield < 0) yield = crowded ? 1 : 0;
   cfg.slot_bytes = static_cast<size_t>(slot_bytes);
   cfg.slots = static_cast<int>(slots);
   cfg.lanes = static_cast<int>(std::min<int64_t>(lanes, 63));

@@ -189,6 +189,7 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
 
   auto spin_until = Clock::now() + cfg.spin;
   const int yield_every = fabric.yield_polls();
+  bool drove = false;  // drove progress since the last sleep
   while (finished < n && failure.is_ok()) {
     uint64_t epoch = sig.epoch();
     if (step()) {
@@ -238,6 +239,7 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
     // peers. After `cfg.spin` without progress, sleep until something happens.
     if (waiting_peer >= 0 && now < spin_until) {
       if (auto driver = fabric.peer(waiting_peer).channel->inbox().wait_driver()) {
+        drove = true;
         int polls = 0;
         auto slice_end = std::min({deadline, spin_until, now + kSlice});
         driver->drive(
@@ -259,6 +261,18 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
             },
             slice_end + kSlice);
         continue;
+      }
+    }
+    if (drove) {
+      // Going to sleep after driving: hand progress back to the backend's
+      // progress thread at once (a drive that ends unsatisfied does), rather
+      // than when it next looks up from its back-off.
+      drove = false;
+      if (waiting_peer >= 0) {
+        if (auto driver = fabric.peer(waiting_peer).channel->inbox().wait_driver()) {
+          driver->drive([&] { return sig.epoch() != epoch; }, Clock::now());
+          continue;
+        }
       }
     }
     const auto spin = std::chrono::duration_cast<std::chrono::microseconds>(
