@@ -263,7 +263,9 @@ void UcxCore::shutdown() {
   closing_.clear();
   for (auto& [id, r] : regions_) {
     if (r.memh != nullptr) ucp_mem_unmap(context_, r.memh);
-    if (r.shm.fd >= 0) unshare_in_place(r.shm);
+    // The pages stay a shared mapping of the (now unnamed) memfd: still valid memory
+    // for their owner, and copying them back would cost page faults at every exit.
+    if (r.shm.fd >= 0) ::close(r.shm.fd);
   }
   regions_.clear();
   region_by_addr_.clear();

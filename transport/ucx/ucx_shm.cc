@@ -1,5 +1,6 @@
 #include "transport/ucx/ucx_shm.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -83,6 +84,50 @@ void copy_nonzero_pages(uint8_t* dst, const uint8_t* src, size_t len, size_t pag
   }
 }
 
+// Copies the pages of private anonymous [src, src + len) that were ever touched
+// (present or swapped out, per /proc/self/pagemap); the others read as zero, and
+// reading them would only fault in the zero page, one fault per page.
+void copy_touched_pages(uint8_t* dst, const uint8_t* src, size_t len, size_t page) {
+  const int pm = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (pm < 0) return copy_nonzero_pages(dst, src, len, page);
+  constexpr size_t kBatch = 512;
+  uint64_t entries[kBatch];
+  const size_t pages = len / page;
+  for (size_t first = 0; first < pages; first += kBatch) {
+    const size_t n = std::min(kBatch, pages - first);
+    const off_t at = static_cast<off_t>((reinterpret_cast<uintptr_t>(src) / page + first) * 8);
+    if (::pread(pm, entries, n * 8, at) != static_cast<ssize_t>(n * 8)) {
+      copy_nonzero_pages(dst + first * page, src + first * page, len - first * page, page);
+      break;
+    }
+    for (size_t k = 0; k < n; ++k) {
+      if ((entries[k] >> 62) == 0) continue;  // neither present (bit 63) nor swapped (62)
+      const size_t off = (first + k) * page;
+      if (!all_zero(src + off, page)) std::memcpy(dst + off, src + off, page);
+    }
+  }
+  ::close(pm);
+}
+
+// Copies the parts of the memfd mapped at [src, src + len) that hold data (holes
+// read as zero).
+void copy_memfd_data(uint8_t* dst, const uint8_t* src, size_t len, int memfd, size_t page) {
+  off_t at = 0;
+  const auto end = static_cast<off_t>(len);
+  while (at < end) {
+    const off_t data = ::lseek(memfd, at, SEEK_DATA);
+    if (data < 0) {
+      if (errno == ENXIO) return;  // no data after `at`
+      return copy_nonzero_pages(dst + at, src + at, len - static_cast<size_t>(at), page);
+    }
+    if (data >= end) return;
+    off_t hole = ::lseek(memfd, data, SEEK_HOLE);
+    if (hole < 0 || hole > end) hole = end;
+    std::memcpy(dst + data, src + data, static_cast<size_t>(hole - data));
+    at = hole;
+  }
+}
+
 }  // namespace
 
 Result<SharedRange> share_in_place(void* region, size_t region_len) {
@@ -117,7 +162,7 @@ Result<SharedRange> share_in_place(void* region, size_t region_len) {
     ::close(fd);
     return refuse(why);
   }
-  copy_nonzero_pages(static_cast<uint8_t*>(tmp), static_cast<const uint8_t*>(addr), len, page);
+  copy_touched_pages(static_cast<uint8_t*>(tmp), static_cast<const uint8_t*>(addr), len, page);
   ::munmap(tmp, len);
   // Replaces the private pages by the shared ones at the same address, in one step.
   // (mmap, not mremap: UCX 1.13's memory hooks drop mremap's new address.)
@@ -149,10 +194,11 @@ void unshare_in_place(const SharedRange& shared) {
   }
   void* tmp = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (tmp != MAP_FAILED) {
-    copy_nonzero_pages(static_cast<uint8_t*>(tmp), static_cast<const uint8_t*>(addr), len, page);
+    copy_memfd_data(static_cast<uint8_t*>(tmp), static_cast<const uint8_t*>(addr), len, memfd,
+                    page);
     if (::mmap(addr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) !=
         MAP_FAILED) {
-      copy_nonzero_pages(static_cast<uint8_t*>(addr), static_cast<const uint8_t*>(tmp), len, page);
+      copy_touched_pages(static_cast<uint8_t*>(addr), static_cast<const uint8_t*>(tmp), len, page);
     }  // else the range stays shared: still valid memory for its owner
     ::munmap(tmp, len);
   }
