@@ -44,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/transport_select.h"
 #include "transport/channel.h"
 #include "transport/transport.h"
 
@@ -563,6 +564,32 @@ int run(int rank, Oob& oob, const Options& o) {
   }
   nodelay(ref.fd);
 
+  // What RDMAFLOW_TRANSPORT=auto picks for this pair, and why (both records
+  // exchanged, so a two-host run reports the real pair).
+  std::string auto_line;
+  {
+    TransportConfig tc;
+    tc.rank = rank;
+    tc.world_size = 2;
+    LocalProbe probe = probe_transports("auto", tc);
+    for (auto& t : probe.transports) t->shutdown();
+    Bytes mine = probe.record.encode();
+    oob.send(std::string(mine.begin(), mine.end()));
+    std::string peer = oob.recv();
+    auto theirs = RankCapabilities::decode(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(peer.data()), peer.size()));
+    if (!theirs.is_ok()) {
+      auto_line = "auto: the peer's capability record is malformed: " + theirs.status().reason();
+    } else {
+      auto d = rank == 0 ? decide_pair(0, probe.record, 1, *theirs)
+                         : decide_pair(0, *theirs, 1, probe.record);
+      auto_line = d.is_ok() ? "RDMAFLOW_TRANSPORT=auto picks " + d->transport + " for this pair (" +
+                                  d->reason + ")"
+                            : "RDMAFLOW_TRANSPORT=auto: " + d.status().reason();
+    }
+    if (rank == 0 && !o.json) std::printf("%s\n\n", auto_line.c_str());
+  }
+
   const auto lat_sizes = sizes(o.lat_min, o.lat_max, o.quick);
   const auto bw_sizes = sizes(o.bw_min, o.bw_max, o.quick);
   const size_t max_bytes = std::max(lat_sizes.back(), bw_sizes.back());
@@ -655,7 +682,10 @@ int run(int rank, Oob& oob, const Options& o) {
     std::printf("\n");
     std::fflush(stdout);
   }
-  if (rank == 0 && o.json) std::printf("%s\n", report.dump(2).c_str());
+  if (rank == 0 && o.json) {
+    nlohmann::json out = {{"auto", auto_line}, {"rows", report}};
+    std::printf("%s\n", out.dump(2).c_str());
+  }
   ::close(ref.fd);
   return 0;
 }
