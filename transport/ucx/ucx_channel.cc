@@ -393,7 +393,7 @@ UcxChannel::Step UcxChannel::post_write(Op* op) {
     op->parts = 2;  // sent + acknowledged
     awaiting_ack_.push_back(op);
     core_->add_ref(op);
-    if (direct_) ++am_writes_inflight_;
+    if (direct_ && op->len > 0) ++am_writes_inflight_;  // empty writes touch no memory
     post_am(op, op->src, op->len, 0);
     return Step::kPosted;
   }
@@ -785,7 +785,7 @@ void UcxChannel::on_ack(const AmHeader& h, const void* data, size_t length) {
       continue;
     }
     it = awaiting_ack_.erase(it);
-    if (direct_ && op->hdr.type == static_cast<uint8_t>(MsgType::kWrite) &&
+    if (direct_ && op->hdr.type == static_cast<uint8_t>(MsgType::kWrite) && op->len > 0 &&
         am_writes_inflight_ > 0 && --am_writes_inflight_ == 0) {
       core_->mark_dirty(this);  // direct copies held back behind it may go
     }
