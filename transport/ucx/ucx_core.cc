@@ -159,6 +159,21 @@ Status UcxCore::init(const TransportConfig& config) {
     return not_viable("ucp_init", s);
   }
 
+  if (options_.direct) {
+    // Direct channels exist only where UCX itself runs on shared memory; without a
+    // posix/sysv resource (UCX_TLS=tcp,self, say) registration leaves memory alone.
+    char* buf = nullptr;
+    size_t size = 0;
+    if (FILE* f = ::open_memstream(&buf, &size)) {
+      ucp_context_print_info(context_, f);
+      std::fclose(f);
+      const std::string info(buf, size);
+      std::free(buf);
+      shm_capable_ =
+          info.find("posix/") != std::string::npos || info.find("sysv/") != std::string::npos;
+    }
+  }
+
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
@@ -1141,7 +1156,7 @@ Result<RegionId> UcxCore::register_memory(void* addr, size_t len) {
   Region r;
   r.addr = a;
   r.len = len;
-  if (options_.direct) {
+  if (options_.direct && shm_capable_) {
     // Same-host peers will reach it with memcpy (ucx_shm.h); others are unaffected.
     auto fd = share_in_place(addr, len);
     if (fd.is_ok()) {

@@ -250,6 +250,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   std::string address_;
+  bool shm_capable_ = false;  // UCX has a shared-memory transport: registration shares memory
   int worker_fd_ = -1;
   int wake_fd_ = -1;
   int control_ep_ = -1;                      // epoll: wake_fd_ + peer pidfds
