@@ -15,6 +15,8 @@ using Clock = std::chrono::steady_clock;
 
 // Longest stretch of driving before the executor re-checks deadline and peers.
 constexpr auto kSlice = std::chrono::microseconds(20);
+// The same while it sleeps inside the backend's driver.
+constexpr auto kRecheck = std::chrono::milliseconds(100);
 
 // Write completions, filled on progress threads, drained by the executor.
 struct Completions {
@@ -262,6 +264,27 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
             slice_end + kSlice);
         continue;
       }
+    }
+    if (auto driver = fabric.common_driver()) {
+      // Every peer is served by one backend driver (UCX): sleep inside it.
+      // It spins a little, then blocks on the backend's own event fd and
+      // drives progress when it wakes (one wake-up, no progress-thread hop),
+      // and whatever the items need arrives through it. Events that enable
+      // nothing (acknowledgements, early credits) are handled in there; back
+      // here after progress (the next drive spins again before it sleeps:
+      // replies come in bursts), or every kRecheck to look at deadline and peers.
+      drove = false;
+      bool moved = false;
+      driver->drive(
+          [&] {
+            if (sig.epoch() == epoch) return false;
+            epoch = sig.epoch();
+            moved = step();
+            return moved;
+          },
+          std::min(deadline, now + kRecheck));
+      if (moved) spin_until = Clock::now() + cfg.spin;
+      continue;
     }
     if (drove) {
       // Going to sleep after driving: hand progress back to the backend's

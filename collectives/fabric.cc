@@ -193,7 +193,19 @@ Status Fabric::setup(std::vector<Transport*> transports) {
   }
   RDMAFLOW_RETURN_IF_ERROR(sent.wait(config_.timeout, "send collective scratch keys"));
   install_listeners();
+  find_common_driver();
   return Status::ok();
+}
+
+void Fabric::find_common_driver() {
+  std::shared_ptr<WaitDriver> common;
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank_) continue;
+    auto d = peers_[p].channel->inbox().wait_driver();
+    if (!d || (common && d != common)) return;
+    common = std::move(d);
+  }
+  common_driver_ = std::move(common);
 }
 
 void Fabric::install_listeners() {

@@ -108,6 +108,8 @@ class Fabric {
   int world() const { return world_; }
   const FabricConfig& config() const { return config_; }
   int yield_polls() const { return config_.yield_polls; }
+  // The wait driver every peer's channel shares (one UCX worker), else null.
+  WaitDriver* common_driver() const { return common_driver_.get(); }
   Peer& peer(int p) { return peers_[p]; }
   Shared& shared() { return *shared_; }
   Signal& signal() { return shared_->signal; }
@@ -147,12 +149,14 @@ class Fabric {
   Fabric() = default;
   Status setup(std::vector<Transport*> transports);
   void install_listeners();
+  void find_common_driver();
 
   int rank_ = 0;
   int world_ = 1;
   FabricConfig config_;
   std::vector<Peer> peers_;
   std::shared_ptr<Shared> shared_;
+  std::shared_ptr<WaitDriver> common_driver_;
   size_t data_bytes_ = 0;
   size_t small_bytes_ = 0;
   size_t region_bytes_ = 0;
