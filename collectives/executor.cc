@@ -192,9 +192,40 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
   auto spin_until = Clock::now() + cfg.spin;
   const int yield_every = fabric.yield_polls();
   bool drove = false;  // drove progress since the last sleep
+  WaitDriver* const common = fabric.common_driver();
   while (finished < n && failure.is_ok()) {
     uint64_t epoch = sig.epoch();
-    if (step()) {
+    const auto t0 = Clock::now();
+    if (common != nullptr && t0 < spin_until) {
+      // Run the items from inside the backend's driver from the first one
+      // on: posts then find a registered waiter (the progress thread is not
+      // woken to carry them and does not compete for this core).
+      bool first = true, moved = false;
+      int polls = 0;
+      auto slice_end = std::min({deadline, spin_until, t0 + kSlice});
+      common->drive(
+          [&] {
+            if (first || sig.epoch() != epoch) {
+              first = false;
+              epoch = sig.epoch();
+              if (step()) {
+                moved = true;
+                const auto t = Clock::now();
+                spin_until = t + cfg.spin;
+                slice_end = std::min({deadline, spin_until, t + kSlice});
+                if (finished == n || !failure.is_ok()) return true;
+              }
+            }
+            if (yield_every > 0 && ++polls >= yield_every) {
+              polls = 0;
+              sched_yield();
+            }
+            return Clock::now() >= slice_end;
+          },
+          slice_end + kSlice);
+      drove = true;
+      if (moved || finished == n || !failure.is_ok()) continue;
+    } else if (step()) {
       spin_until = Clock::now() + cfg.spin;
       continue;
     }
@@ -239,6 +270,7 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
     // each post). Every `yield_every` polls the core is offered to others
     // (oversubscribed ranks); every kSlice the loop re-checks deadline and
     // peers. After `cfg.spin` without progress, sleep until something happens.
+    if (common != nullptr && now < spin_until) continue;  // the drive above spins
     if (waiting_peer >= 0 && now < spin_until) {
       if (auto driver = fabric.peer(waiting_peer).channel->inbox().wait_driver()) {
         drove = true;
