@@ -363,7 +363,9 @@ Result<std::shared_ptr<Communicator::Call>> Communicator::prepare(CollectiveKind
         kind == CollectiveKind::kAlltoall) {
       total *= static_cast<size_t>(world_);
     }
-    piece = std::clamp<size_t>(total / (static_cast<size_t>(world_) * 4), 32 * 1024, slot);
+    // (std::clamp needs lo <= hi: a slot may be smaller than 32 KiB.)
+    piece = std::clamp<size_t>(total / (static_cast<size_t>(world_) * 4),
+                               std::min<size_t>(32 * 1024, slot), slot);
   }
   piece = std::min(piece, slot);
   call->piece_elems = std::max<size_t>(1, piece / es);
