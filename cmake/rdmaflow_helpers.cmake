@@ -28,6 +28,11 @@ function(rdmaflow_add_layer folder)
                                               $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/rdmaflow>)
   target_link_libraries(${target} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   rdmaflow_set_warnings(${target})
+  if(RDMAFLOW_SANITIZE)
+    # Sanitized static libraries need the runtimes wherever they are linked, also
+    # in projects that find_package(rdmaflow) from this install.
+    target_link_options(${target} INTERFACE -fsanitize=address,undefined)
+  endif()
   install(TARGETS ${target} EXPORT rdmaflowTargets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
           LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

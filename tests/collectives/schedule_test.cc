@@ -235,9 +235,10 @@ TEST(Schedule, EveryAlgorithmEveryWorldSize) {
             const bool barrier = c.kind == CollectiveKind::kBarrier;
             const int root = world > 1 ? static_cast<int>(seed % world) : 0;
             const size_t piece = 1 + seed % 9;
-            std::string err = simulate(c.kind, c.algo, barrier ? DataType::kF32 : t, op, world,
-                                       barrier ? 1 : count, root, piece, 1 + seed % 3, seed,
-                                       in_place && !barrier);
+            // A barrier is a one-byte u8 max-reduction, as Communicator::barrier runs it.
+            std::string err = simulate(c.kind, c.algo, barrier ? DataType::kU8 : t,
+                                       barrier ? ReduceOp::kMax : op, world, barrier ? 1 : count,
+                                       root, piece, 1 + seed % 3, seed, in_place && !barrier);
             ASSERT_EQ(err, "") << collective_name(c.kind) << "/" << algorithm_name(c.algo)
                                << " world " << world << " count " << count << " " << dtype_name(t)
                                << " " << reduce_op_name(op) << " root " << root << " piece "
