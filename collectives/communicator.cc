@@ -152,6 +152,12 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
     RDMAFLOW_ASSIGN_OR_RETURN(spin, env_int("RDMAFLOW_COLL_SPIN_US", crowded ? 0 : 10000));
   }
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t yield, env_int("RDMAFLOW_COLL_YIELD", -1));
+  // Same-host peers whose channel maps their memory: memcpy + sequence words.
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t direct, env_int("RDMAFLOW_COLL_DIRECT", 1));
+  if (direct != 0 && direct != 1) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "RDMAFLOW_COLL_DIRECT must be 0 or 1");
+  }
+  cfg.direct = options.direct.value_or(direct == 1);
   if (yield < 0) yield = crowded ? 1 : 0;
   cfg.slot_bytes = static_cast<size_t>(slot_bytes);
   cfg.slots = static_cast<int>(slots);
@@ -187,10 +193,15 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   params.piece_bytes = cfg.slot_bytes;
   c->model_ = CostModel(setup.world, params);
   if (options.measure && setup.world > 1) RDMAFLOW_RETURN_IF_ERROR(c->measure());
-  RDMAFLOW_LOG_DEBUG("collectives: rank {} of {}: {} lanes x {} slots x {} B per peer; {}",
-                     c->rank_, c->world_, cfg.lanes, cfg.slots, cfg.slot_bytes,
-                     c->model_.params().to_string());
+  RDMAFLOW_LOG_DEBUG(
+      "collectives: rank {} of {}: {} lanes x {} slots x {} B per peer, {} direct peers; {}",
+      c->rank_, c->world_, cfg.lanes, cfg.slots, cfg.slot_bytes, c->fabric_->direct_peers(),
+      c->model_.params().to_string());
   return c;
+}
+
+FabricStats Communicator::stats() const {
+  return fabric_->stats();
 }
 
 Communicator::~Communicator() {

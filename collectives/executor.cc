@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "collectives/doorbell.h"
 #include "collectives/reduce_kernels.h"
 
 namespace rdmaflow {
@@ -17,6 +18,8 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kSlice = std::chrono::microseconds(20);
 // The same while it sleeps inside the backend's driver.
 constexpr auto kRecheck = std::chrono::milliseconds(100);
+// ... or on the doorbell (direct peers).
+constexpr auto kDirectRecheck = std::chrono::milliseconds(20);
 
 // Write completions, filled on progress threads, drained by the executor.
 struct Completions {
@@ -106,6 +109,12 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
           }
           Fabric::Peer& peer = fabric.peer(it.peer);
           const size_t bytes = it.elems * es;
+          if (peer.direct) {
+            fabric.send_direct(it.peer, lane, seq, it.src, bytes);
+            started = true;
+            finish(i);
+            break;
+          }
           if (bytes <= Fabric::kSmallBytes) {
             fabric.send_small(it.peer, lane, seq, it.src, bytes);
             started = true;
@@ -122,6 +131,7 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
             std::lock_guard<std::mutex> lock(comps->mu);
             ++comps->in_flight;
           }
+          fabric.count_notify_piece();
           const int p = it.peer;
           Signal* s = &sig;
           peer.channel->write(
@@ -155,14 +165,7 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
           } else {
             std::memcpy(it.dst, slot, it.elems * es);
           }
-          // Hand the slot back. A failed credit is not this call's failure
-          // (its data is here); the next call that needs the peer sees the
-          // channel's sticky error.
-          const std::byte* word = peer.local + fabric.control_offset() + 8;
-          peer.channel->write(
-              word, 8, peer.remote, fabric.control_offset(),
-              notify_code::encode(notify_code::kCredit, lane, seq), [](const Status&) {},
-              cfg.timeout);
+          fabric.return_credit(it.peer, lane, seq);  // hand the slot back
           started = true;
           finish(i);
           break;
@@ -189,8 +192,81 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
     return progressed;
   };
 
+  // Nothing can move: fails the call when a peer we wait on failed or the
+  // deadline passed (true); else names what we wait for.
+  int waiting_peer = -1;
+  std::string waiting_for;
+  auto blocked = [&](Clock::time_point now) -> bool {
+    waiting_peer = -1;
+    waiting_for = "write completions";
+    for (uint32_t i : ready) {
+      const Item& it = items[i];
+      if (it.peer < 0) continue;
+      Status st = fabric.peer_error(it.peer);
+      if (!st.is_ok()) {
+        failure = st;
+        return true;
+      }
+      if (waiting_peer < 0) {
+        waiting_peer = it.peer;
+        const uint64_t seq =
+            (it.kind == ItemKind::kSend ? send_base[it.peer] : recv_base[it.peer]) + it.ordinal;
+        waiting_for = item_text(it, seq);
+        if (it.kind == ItemKind::kSend) waiting_for += " (waiting for its slot to be freed)";
+      }
+    }
+    failure = fabric.detached_error();
+    if (!failure.is_ok()) return true;
+    for (int p = 0; p < world && waiting_peer < 0; ++p) {
+      if (inflight[p] > 0) waiting_peer = p;
+    }
+    if (now >= deadline) {
+      failure = RDMAFLOW_ERROR(Code::kTimeout, what, waiting_peer,
+                               "no progress before the deadline while " + waiting_for + " (" +
+                                   std::to_string(finished) + " of " + std::to_string(n) +
+                                   " pieces done)");
+      return true;
+    }
+    return false;
+  };
+
   auto spin_until = Clock::now() + cfg.spin;
   const int yield_every = fabric.yield_polls();
+  if (fabric.direct_peers() > 0) {
+    // Same-host direct peers store pieces and credits straight into our
+    // memory: poll (the loads are the whole cost) until `cfg.spin` passed
+    // without progress, then sleep on the doorbell, which they ring (and so
+    // do local completions, for peers on the notify path). The sleep is cut
+    // into kDirectRecheck slices to notice a dead peer.
+    const Doorbell& bell = fabric.doorbell();
+    int polls = 0;
+    while (finished < n && failure.is_ok()) {
+      if (step()) {
+        spin_until = Clock::now() + cfg.spin;
+        continue;
+      }
+      if ((++polls & 15) != 0 && cfg.spin.count() > 0) {
+        if (yield_every > 0 && polls % yield_every == 0) sched_yield();
+        continue;
+      }
+      const auto now = Clock::now();
+      if (now < spin_until) {
+        if (yield_every > 0) sched_yield();
+        continue;
+      }
+      if (blocked(now)) break;
+      const uint32_t ticket = bell.announce();
+      if (step()) {
+        bell.retire();
+        spin_until = Clock::now() + cfg.spin;
+        continue;
+      }
+      fabric.count_sleep();
+      bell.sleep(ticket, std::min<Clock::duration>(deadline - now, kDirectRecheck));
+      bell.retire();
+    }
+  }
+
   bool drove = false;  // drove progress since the last sleep
   WaitDriver* const common = fabric.common_driver();
   while (finished < n && failure.is_ok()) {
@@ -231,37 +307,8 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
     }
 
     // Nothing could move: check the peers we wait on, then wait.
-    int waiting_peer = -1;
-    std::string waiting_for = "write completions";
-    for (uint32_t i : ready) {
-      const Item& it = items[i];
-      if (it.peer < 0) continue;
-      Status st = fabric.peer_error(it.peer);
-      if (!st.is_ok()) {
-        failure = st;
-        break;
-      }
-      if (waiting_peer < 0) {
-        waiting_peer = it.peer;
-        const uint64_t seq =
-            (it.kind == ItemKind::kSend ? send_base[it.peer] : recv_base[it.peer]) + it.ordinal;
-        waiting_for = item_text(it, seq);
-        if (it.kind == ItemKind::kSend) waiting_for += " (waiting for its slot to be freed)";
-      }
-    }
-    if (failure.is_ok()) failure = fabric.detached_error();
-    if (!failure.is_ok()) break;
-    for (int p = 0; p < world && waiting_peer < 0; ++p) {
-      if (inflight[p] > 0) waiting_peer = p;
-    }
     const auto now = Clock::now();
-    if (now >= deadline) {
-      failure = RDMAFLOW_ERROR(Code::kTimeout, what, waiting_peer,
-                               "no progress before the deadline while " + waiting_for + " (" +
-                                   std::to_string(finished) + " of " + std::to_string(n) +
-                                   " pieces done)");
-      break;
-    }
+    if (blocked(now)) break;
 
     // Drive the backend's progress on this thread: no thread hop and no futex
     // wake-up between a notify's arrival and its consumer, and the items it
