@@ -175,7 +175,8 @@ class Communicator {
   CommunicatorOptions options_;
   std::unique_ptr<Fabric> fabric_;
   CostModel model_;
-  std::vector<std::optional<Algorithm>> env_algo_;  // per CollectiveKind
+  std::vector<std::optional<Algorithm>> env_algo_;    // per CollectiveKind
+  mutable std::atomic<uint64_t> algo_memo_[16] = {};  // per CollectiveKind, see select()
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::atomic<uint64_t> calls_{0};
   mutable std::mutex broken_mu_;

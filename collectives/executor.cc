@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -28,6 +29,9 @@ struct Completions {
   Status error;
   int error_peer = -1;
   size_t in_flight = 0;  // guarded by mu
+  // Set (under mu) with every entry of done / error: the executor polls this
+  // flag, not the mutex.
+  std::atomic<bool> pending{false};
 };
 
 std::string item_text(const Item& it, uint64_t seq) {
@@ -49,42 +53,63 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
   const size_t es = program.elem_size();
   const FabricConfig& cfg = fabric.config();
 
-  std::vector<uint32_t> remaining(n);
-  std::vector<std::vector<uint32_t>> dependents(n);
-  std::vector<uint32_t> ready;
+  // Scratch reused by the calls on this thread (no allocation per call).
+  thread_local struct Scratch {
+    std::vector<uint32_t> remaining, dep_begin, dependents, cursor, ready, inflight, drained;
+    std::vector<uint64_t> send_base, recv_base;
+  } scratch;
+  auto& remaining = scratch.remaining;
+  auto& dep_begin = scratch.dep_begin;  // dependents of i: [dep_begin[i], dep_begin[i + 1])
+  auto& dependents = scratch.dependents;
+  auto& ready = scratch.ready;
+  remaining.assign(n, 0);
+  dep_begin.assign(n + 1, 0);
+  ready.clear();
   for (size_t i = 0; i < n; ++i) {
     remaining[i] = static_cast<uint32_t>(program.deps(i).size());
-    for (uint32_t d : program.deps(i)) dependents[d].push_back(static_cast<uint32_t>(i));
+    for (uint32_t d : program.deps(i)) ++dep_begin[d + 1];
     if (remaining[i] == 0) ready.push_back(static_cast<uint32_t>(i));
   }
-  std::vector<uint64_t> send_base(world, 0), recv_base(world, 0);
+  for (size_t i = 0; i < n; ++i) dep_begin[i + 1] += dep_begin[i];
+  scratch.cursor.assign(dep_begin.begin(), dep_begin.end() - 1);
+  dependents.resize(dep_begin[n]);
+  for (size_t i = 0; i < n; ++i) {
+    for (uint32_t d : program.deps(i)) dependents[scratch.cursor[d]++] = static_cast<uint32_t>(i);
+  }
+  auto& send_base = scratch.send_base;
+  auto& recv_base = scratch.recv_base;
+  send_base.assign(world, 0);
+  recv_base.assign(world, 0);
   for (int p = 0; p < world; ++p) {
     if (p == fabric.rank()) continue;
     send_base[p] = fabric.peer(p).send_seq[lane];
     recv_base[p] = fabric.peer(p).recv_seq[lane];
   }
 
-  auto comps = std::make_shared<Completions>();
+  std::shared_ptr<Completions> comps;  // made by the first write that needs one
   Signal& sig = fabric.signal();
   size_t finished = 0;
   Status failure;
 
   auto finish = [&](uint32_t i) {
     ++finished;
-    for (uint32_t d : dependents[i]) {
-      if (--remaining[d] == 0) ready.push_back(d);
+    for (uint32_t k = dep_begin[i]; k < dep_begin[i + 1]; ++k) {
+      if (--remaining[dependents[k]] == 0) ready.push_back(dependents[k]);
     }
   };
 
   // Sends in flight per peer (their completions are awaited).
-  std::vector<uint32_t> inflight(world, 0);
-  std::vector<uint32_t> drained;
+  auto& inflight = scratch.inflight;
+  inflight.assign(world, 0);
+  auto& drained = scratch.drained;
+  drained.clear();
 
   // One pass: take write completions, start every ready item whose remote
   // condition holds. True when anything moved.
   auto step = [&]() -> bool {
     bool progressed = false;
-    {
+    if (comps && comps->pending.load(std::memory_order_acquire)) {
+      comps->pending.store(false, std::memory_order_relaxed);
       std::lock_guard<std::mutex> lock(comps->mu);
       drained.swap(comps->done);
       if (!comps->error.is_ok()) failure = comps->error;
@@ -127,6 +152,7 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
             std::memcpy(stage, it.src, bytes);
             src = stage;
           }
+          if (!comps) comps = std::make_shared<Completions>();
           {
             std::lock_guard<std::mutex> lock(comps->mu);
             ++comps->in_flight;
@@ -147,6 +173,7 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
                     comps->error = st;
                     comps->error_peer = p;
                   }
+                  comps->pending.store(true, std::memory_order_release);
                 }
                 s->notify();
               },
@@ -230,9 +257,10 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
     return false;
   };
 
-  auto spin_until = Clock::now() + cfg.spin;
+  const bool direct = fabric.direct_peers() > 0;
+  auto spin_until = direct ? Clock::time_point() : Clock::now() + cfg.spin;
   const int yield_every = fabric.yield_polls();
-  if (fabric.direct_peers() > 0) {
+  if (direct) {
     // Same-host direct peers store pieces and credits straight into our
     // memory: poll (the loads are the whole cost) until `cfg.spin` passed
     // without progress, then sleep on the doorbell, which they ring (and so
@@ -240,16 +268,23 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
     // into kDirectRecheck slices to notice a dead peer.
     const Doorbell& bell = fabric.doorbell();
     int polls = 0;
+    bool moved = true;  // progress since the clock was last read (the start counts)
     while (finished < n && failure.is_ok()) {
       if (step()) {
-        spin_until = Clock::now() + cfg.spin;
+        moved = true;
+        polls = 0;
         continue;
       }
+      // The clock only every 16 idle polls (it is most of a poll's cost).
       if ((++polls & 15) != 0 && cfg.spin.count() > 0) {
         if (yield_every > 0 && polls % yield_every == 0) sched_yield();
         continue;
       }
       const auto now = Clock::now();
+      if (moved) {
+        moved = false;
+        spin_until = now + cfg.spin;
+      }
       if (now < spin_until) {
         if (yield_every > 0) sched_yield();
         continue;
@@ -258,7 +293,7 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
       const uint32_t ticket = bell.announce();
       if (step()) {
         bell.retire();
-        spin_until = Clock::now() + cfg.spin;
+        moved = true;
         continue;
       }
       fabric.count_sleep();
@@ -389,7 +424,7 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
 
   if (!failure.is_ok()) {
     // Writes still reading our buffers must finish (or time out) before we return.
-    for (;;) {
+    while (comps) {
       const uint64_t epoch = sig.epoch();
       {
         std::lock_guard<std::mutex> lock(comps->mu);
