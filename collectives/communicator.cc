@@ -154,9 +154,14 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   // "Collectives", has the measurements behind both defaults).
   const bool crowded = oversubscribed(setup.world);
   int64_t spin = options.spin_us;
+  const bool spin_given = spin >= 0 || env_string("RDMAFLOW_COLL_SPIN_US").has_value();
   if (spin < 0) {
     RDMAFLOW_ASSIGN_OR_RETURN(spin, env_int("RDMAFLOW_COLL_SPIN_US", crowded ? 0 : 10000));
   }
+  // Waits on direct peers are plain loads (plus sched_yield when crowded), no
+  // system call: there a crowded rank still polls briefly before it sleeps
+  // on the doorbell (each futex wake-up costs a reschedule).
+  const int64_t direct_spin = spin_given ? spin : (crowded ? 50 : 10000);
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t yield, env_int("RDMAFLOW_COLL_YIELD", -1));
   // Same-host peers whose channel maps their memory: memcpy + sequence words.
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t direct, env_int("RDMAFLOW_COLL_DIRECT", 1));
@@ -169,6 +174,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   cfg.slots = static_cast<int>(slots);
   cfg.lanes = static_cast<int>(std::min<int64_t>(lanes, 63));
   cfg.spin = std::chrono::microseconds(std::max<int64_t>(0, spin));
+  cfg.direct_spin = std::chrono::microseconds(std::max<int64_t>(0, direct_spin));
   cfg.yield_polls = static_cast<int>(std::min<int64_t>(yield, 1 << 20));
   cfg.timeout = options.timeout.value_or(default_timeout());
   c->options_.timeout = cfg.timeout;

@@ -262,7 +262,7 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
   const int yield_every = fabric.yield_polls();
   if (direct) {
     // Same-host direct peers store pieces and credits straight into our
-    // memory: poll (the loads are the whole cost) until `cfg.spin` passed
+    // memory: poll (the loads are the whole cost) until `cfg.direct_spin` passed
     // without progress, then sleep on the doorbell, which they ring (and so
     // do local completions, for peers on the notify path). The sleep is cut
     // into kDirectRecheck slices to notice a dead peer.
@@ -276,14 +276,14 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
         continue;
       }
       // The clock only every 16 idle polls (it is most of a poll's cost).
-      if ((++polls & 15) != 0 && cfg.spin.count() > 0) {
+      if ((++polls & 15) != 0 && cfg.direct_spin.count() > 0) {
         if (yield_every > 0 && polls % yield_every == 0) sched_yield();
         continue;
       }
       const auto now = Clock::now();
       if (moved) {
         moved = false;
-        spin_until = now + cfg.spin;
+        spin_until = now + cfg.direct_spin;
       }
       if (now < spin_until) {
         if (yield_every > 0) sched_yield();

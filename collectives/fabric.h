@@ -68,9 +68,10 @@ struct FabricConfig {
   int slots = 4;  // per peer per lane
   int lanes = 2;  // collectives in flight at once
   Millis timeout{30000};
-  std::chrono::microseconds spin{10000};  // drive progress this long before sleeping
-  int yield_polls = 0;                    // sched_yield() every N polls while driving; 0: never
-  bool direct = true;                     // same-host peers: the direct path when it is viable
+  std::chrono::microseconds spin{10000};         // drive progress this long before sleeping
+  std::chrono::microseconds direct_spin{10000};  // the same with direct peers (polling)
+  int yield_polls = 0;  // sched_yield() every N polls while driving; 0: never
+  bool direct = true;   // same-host peers: the direct path when it is viable
 };
 
 // What the fabric did, for tests and tuning.
