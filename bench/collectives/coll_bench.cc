@@ -704,6 +704,15 @@ int main(int argc, char** argv) {
       out_json["rows"].push_back(row);
     }
   }
+  if (rank == 0) {
+    const FabricStats st = comm.stats();
+    std::printf(
+        "# rank 0 fabric: %llu pieces direct, %llu through the channel, %llu doorbell "
+        "sleeps\n",
+        static_cast<unsigned long long>(st.direct_pieces),
+        static_cast<unsigned long long>(st.notify_pieces),
+        static_cast<unsigned long long>(st.doorbell_sleeps));
+  }
   if (rank == 0 && !a.json.empty()) {
     std::ofstream f(a.json);
     f << out_json.dump(2) << "\n";
