@@ -278,6 +278,36 @@ TEST_P(Collectives, DirectPathOnSharedMemoryAndItsKnob) {
   }
 }
 
+// Direct and channel peers in one communicator: rank 2 turns the direct path
+// off, so over UCX only the pair (0, 1) takes it; every algorithm still agrees.
+TEST_P(Collectives, DirectAndChannelPeersMix) {
+  auto r = run_ranks(3, [&](int rank, int n, Exchange& ex) {
+    if (rank == 2) setenv("RDMAFLOW_COLL_DIRECT", "0", 1);
+    CommNode node;
+    RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node));
+    const bool ucx = std::string(backend().name) == "ucx";
+    EXPECT_EQ(node.comm->stats().direct_peers, ucx && rank != 2 ? 1 : 0);
+    for (size_t count : {size_t{3}, size_t{5000}, size_t{300001}}) {
+      for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kRabenseifner,
+                          Algorithm::kTree}) {
+        CallSpec c{CollectiveKind::kAllreduce, a, DataType::kF32, ReduceOp::kSum, count};
+        std::string first;
+        RF_ASSIGN_OR_FAIL(size_t wrong, run_and_check(*node.comm, c, &first));
+        EXPECT_EQ(wrong, 0u) << describe(c, n) << ": " << first;
+      }
+    }
+    const FabricStats st = node.comm->stats();
+    EXPECT_GT(st.notify_pieces, 0u);
+    if (ucx && rank != 2) {
+      EXPECT_GT(st.direct_pieces, 0u);
+    }
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  if (r.skipped) GTEST_SKIP() << r.message;
+  ASSERT_TRUE(r.ok) << r.message;
+}
+
 // A peer killed (SIGKILL) while the survivor is inside an allreduce with it:
 // the survivor's call fails soon after, well within its deadline, naming the
 // collective and the dead peer (on UCX between same-host ranks this is the
