@@ -61,6 +61,12 @@ struct Communicator::Lane {
   bool stop = false;
   std::byte* tmp = nullptr;  // local temporary memory of the running call
   size_t tmp_bytes = 0;
+  // The last call's program, run again as it is when the next call has the
+  // same arguments (a training loop's, a benchmark's): no rebuild per call.
+  std::unique_ptr<Program> program;
+  CollArgs program_args;
+  Algorithm program_algo = Algorithm::kAuto;
+  size_t program_piece = 0;
   ~Lane() { std::free(tmp); }
 };
 
@@ -148,15 +154,27 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   // "Collectives", has the measurements behind both defaults).
   const bool crowded = oversubscribed(setup.world);
   int64_t spin = options.spin_us;
+  const bool spin_given = spin >= 0 || env_string("RDMAFLOW_COLL_SPIN_US").has_value();
   if (spin < 0) {
     RDMAFLOW_ASSIGN_OR_RETURN(spin, env_int("RDMAFLOW_COLL_SPIN_US", crowded ? 0 : 10000));
   }
+  // Waits on direct peers are plain loads (plus sched_yield when crowded), no
+  // system call: there a crowded rank still polls briefly before it sleeps
+  // on the doorbell (each futex wake-up costs a reschedule).
+  const int64_t direct_spin = spin_given ? spin : (crowded ? 50 : 10000);
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t yield, env_int("RDMAFLOW_COLL_YIELD", -1));
+  // Same-host peers whose channel maps their memory: memcpy + sequence words.
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t direct, env_int("RDMAFLOW_COLL_DIRECT", 1));
+  if (direct != 0 && direct != 1) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "RDMAFLOW_COLL_DIRECT must be 0 or 1");
+  }
+  cfg.direct = options.direct.value_or(direct == 1);
   if (yield < 0) yield = crowded ? 1 : 0;
   cfg.slot_bytes = static_cast<size_t>(slot_bytes);
   cfg.slots = static_cast<int>(slots);
   cfg.lanes = static_cast<int>(std::min<int64_t>(lanes, 63));
   cfg.spin = std::chrono::microseconds(std::max<int64_t>(0, spin));
+  cfg.direct_spin = std::chrono::microseconds(std::max<int64_t>(0, direct_spin));
   cfg.yield_polls = static_cast<int>(std::min<int64_t>(yield, 1 << 20));
   cfg.timeout = options.timeout.value_or(default_timeout());
   c->options_.timeout = cfg.timeout;
@@ -187,10 +205,15 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   params.piece_bytes = cfg.slot_bytes;
   c->model_ = CostModel(setup.world, params);
   if (options.measure && setup.world > 1) RDMAFLOW_RETURN_IF_ERROR(c->measure());
-  RDMAFLOW_LOG_DEBUG("collectives: rank {} of {}: {} lanes x {} slots x {} B per peer; {}",
-                     c->rank_, c->world_, cfg.lanes, cfg.slots, cfg.slot_bytes,
-                     c->model_.params().to_string());
+  RDMAFLOW_LOG_DEBUG(
+      "collectives: rank {} of {}: {} lanes x {} slots x {} B per peer, {} direct peers; {}",
+      c->rank_, c->world_, cfg.lanes, cfg.slots, cfg.slot_bytes, c->fabric_->direct_peers(),
+      c->model_.params().to_string());
   return c;
+}
+
+FabricStats Communicator::stats() const {
+  return fabric_->stats();
 }
 
 Communicator::~Communicator() {
@@ -287,7 +310,18 @@ Result<Algorithm> Communicator::select(CollectiveKind kind, size_t count, DataTy
         kind == CollectiveKind::kAlltoall) {
       bytes *= static_cast<size_t>(world_);
     }
-    algo = model_.choose(kind, bytes);
+    // The model's last choice per kind, (bytes << 8) | (algorithm + 1).
+    std::atomic<uint64_t>& memo = algo_memo_[static_cast<size_t>(kind)];
+    const uint64_t m = memo.load(std::memory_order_relaxed);
+    if (bytes < (uint64_t{1} << 56) && m != 0 && (m >> 8) == bytes) {
+      algo = static_cast<Algorithm>((m & 0xFF) - 1);
+    } else {
+      algo = model_.choose(kind, bytes);
+      if (bytes < (uint64_t{1} << 56)) {
+        memo.store((static_cast<uint64_t>(bytes) << 8) | (static_cast<uint64_t>(algo) + 1),
+                   std::memory_order_relaxed);
+      }
+    }
   }
   if (!algorithm_supports(algo, kind)) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, std::string(collective_name(kind)), -1,
@@ -401,10 +435,22 @@ Status Communicator::execute_call(Call& call, Lane& lane) {
     lane.tmp_bytes = bytes;
   }
   a.tmp = lane.tmp;
-  Program program(world_, a.type, a.op, call.piece_elems);
-  RDMAFLOW_RETURN_IF_ERROR(build_program(a, call.algo, program));
-  program.finalize();
-  Status st = execute(*fabric_, program, lane.index, call.deadline, call.what);
+  const CollArgs& b = lane.program_args;
+  const bool same = lane.program && lane.program_algo == call.algo &&
+                    lane.program_piece == call.piece_elems && b.kind == a.kind && b.in == a.in &&
+                    b.out == a.out && b.tmp == a.tmp && b.count == a.count && b.type == a.type &&
+                    b.op == a.op && b.root == a.root;
+  if (!same) {
+    lane.program.reset();
+    auto program = std::make_unique<Program>(world_, a.type, a.op, call.piece_elems);
+    RDMAFLOW_RETURN_IF_ERROR(build_program(a, call.algo, *program));
+    program->finalize();
+    lane.program = std::move(program);
+    lane.program_args = a;
+    lane.program_algo = call.algo;
+    lane.program_piece = call.piece_elems;
+  }
+  Status st = execute(*fabric_, *lane.program, lane.index, call.deadline, call.what);
   if (!st.is_ok()) {
     std::lock_guard<std::mutex> lock(broken_mu_);
     if (broken_.is_ok()) broken_ = st;

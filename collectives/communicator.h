@@ -20,10 +20,11 @@
 // tags when several threads issue them.
 //
 // Memory: data always moves by one-sided writes with notify into registered
-// scratch slots taken once at creation; user buffers are never registered per
-// call. The TCP and UCX backends read the source straight from user memory;
-// for backends that need a registered source (verbs) pieces are staged through
-// registered memory first.
+// scratch slots taken once at creation (or, to a same-host peer whose memory
+// the channel maps, by memcpy into those slots and a sequence word: the
+// fabric's direct path); user buffers are never registered per call. The TCP and UCX backends read
+// the source straight from user memory; for backends that need a registered source (verbs) pieces
+// are staged through registered memory first.
 //
 // After an error the communicator is broken (its lanes' sequence numbers no
 // longer agree with the peers'); later calls fail at once with that error.
@@ -67,6 +68,7 @@ struct CommunicatorOptions {
   int spin_us = -1;               // -1: RDMAFLOW_COLL_SPIN_US, default 10000
   size_t piece_bytes = 0;         // 0: chosen per call (<= slot_bytes)
   bool measure = true;            // measure alpha/beta at creation (else defaults)
+  std::optional<bool> direct;     // same-host direct path; default RDMAFLOW_COLL_DIRECT (1)
   std::optional<Millis> timeout;  // default RDMAFLOW_TIMEOUT_MS
 };
 
@@ -112,6 +114,9 @@ class Communicator {
   int world_size() const { return world_; }
   const CostModel& cost_model() const { return model_; }
   const FabricConfig& config() const { return fabric_->config(); }
+  // Counters of the fabric: peers on the same-host direct path, pieces sent
+  // each way, doorbell sleeps.
+  FabricStats stats() const;
 
   // The algorithm a call would use (forced, from the environment, or the model's).
   Result<Algorithm> select(CollectiveKind kind, size_t count, DataType type,
@@ -170,7 +175,8 @@ class Communicator {
   CommunicatorOptions options_;
   std::unique_ptr<Fabric> fabric_;
   CostModel model_;
-  std::vector<std::optional<Algorithm>> env_algo_;  // per CollectiveKind
+  std::vector<std::optional<Algorithm>> env_algo_;    // per CollectiveKind
+  mutable std::atomic<uint64_t> algo_memo_[16] = {};  // per CollectiveKind, see select()
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::atomic<uint64_t> calls_{0};
   mutable std::mutex broken_mu_;

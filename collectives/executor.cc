@@ -2,10 +2,12 @@
 
 #include <sched.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <vector>
 
+#include "collectives/doorbell.h"
 #include "collectives/reduce_kernels.h"
 
 namespace rdmaflow {
@@ -17,6 +19,8 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kSlice = std::chrono::microseconds(20);
 // The same while it sleeps inside the backend's driver.
 constexpr auto kRecheck = std::chrono::milliseconds(100);
+// ... or on the doorbell (direct peers).
+constexpr auto kDirectRecheck = std::chrono::milliseconds(20);
 
 // Write completions, filled on progress threads, drained by the executor.
 struct Completions {
@@ -25,6 +29,9 @@ struct Completions {
   Status error;
   int error_peer = -1;
   size_t in_flight = 0;  // guarded by mu
+  // Set (under mu) with every entry of done / error: the executor polls this
+  // flag, not the mutex.
+  std::atomic<bool> pending{false};
 };
 
 std::string item_text(const Item& it, uint64_t seq) {
@@ -46,42 +53,63 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
   const size_t es = program.elem_size();
   const FabricConfig& cfg = fabric.config();
 
-  std::vector<uint32_t> remaining(n);
-  std::vector<std::vector<uint32_t>> dependents(n);
-  std::vector<uint32_t> ready;
+  // Scratch reused by the calls on this thread (no allocation per call).
+  thread_local struct Scratch {
+    std::vector<uint32_t> remaining, dep_begin, dependents, cursor, ready, inflight, drained;
+    std::vector<uint64_t> send_base, recv_base;
+  } scratch;
+  auto& remaining = scratch.remaining;
+  auto& dep_begin = scratch.dep_begin;  // dependents of i: [dep_begin[i], dep_begin[i + 1])
+  auto& dependents = scratch.dependents;
+  auto& ready = scratch.ready;
+  remaining.assign(n, 0);
+  dep_begin.assign(n + 1, 0);
+  ready.clear();
   for (size_t i = 0; i < n; ++i) {
     remaining[i] = static_cast<uint32_t>(program.deps(i).size());
-    for (uint32_t d : program.deps(i)) dependents[d].push_back(static_cast<uint32_t>(i));
+    for (uint32_t d : program.deps(i)) ++dep_begin[d + 1];
     if (remaining[i] == 0) ready.push_back(static_cast<uint32_t>(i));
   }
-  std::vector<uint64_t> send_base(world, 0), recv_base(world, 0);
+  for (size_t i = 0; i < n; ++i) dep_begin[i + 1] += dep_begin[i];
+  scratch.cursor.assign(dep_begin.begin(), dep_begin.end() - 1);
+  dependents.resize(dep_begin[n]);
+  for (size_t i = 0; i < n; ++i) {
+    for (uint32_t d : program.deps(i)) dependents[scratch.cursor[d]++] = static_cast<uint32_t>(i);
+  }
+  auto& send_base = scratch.send_base;
+  auto& recv_base = scratch.recv_base;
+  send_base.assign(world, 0);
+  recv_base.assign(world, 0);
   for (int p = 0; p < world; ++p) {
     if (p == fabric.rank()) continue;
     send_base[p] = fabric.peer(p).send_seq[lane];
     recv_base[p] = fabric.peer(p).recv_seq[lane];
   }
 
-  auto comps = std::make_shared<Completions>();
+  std::shared_ptr<Completions> comps;  // made by the first write that needs one
   Signal& sig = fabric.signal();
   size_t finished = 0;
   Status failure;
 
   auto finish = [&](uint32_t i) {
     ++finished;
-    for (uint32_t d : dependents[i]) {
-      if (--remaining[d] == 0) ready.push_back(d);
+    for (uint32_t k = dep_begin[i]; k < dep_begin[i + 1]; ++k) {
+      if (--remaining[dependents[k]] == 0) ready.push_back(dependents[k]);
     }
   };
 
   // Sends in flight per peer (their completions are awaited).
-  std::vector<uint32_t> inflight(world, 0);
-  std::vector<uint32_t> drained;
+  auto& inflight = scratch.inflight;
+  inflight.assign(world, 0);
+  auto& drained = scratch.drained;
+  drained.clear();
 
   // One pass: take write completions, start every ready item whose remote
   // condition holds. True when anything moved.
   auto step = [&]() -> bool {
     bool progressed = false;
-    {
+    if (comps && comps->pending.load(std::memory_order_acquire)) {
+      comps->pending.store(false, std::memory_order_relaxed);
       std::lock_guard<std::mutex> lock(comps->mu);
       drained.swap(comps->done);
       if (!comps->error.is_ok()) failure = comps->error;
@@ -106,6 +134,12 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
           }
           Fabric::Peer& peer = fabric.peer(it.peer);
           const size_t bytes = it.elems * es;
+          if (peer.direct) {
+            fabric.send_direct(it.peer, lane, seq, it.src, bytes);
+            started = true;
+            finish(i);
+            break;
+          }
           if (bytes <= Fabric::kSmallBytes) {
             fabric.send_small(it.peer, lane, seq, it.src, bytes);
             started = true;
@@ -118,10 +152,12 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
             std::memcpy(stage, it.src, bytes);
             src = stage;
           }
+          if (!comps) comps = std::make_shared<Completions>();
           {
             std::lock_guard<std::mutex> lock(comps->mu);
             ++comps->in_flight;
           }
+          fabric.count_notify_piece();
           const int p = it.peer;
           Signal* s = &sig;
           peer.channel->write(
@@ -137,6 +173,7 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
                     comps->error = st;
                     comps->error_peer = p;
                   }
+                  comps->pending.store(true, std::memory_order_release);
                 }
                 s->notify();
               },
@@ -155,14 +192,7 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
           } else {
             std::memcpy(it.dst, slot, it.elems * es);
           }
-          // Hand the slot back. A failed credit is not this call's failure
-          // (its data is here); the next call that needs the peer sees the
-          // channel's sticky error.
-          const std::byte* word = peer.local + fabric.control_offset() + 8;
-          peer.channel->write(
-              word, 8, peer.remote, fabric.control_offset(),
-              notify_code::encode(notify_code::kCredit, lane, seq), [](const Status&) {},
-              cfg.timeout);
+          fabric.return_credit(it.peer, lane, seq);  // hand the slot back
           started = true;
           finish(i);
           break;
@@ -189,8 +219,89 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
     return progressed;
   };
 
-  auto spin_until = Clock::now() + cfg.spin;
+  // Nothing can move: fails the call when a peer we wait on failed or the
+  // deadline passed (true); else names what we wait for.
+  int waiting_peer = -1;
+  std::string waiting_for;
+  auto blocked = [&](Clock::time_point now) -> bool {
+    waiting_peer = -1;
+    waiting_for = "write completions";
+    for (uint32_t i : ready) {
+      const Item& it = items[i];
+      if (it.peer < 0) continue;
+      Status st = fabric.peer_error(it.peer);
+      if (!st.is_ok()) {
+        failure = st;
+        return true;
+      }
+      if (waiting_peer < 0) {
+        waiting_peer = it.peer;
+        const uint64_t seq =
+            (it.kind == ItemKind::kSend ? send_base[it.peer] : recv_base[it.peer]) + it.ordinal;
+        waiting_for = item_text(it, seq);
+        if (it.kind == ItemKind::kSend) waiting_for += " (waiting for its slot to be freed)";
+      }
+    }
+    failure = fabric.detached_error();
+    if (!failure.is_ok()) return true;
+    for (int p = 0; p < world && waiting_peer < 0; ++p) {
+      if (inflight[p] > 0) waiting_peer = p;
+    }
+    if (now >= deadline) {
+      failure = RDMAFLOW_ERROR(Code::kTimeout, what, waiting_peer,
+                               "no progress before the deadline while " + waiting_for + " (" +
+                                   std::to_string(finished) + " of " + std::to_string(n) +
+                                   " pieces done)");
+      return true;
+    }
+    return false;
+  };
+
+  const bool direct = fabric.direct_peers() > 0;
+  auto spin_until = direct ? Clock::time_point() : Clock::now() + cfg.spin;
   const int yield_every = fabric.yield_polls();
+  if (direct) {
+    // Same-host direct peers store pieces and credits straight into our
+    // memory: poll (the loads are the whole cost) until `cfg.direct_spin` passed
+    // without progress, then sleep on the doorbell, which they ring (and so
+    // do local completions, for peers on the notify path). The sleep is cut
+    // into kDirectRecheck slices to notice a dead peer.
+    const Doorbell& bell = fabric.doorbell();
+    int polls = 0;
+    bool moved = true;  // progress since the clock was last read (the start counts)
+    while (finished < n && failure.is_ok()) {
+      if (step()) {
+        moved = true;
+        polls = 0;
+        continue;
+      }
+      // The clock only every 16 idle polls (it is most of a poll's cost).
+      if ((++polls & 15) != 0 && cfg.direct_spin.count() > 0) {
+        if (yield_every > 0 && polls % yield_every == 0) sched_yield();
+        continue;
+      }
+      const auto now = Clock::now();
+      if (moved) {
+        moved = false;
+        spin_until = now + cfg.direct_spin;
+      }
+      if (now < spin_until) {
+        if (yield_every > 0) sched_yield();
+        continue;
+      }
+      if (blocked(now)) break;
+      const uint32_t ticket = bell.announce();
+      if (step()) {
+        bell.retire();
+        moved = true;
+        continue;
+      }
+      fabric.count_sleep();
+      bell.sleep(ticket, std::min<Clock::duration>(deadline - now, kDirectRecheck));
+      bell.retire();
+    }
+  }
+
   bool drove = false;  // drove progress since the last sleep
   WaitDriver* const common = fabric.common_driver();
   while (finished < n && failure.is_ok()) {
@@ -231,37 +342,8 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
     }
 
     // Nothing could move: check the peers we wait on, then wait.
-    int waiting_peer = -1;
-    std::string waiting_for = "write completions";
-    for (uint32_t i : ready) {
-      const Item& it = items[i];
-      if (it.peer < 0) continue;
-      Status st = fabric.peer_error(it.peer);
-      if (!st.is_ok()) {
-        failure = st;
-        break;
-      }
-      if (waiting_peer < 0) {
-        waiting_peer = it.peer;
-        const uint64_t seq =
-            (it.kind == ItemKind::kSend ? send_base[it.peer] : recv_base[it.peer]) + it.ordinal;
-        waiting_for = item_text(it, seq);
-        if (it.kind == ItemKind::kSend) waiting_for += " (waiting for its slot to be freed)";
-      }
-    }
-    if (failure.is_ok()) failure = fabric.detached_error();
-    if (!failure.is_ok()) break;
-    for (int p = 0; p < world && waiting_peer < 0; ++p) {
-      if (inflight[p] > 0) waiting_peer = p;
-    }
     const auto now = Clock::now();
-    if (now >= deadline) {
-      failure = RDMAFLOW_ERROR(Code::kTimeout, what, waiting_peer,
-                               "no progress before the deadline while " + waiting_for + " (" +
-                                   std::to_string(finished) + " of " + std::to_string(n) +
-                                   " pieces done)");
-      break;
-    }
+    if (blocked(now)) break;
 
     // Drive the backend's progress on this thread: no thread hop and no futex
     // wake-up between a notify's arrival and its consumer, and the items it
@@ -342,7 +424,7 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
 
   if (!failure.is_ok()) {
     // Writes still reading our buffers must finish (or time out) before we return.
-    for (;;) {
+    while (comps) {
       const uint64_t epoch = sig.epoch();
       {
         std::lock_guard<std::mutex> lock(comps->mu);

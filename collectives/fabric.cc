@@ -1,5 +1,8 @@
 #include "collectives/fabric.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -9,7 +12,8 @@
 namespace rdmaflow {
 namespace {
 
-constexpr char kHello[8] = {'R', 'F', 'C', 'O', 'L', 'L', '0', '1'};
+constexpr char kHello[8] = {'R', 'F', 'C', 'O', 'L', 'L', '0', '2'};
+constexpr char kDirect[8] = {'R', 'F', 'C', 'O', 'L', 'L', 'D', '1'};
 
 void put_u64(std::vector<uint8_t>& out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
@@ -18,6 +22,19 @@ uint64_t get_u64(const uint8_t* p) {
   uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
   return v;
+}
+
+// Fills the page tables of a shared mapping (writable) without touching the
+// bytes: otherwise the first calls pay a page fault per 4 KiB of every slot
+// (and the cost model measures those).
+void prefault(std::byte* p, size_t len) {
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p) / page * page;
+  const uintptr_t hi = reinterpret_cast<uintptr_t>(p) + len;
+  ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE);  // best effort
 }
 
 // Takes every notify out of `inbox`, records ours, puts the others back.
@@ -109,18 +126,22 @@ Result<std::unique_ptr<Fabric>> Fabric::create(int rank, int world,
 
 Status Fabric::setup(std::vector<Transport*> transports) {
   const char* op = "create communicator";
-  data_bytes_ = static_cast<size_t>(config_.lanes) * config_.slots * config_.slot_bytes;
-  small_bytes_ = static_cast<size_t>(config_.lanes) * config_.slots * kSmallBytes;
+  cells_ = static_cast<size_t>(config_.lanes) * config_.slots;
+  data_bytes_ = cells_ * config_.slot_bytes;
+  control_bytes_ = (kLegacyControlBytes + 2 * cells_ * 8 + 63) / 64 * 64;
+  small_bytes_ = cells_ * kSmallBytes;
   bool any_staged = false;
   for (const Peer& p : peers_) any_staged |= p.staged;
-  region_bytes_ = data_bytes_ + kControlBytes + small_bytes_ + (any_staged ? data_bytes_ : 0);
-  block_bytes_ = (region_bytes_ * world_ + 4095) / 4096 * 4096;
+  region_bytes_ = data_bytes_ + control_bytes_ + small_bytes_ + (any_staged ? data_bytes_ : 0);
+  bell_offset_ = region_bytes_ * world_;
+  block_bytes_ = (bell_offset_ + 64 + 4095) / 4096 * 4096;
   if (world_ == 1) return Status::ok();
   block_ = static_cast<std::byte*>(std::aligned_alloc(4096, block_bytes_));
   if (block_ == nullptr) {
     return RDMAFLOW_ERROR(Code::kResourceExhausted, op, -1,
                           "cannot allocate " + std::to_string(block_bytes_) + " scratch bytes");
   }
+  shared_->block = std::shared_ptr<std::byte>(block_, [](std::byte* b) { std::free(b); });
   std::memset(block_, 0, block_bytes_);
 
   // Register once with each distinct transport.
@@ -135,15 +156,23 @@ Status Fabric::setup(std::vector<Transport*> transports) {
     registrations_.push_back({t, *region});
   }
 
-  // Send every peer the key of its region and our configuration.
+  // Send every peer the key of its region (and of our doorbell, for the direct
+  // path) and our configuration.
   CompletionGroup sent;
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
     Peer& peer = peers_[p];
     peer.local = block_ + static_cast<size_t>(p) * region_bytes_;
-    auto key = transports[p]->export_key(peer.local, data_bytes_ + kControlBytes);
+    auto key = transports[p]->export_key(peer.local, data_bytes_ + control_bytes_);
     if (!key.is_ok()) return key.status().with_op("export collective scratch key");
     exported_.emplace_back(transports[p], *key);
+    std::vector<uint8_t> bell;
+    if (config_.direct) {
+      auto bk = transports[p]->export_key(block_ + bell_offset_, Doorbell::kBytes);
+      if (!bk.is_ok()) return bk.status().with_op("export collective doorbell key");
+      exported_.emplace_back(transports[p], *bk);
+      bell = bk->serialize();
+    }
     std::vector<uint8_t> msg(kHello, kHello + sizeof(kHello));
     put_u64(msg, static_cast<uint64_t>(world_));
     put_u64(msg, static_cast<uint64_t>(rank_));
@@ -151,22 +180,29 @@ Status Fabric::setup(std::vector<Transport*> transports) {
     put_u64(msg, static_cast<uint64_t>(config_.slots));
     put_u64(msg, static_cast<uint64_t>(config_.lanes));
     auto kb = key->serialize();
+    put_u64(msg, kb.size());
     msg.insert(msg.end(), kb.begin(), kb.end());
+    put_u64(msg, bell.size());
+    msg.insert(msg.end(), bell.begin(), bell.end());
     peer.channel->send_message(std::move(msg), sent.add(), config_.timeout);
   }
+  std::vector<RemoteKey> bell_keys(world_);
+  std::vector<bool> offered(world_, false);
+  constexpr size_t kFixed = sizeof(kHello) + 48;
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
     Peer& peer = peers_[p];
     auto msg = peer.channel->inbox().recv_message(config_.timeout);
     if (!msg.is_ok()) return msg.status().with_op("receive collective scratch key");
     const auto& m = *msg;
-    if (m.size() < sizeof(kHello) + 40 || std::memcmp(m.data(), kHello, sizeof(kHello)) != 0) {
+    if (m.size() < kFixed || std::memcmp(m.data(), kHello, sizeof(kHello)) != 0) {
       return RDMAFLOW_ERROR(Code::kProtocolError, op, p,
-                            "unexpected setup message (is the peer creating a communicator?)");
+                            "unexpected setup message (is the peer creating a communicator of "
+                            "the same rdmaflow version?)");
     }
     const uint8_t* q = m.data() + sizeof(kHello);
     const uint64_t world = get_u64(q), prank = get_u64(q + 8), slot_bytes = get_u64(q + 16),
-                   slots = get_u64(q + 24), lanes = get_u64(q + 32);
+                   slots = get_u64(q + 24), lanes = get_u64(q + 32), key_len = get_u64(q + 40);
     if (world != static_cast<uint64_t>(world_) || prank != static_cast<uint64_t>(p)) {
       return RDMAFLOW_ERROR(Code::kProtocolError, op, p,
                             "peer says it is rank " + std::to_string(prank) + " of " +
@@ -183,17 +219,95 @@ Status Fabric::setup(std::vector<Transport*> transports) {
               std::to_string(config_.slots) + " lanes=" + std::to_string(config_.lanes) +
               " (RDMAFLOW_COLL_SLOT_BYTES / _SLOTS / _LANES must match on every rank)");
     }
-    auto key = RemoteKey::deserialize(
-        std::span<const uint8_t>(m.data() + sizeof(kHello) + 40, m.size() - sizeof(kHello) - 40));
+    if (key_len > m.size() - kFixed || m.size() - kFixed - key_len < 8) {
+      return RDMAFLOW_ERROR(Code::kProtocolError, op, p, "truncated setup message");
+    }
+    auto key = RemoteKey::deserialize(std::span<const uint8_t>(m.data() + kFixed, key_len));
     if (!key.is_ok()) return key.status().with_op("receive collective scratch key");
-    if (key->length < data_bytes_ + kControlBytes) {
+    if (key->length < data_bytes_ + control_bytes_) {
       return RDMAFLOW_ERROR(Code::kProtocolError, op, p, "scratch key too short");
     }
     peer.remote = *key;
+    const uint8_t* b = m.data() + kFixed + key_len;
+    const uint64_t bell_len = get_u64(b);
+    if (bell_len > m.size() - kFixed - key_len - 8) {
+      return RDMAFLOW_ERROR(Code::kProtocolError, op, p, "truncated setup message");
+    }
+    if (bell_len > 0) {
+      auto bk = RemoteKey::deserialize(std::span<const uint8_t>(b + 8, bell_len));
+      if (!bk.is_ok()) return bk.status().with_op("receive collective doorbell key");
+      bell_keys[p] = *bk;
+      offered[p] = true;
+    }
   }
   RDMAFLOW_RETURN_IF_ERROR(sent.wait(config_.timeout, "send collective scratch keys"));
+  RDMAFLOW_RETURN_IF_ERROR(setup_direct(bell_keys, offered));
   install_listeners();
   find_common_driver();
+  return Status::ok();
+}
+
+Status Fabric::setup_direct(const std::vector<RemoteKey>& bell_keys,
+                            const std::vector<bool>& offered) {
+  // Each rank maps what it can, then tells the peer; a pair takes the direct
+  // path only when both sides mapped the other's memory.
+  CompletionGroup sent;
+  std::vector<bool> mine(world_, false);
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank_) continue;
+    Peer& peer = peers_[p];
+    if (config_.direct && offered[p]) {
+      auto view =
+          peer.channel->direct_view(peer.remote, 0, data_bytes_ + control_bytes_, config_.timeout);
+      Status why;
+      if (view.is_ok()) {
+        auto bell = peer.channel->direct_view(bell_keys[p], 0, Doorbell::kBytes, config_.timeout);
+        if (bell.is_ok()) {
+          peer.view = std::move(view).value();
+          peer.bell_view = std::move(bell).value();
+          mine[p] = true;
+        } else {
+          why = bell.status();
+        }
+      } else {
+        why = view.status();
+      }
+      if (!why.is_ok()) {
+        if (why.code() != Code::kNotViable) return why.with_op("map collective scratch");
+        RDMAFLOW_LOG_DEBUG("collectives: rank {}: no direct path to rank {}: {}", rank_, p,
+                           why.to_string());
+      }
+    }
+    std::vector<uint8_t> msg(kDirect, kDirect + sizeof(kDirect));
+    put_u64(msg, mine[p] ? 1 : 0);
+    peer.channel->send_message(std::move(msg), sent.add(), config_.timeout);
+  }
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank_) continue;
+    Peer& peer = peers_[p];
+    auto msg = peer.channel->inbox().recv_message(config_.timeout);
+    if (!msg.is_ok()) return msg.status().with_op("agree on the direct path");
+    const auto& m = *msg;
+    if (m.size() != sizeof(kDirect) + 8 || std::memcmp(m.data(), kDirect, sizeof(kDirect)) != 0) {
+      return RDMAFLOW_ERROR(Code::kProtocolError, "create communicator", p,
+                            "unexpected setup message");
+    }
+    peer.direct = mine[p] && get_u64(m.data() + sizeof(kDirect)) == 1;
+    if (peer.direct) {
+      peer.bell = Doorbell(peer.bell_view.data);
+      prefault(peer.view.data, peer.view.length);
+      prefault(peer.local, data_bytes_ + control_bytes_);
+      ++direct_peers_;
+    } else {
+      peer.view = DirectView{};
+      peer.bell_view = DirectView{};
+    }
+  }
+  RDMAFLOW_RETURN_IF_ERROR(sent.wait(config_.timeout, "send collective direct-path agreement"));
+  if (direct_peers_ > 0) {
+    bell_ = Doorbell(block_ + bell_offset_);
+    shared_->signal.set_doorbell(bell_);  // local events wake a doorbell sleeper too
+  }
   return Status::ok();
 }
 
@@ -231,7 +345,38 @@ Status Fabric::detached_error() {
   return shared_->detached_error;
 }
 
+void Fabric::send_direct(int p, int lane, uint64_t seq, const void* src, size_t bytes) {
+  Peer& peer = peers_[p];
+  std::memcpy(peer.view.data + slot_offset(lane, seq), src, bytes);
+  word(peer.view.data + data_word_offset(lane, seq)).store(seq + 1, std::memory_order_release);
+  peer.bell.ring();
+  direct_pieces_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Fabric::return_credit(int p, int lane, uint64_t seq) {
+  Peer& peer = peers_[p];
+  if (peer.direct) {
+    word(peer.view.data + credit_word_offset(lane, seq)).store(seq + 1, std::memory_order_release);
+    peer.bell.ring();
+    return;
+  }
+  const std::byte* source = peer.local + control_offset() + 8;
+  peer.channel->write(
+      source, 8, peer.remote, control_offset(),
+      notify_code::encode(notify_code::kCredit, lane, seq), [](const Status&) {}, config_.timeout);
+}
+
+FabricStats Fabric::stats() const {
+  FabricStats s;
+  s.direct_peers = direct_peers_;
+  s.direct_pieces = direct_pieces_.load(std::memory_order_relaxed);
+  s.notify_pieces = notify_pieces_.load(std::memory_order_relaxed);
+  s.doorbell_sleeps = sleeps_.load(std::memory_order_relaxed);
+  return s;
+}
+
 void Fabric::send_small(int p, int lane, uint64_t seq, const void* src, size_t bytes) {
+  notify_pieces_.fetch_add(1, std::memory_order_relaxed);
   Peer& peer = peers_[p];
   std::byte* cell = peer.local + small_offset(lane, seq);
   std::memcpy(cell, src, bytes);
@@ -274,7 +419,7 @@ Fabric::~Fabric() {
     Status st = r.transport->deregister_memory(r.region);
     if (!st.is_ok()) RDMAFLOW_LOG_DEBUG("collectives: {}", st.to_string());
   }
-  std::free(block_);
+  // block_ goes with shared_ (a late callback may still ring the doorbell in it).
 }
 
 }  // namespace rdmaflow

@@ -5,7 +5,8 @@
 // every peer p, a region that only p writes into:
 //
 //   region[p] = lanes x slots x slot_bytes   data slots (p's pieces land here)
-//             | 64 B control                 credit landing word, credit source word
+//             | control                      credit landing word, credit source word,
+//                                            direct-path sequence words (below)
 //             | lanes x slots x kSmallBytes  small-send staging (below)
 //             | lanes x slots x slot_bytes   send staging (only for backends that
 //                                            need a registered source, i.e. verbs)
@@ -21,6 +22,21 @@
 // CREDIT(l, seq). The sender may use slot s for piece seq only once
 // CREDIT(l, seq - slots) arrived. Notify values carry a magic byte so values of
 // other users of the channel are put back into the inbox untouched.
+//
+// Direct path. When a same-host peer's channel maps the peer's region
+// (Channel::direct_view, UCX over shared memory) and both ranks agree at
+// setup, the pair skips the channel altogether: a piece is a memcpy into the
+// peer's slot, then a release store of seq + 1 into the slot's sequence word
+// in the peer's control area; a credit is a release store of seq + 1 into the
+// sender's credit word. Receivers poll those words (acquire). Whoever waits
+// sleeps on its rank's Doorbell (doorbell.h), which writers ring after each
+// store. No active message, no acknowledgement, no progress thread. Pairs
+// without a mapping (TCP, verbs, UCX to another host) keep the notify path;
+// both can be mixed in one communicator. The control area of a region is
+//
+//   64 B legacy words | lanes x slots u64 data words | lanes x slots u64 credit words
+//
+// and the block ends with this rank's doorbell (its own grant).
 //
 // Small sends (<= kSmallBytes) are copied into this rank's staging cell for
 // (peer, lane, slot) and posted from there; the executor does not wait for
@@ -40,6 +56,7 @@
 #include <vector>
 
 #include "allocator/status.h"
+#include "collectives/doorbell.h"
 #include "collectives/signal.h"
 #include "transport/channel.h"
 #include "transport/transport.h"
@@ -51,8 +68,18 @@ struct FabricConfig {
   int slots = 4;  // per peer per lane
   int lanes = 2;  // collectives in flight at once
   Millis timeout{30000};
-  std::chrono::microseconds spin{10000};  // drive progress this long before sleeping
-  int yield_polls = 0;                    // sched_yield() every N polls while driving; 0: never
+  std::chrono::microseconds spin{10000};         // drive progress this long before sleeping
+  std::chrono::microseconds direct_spin{10000};  // the same with direct peers (polling)
+  int yield_polls = 0;  // sched_yield() every N polls while driving; 0: never
+  bool direct = true;   // same-host peers: the direct path when it is viable
+};
+
+// What the fabric did, for tests and tuning.
+struct FabricStats {
+  int direct_peers = 0;          // peers reached by the direct path
+  uint64_t direct_pieces = 0;    // pieces sent by memcpy + sequence word
+  uint64_t notify_pieces = 0;    // pieces sent as channel writes with notify
+  uint64_t doorbell_sleeps = 0;  // times a waiter slept on the doorbell
 };
 
 namespace notify_code {
@@ -85,6 +112,9 @@ class Fabric {
     std::atomic<bool> detached_failed{false};
     std::mutex error_mu;
     Status detached_error;  // first failure of a detached send (error_mu)
+    // The scratch block; freed with the last holder (a late callback may still
+    // ring the doorbell in it).
+    std::shared_ptr<std::byte> block;
   };
 
   struct Peer {
@@ -94,6 +124,10 @@ class Fabric {
     std::byte* local = nullptr;        // this rank's region for the peer
     std::vector<uint64_t> send_seq;    // next seq per lane, this rank -> peer
     std::vector<uint64_t> recv_seq;    // next seq per lane, peer -> this rank
+    bool direct = false;               // the direct path (above)
+    DirectView view;                   // the peer's region for this rank (data + control)
+    DirectView bell_view;              // the peer's doorbell
+    Doorbell bell;
   };
 
   static Result<std::unique_ptr<Fabric>> create(int rank, int world,
@@ -120,19 +154,47 @@ class Fabric {
   size_t control_offset() const { return data_bytes_; }
   // Staging cell of a small send (in this rank's region for the peer).
   size_t small_offset(int lane, uint64_t seq) const {
-    return data_bytes_ + kControlBytes +
+    return data_bytes_ + control_bytes_ +
            (static_cast<size_t>(lane) * config_.slots + seq % config_.slots) * kSmallBytes;
   }
-  size_t stage_offset() const { return data_bytes_ + kControlBytes + small_bytes_; }
+  size_t stage_offset() const { return data_bytes_ + control_bytes_ + small_bytes_; }
+  // Direct path: the sequence words of (lane, seq's slot) in a region.
+  size_t data_word_offset(int lane, uint64_t seq) const {
+    return data_bytes_ + kLegacyControlBytes + cell(lane, seq) * 8;
+  }
+  size_t credit_word_offset(int lane, uint64_t seq) const {
+    return data_word_offset(lane, seq) + cells_ * 8;
+  }
 
   bool data_arrived(int p, int lane, uint64_t seq) const {
-    return shared_->peers[p].data[lane * config_.slots + seq % config_.slots].load(
-               std::memory_order_acquire) == seq + 1;
+    if (peers_[p].direct) {
+      return word(peers_[p].local + data_word_offset(lane, seq)).load(std::memory_order_acquire) ==
+             seq + 1;
+    }
+    return shared_->peers[p].data[cell(lane, seq)].load(std::memory_order_acquire) == seq + 1;
   }
   bool credit_arrived(int p, int lane, uint64_t seq) const {
-    return shared_->peers[p].credit[lane * config_.slots + seq % config_.slots].load(
-               std::memory_order_acquire) >= seq + 1;
+    if (peers_[p].direct) {
+      return word(peers_[p].local + credit_word_offset(lane, seq))
+                 .load(std::memory_order_acquire) >= seq + 1;
+    }
+    return shared_->peers[p].credit[cell(lane, seq)].load(std::memory_order_acquire) >= seq + 1;
   }
+
+  // Direct path: copies piece `seq` of `lane` into the peer's slot and
+  // publishes it. Complete on return (the bytes are in the peer's memory).
+  void send_direct(int p, int lane, uint64_t seq, const void* src, size_t bytes);
+  // Hands slot of piece `seq` of `lane` from `p` back to `p` (a store on the
+  // direct path, else an 8-byte write with notify CREDIT). A failed credit is
+  // not the caller's failure: the next call needing the peer sees the
+  // channel's sticky error.
+  void return_credit(int p, int lane, uint64_t seq);
+  // Peers on the direct path; the executor then sleeps on doorbell().
+  int direct_peers() const { return direct_peers_; }
+  const Doorbell& doorbell() const { return bell_; }
+  void count_sleep() { sleeps_.fetch_add(1, std::memory_order_relaxed); }
+  void count_notify_piece() { notify_pieces_.fetch_add(1, std::memory_order_relaxed); }
+  FabricStats stats() const;
 
   // First channel error among `peers` (OK when all are healthy).
   Status peer_error(int p) const;
@@ -142,12 +204,21 @@ class Fabric {
   // `lane` to `p` without waiting for its completion.
   void send_small(int p, int lane, uint64_t seq, const void* src, size_t bytes);
 
-  static constexpr size_t kControlBytes = 64;
+  static constexpr size_t kLegacyControlBytes = 64;
   static constexpr size_t kSmallBytes = 4096;
 
  private:
   Fabric() = default;
   Status setup(std::vector<Transport*> transports);
+  // Maps the peers' regions where the channel can and agrees on the direct
+  // path with every peer (one ordered message each way).
+  Status setup_direct(const std::vector<RemoteKey>& bell_keys, const std::vector<bool>& offered);
+  size_t cell(int lane, uint64_t seq) const {
+    return static_cast<size_t>(lane) * config_.slots + seq % config_.slots;
+  }
+  static std::atomic_ref<uint64_t> word(std::byte* at) {
+    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(at));
+  }
   void install_listeners();
   void find_common_driver();
 
@@ -158,7 +229,15 @@ class Fabric {
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<WaitDriver> common_driver_;
   size_t data_bytes_ = 0;
+  size_t control_bytes_ = 0;
+  size_t cells_ = 0;  // lanes x slots
   size_t small_bytes_ = 0;
+  size_t bell_offset_ = 0;  // this rank's doorbell in the block
+  Doorbell bell_;
+  int direct_peers_ = 0;
+  std::atomic<uint64_t> direct_pieces_{0};
+  std::atomic<uint64_t> notify_pieces_{0};
+  std::atomic<uint64_t> sleeps_{0};
   size_t region_bytes_ = 0;
   std::byte* block_ = nullptr;
   size_t block_bytes_ = 0;

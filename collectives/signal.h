@@ -2,7 +2,9 @@
 // listeners and write callbacks (on transport progress threads) bump an epoch;
 // the waiter spins briefly (yielding, so oversubscribed ranks still make
 // progress) and then sleeps on a condition variable. The notifier only takes
-// the lock when somebody sleeps, so the spinning fast path is lock-free.
+// the lock when somebody sleeps, so the spinning fast path is lock-free. With
+// same-host direct peers the executor sleeps on the fabric's doorbell instead,
+// which notify() rings as well.
 #pragma once
 
 #include <sched.h>
@@ -13,6 +15,8 @@
 #include <cstdint>
 #include <mutex>
 
+#include "collectives/doorbell.h"
+
 namespace rdmaflow {
 
 class Signal {
@@ -21,8 +25,13 @@ class Signal {
 
   uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
 
+  // Also ring `bell` on every notify: a waiter sleeping on that doorbell
+  // (the fabric's direct path) wakes for local events too. Set before use.
+  void set_doorbell(Doorbell bell) { bell_ = bell; }
+
   void notify() {
     epoch_.fetch_add(1, std::memory_order_seq_cst);
+    if (bell_.valid()) bell_.ring();
     if (sleepers_.load(std::memory_order_seq_cst) > 0) {
       std::lock_guard<std::mutex> lock(mu_);
       cv_.notify_all();
@@ -58,6 +67,7 @@ class Signal {
   std::atomic<int> sleepers_{0};
   std::mutex mu_;
   std::condition_variable cv_;
+  Doorbell bell_;
 };
 
 }  // namespace rdmaflow

@@ -129,6 +129,17 @@ Result<std::vector<uint8_t>> Inbox::recv_message(Millis timeout) {
                         "no message within " + std::to_string(timeout.count()) + " ms");
 }
 
+Result<DirectView> Channel::direct_view(const RemoteKey& key, uint64_t offset, size_t len,
+                                        Millis /*timeout*/) {
+  if (!key.covers(offset, len)) {
+    return RDMAFLOW_ERROR(Code::kOutOfRange, "direct view", peer_rank(),
+                          "offset " + std::to_string(offset) + " + length " + std::to_string(len) +
+                              " exceeds the " + std::to_string(key.length) + " bytes granted");
+  }
+  return RDMAFLOW_ERROR(Code::kNotViable, "direct view", peer_rank(),
+                        "the " + backend() + " backend does not map peer memory");
+}
+
 Completion::Completion() : state_(std::make_shared<State>()) {}
 
 void Completion::Signal::operator()(const Status& st) const {

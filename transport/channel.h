@@ -91,6 +91,16 @@ class Inbox {
   int peer_ = -1;
 };
 
+// A same-host peer's registered memory, mapped into this process (see
+// Channel::direct_view). Plain loads and stores reach the peer's memory; the
+// mapping stays valid while `keep` lives, even after the channel failed or the
+// peer revoked the key (stores then land in memory the peer no longer reads).
+struct DirectView {
+  std::byte* data = nullptr;
+  size_t length = 0;
+  std::shared_ptr<void> keep;
+};
+
 class Channel {
  public:
   virtual ~Channel() = default;
@@ -110,6 +120,15 @@ class Channel {
   // One-sided read of `len` bytes of `src` at `src_offset` into `dst`.
   virtual void read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,
                     Millis timeout) = 0;
+
+  // [offset, offset + len) of the grant `key` mapped into this process, when
+  // the backend reaches the peer's memory by load/store (UCX's direct path to
+  // a same-host peer). Never reaches outside the grant: an offset/length
+  // beyond it is refused with kOutOfRange. kNotViable when the backend cannot
+  // map it (the default). May wait up to `timeout` for the owner to confirm
+  // the key (once per key): call it at setup, not per access.
+  virtual Result<DirectView> direct_view(const RemoteKey& key, uint64_t offset, size_t len,
+                                         Millis timeout);
 
   // Small ordered control message; delivered to the peer's inbox in order.
   virtual void send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) = 0;

@@ -601,6 +601,7 @@ int main(int argc, char** argv) {
   out_json["transport"] = a.transport;
   out_json["cost_model"] = comm.cost_model().params().to_string();
   out_json["communicator_create_ms"] = create_ms;
+  out_json["direct_peers"] = comm.stats().direct_peers;
   out_json["rows"] = nlohmann::json::array();
 
   if (rank == 0) {
@@ -609,6 +610,8 @@ int main(int argc, char** argv) {
                 std::string(reduce_op_name(a.redop)).c_str(), world, a.transport.c_str());
     std::printf("# cost model: %s (communicator created in %.1f ms)\n",
                 comm.cost_model().params().to_string().c_str(), create_ms);
+    std::printf("# same-host direct path (RDMAFLOW_COLL_DIRECT): %d of %d peers\n",
+                comm.stats().direct_peers, world - 1);
     std::printf("# times: p50 over iterations of the slowest rank; GB/s = 1e9 B/s\n");
     std::printf("%12s %10s %5s %5s %13s | %10s %8s %8s %6s %9s %9s", "size(B)", "count", "type",
                 "redop", "algo", "time(us)", "algbw", "busbw", "#wrong", "min(us)", "p99(us)");
@@ -700,6 +703,15 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       out_json["rows"].push_back(row);
     }
+  }
+  if (rank == 0) {
+    const FabricStats st = comm.stats();
+    std::printf(
+        "# rank 0 fabric: %llu pieces direct, %llu through the channel, %llu doorbell "
+        "sleeps\n",
+        static_cast<unsigned long long>(st.direct_pieces),
+        static_cast<unsigned long long>(st.notify_pieces),
+        static_cast<unsigned long long>(st.doorbell_sleeps));
   }
   if (rank == 0 && !a.json.empty()) {
     std::ofstream f(a.json);

@@ -5,6 +5,7 @@
 // name the peer and the collective.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "tests/collectives/coll_util.h"
@@ -233,6 +234,129 @@ TEST_P(Collectives, DeadPeerIsNamedAndBreaksTheCommunicator) {
         EXPECT_LT(took, std::chrono::milliseconds(8000));
         Status again = node.comm->barrier();
         EXPECT_FALSE(again.is_ok());
+        return 0;
+      },
+      ro);
+  if (r.skipped) GTEST_SKIP() << r.message;
+  ASSERT_TRUE(r.ok) << r.message;
+}
+
+// Same-host peers over UCX take the fabric's direct path (memcpy + sequence
+// words, no channel writes); RDMAFLOW_COLL_DIRECT=0 (or the option) keeps the
+// notify path; both give the same results. TCP never maps peer memory.
+TEST_P(Collectives, DirectPathOnSharedMemoryAndItsKnob) {
+  for (int mode : {1, 0, 2}) {  // 1: default, 0: RDMAFLOW_COLL_DIRECT=0, 2: option false
+    auto r = run_ranks(2, [&](int rank, int n, Exchange& ex) {
+      if (mode == 0) setenv("RDMAFLOW_COLL_DIRECT", "0", 1);
+      CommunicatorOptions co;
+      if (mode == 2) co.direct = false;
+      CommNode node;
+      RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node, co));
+      const bool direct = mode == 1 && std::string(backend().name) == "ucx";
+      EXPECT_EQ(node.comm->stats().direct_peers, direct ? 1 : 0);
+      for (size_t count : {size_t{2}, size_t{1000}, size_t{300000}}) {
+        for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
+          CallSpec c{CollectiveKind::kAllreduce, a, DataType::kF32, ReduceOp::kSum, count};
+          std::string first;
+          RF_ASSIGN_OR_FAIL(size_t wrong, run_and_check(*node.comm, c, &first));
+          EXPECT_EQ(wrong, 0u) << describe(c, n) << ": " << first;
+        }
+      }
+      const FabricStats st = node.comm->stats();
+      if (direct) {
+        EXPECT_GT(st.direct_pieces, 0u);
+        EXPECT_EQ(st.notify_pieces, 0u);
+      } else {
+        EXPECT_EQ(st.direct_pieces, 0u);
+        EXPECT_GT(st.notify_pieces, 0u);
+      }
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    });
+    if (r.skipped) GTEST_SKIP() << r.message;
+    ASSERT_TRUE(r.ok) << "mode " << mode << ": " << r.message;
+  }
+}
+
+// Direct and channel peers in one communicator: rank 2 turns the direct path
+// off, so over UCX only the pair (0, 1) takes it; every algorithm still agrees.
+TEST_P(Collectives, DirectAndChannelPeersMix) {
+  auto r = run_ranks(3, [&](int rank, int n, Exchange& ex) {
+    if (rank == 2) setenv("RDMAFLOW_COLL_DIRECT", "0", 1);
+    CommNode node;
+    RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node));
+    const bool ucx = std::string(backend().name) == "ucx";
+    EXPECT_EQ(node.comm->stats().direct_peers, ucx && rank != 2 ? 1 : 0);
+    for (size_t count : {size_t{3}, size_t{5000}, size_t{300001}}) {
+      for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kRabenseifner,
+                          Algorithm::kTree}) {
+        CallSpec c{CollectiveKind::kAllreduce, a, DataType::kF32, ReduceOp::kSum, count};
+        std::string first;
+        RF_ASSIGN_OR_FAIL(size_t wrong, run_and_check(*node.comm, c, &first));
+        EXPECT_EQ(wrong, 0u) << describe(c, n) << ": " << first;
+      }
+    }
+    const FabricStats st = node.comm->stats();
+    EXPECT_GT(st.notify_pieces, 0u);
+    if (ucx && rank != 2) {
+      EXPECT_GT(st.direct_pieces, 0u);
+    }
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  if (r.skipped) GTEST_SKIP() << r.message;
+  ASSERT_TRUE(r.ok) << r.message;
+}
+
+// A peer killed (SIGKILL) while the survivor is inside an allreduce with it:
+// the survivor's call fails soon after, well within its deadline, naming the
+// collective and the dead peer (on UCX between same-host ranks this is the
+// direct path, where nothing travels through the channel).
+TEST_P(Collectives, PeerKilledMidAllreduceFailsTheSurvivor) {
+  RunOptions ro;
+  ro.may_be_killed = {1};
+  auto r = run_ranks(
+      2,
+      [&](int rank, int n, Exchange& ex) {
+        CommNode node;
+        RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node));
+        RF_ASSERT_OK(ex.barrier());
+        std::vector<float> in(16384, 1.0f), out(16384);
+        CallOptions o;
+        o.timeout = Millis(10000);
+        if (rank == 1) {
+          for (;;) {  // until killed
+            Status st = node.comm->allreduce(in.data(), out.data(), in.size(), DataType::kF32,
+                                             ReduceOp::kSum, o);
+            if (!st.is_ok()) pause();
+          }
+        }
+        std::atomic<int64_t> killed_at{0};
+        std::thread killer([&] {
+          std::this_thread::sleep_for(Millis(300));
+          EXPECT_TRUE(ex.kill(1).is_ok());
+          killed_at = std::chrono::steady_clock::now().time_since_epoch().count();
+        });
+        Status st;
+        int calls = 0;
+        while (st.is_ok()) {
+          st = node.comm->allreduce(in.data(), out.data(), in.size(), DataType::kF32,
+                                    ReduceOp::kSum, o);
+          if (st.is_ok()) ++calls;
+        }
+        const auto failed_at = std::chrono::steady_clock::now();
+        killer.join();
+        EXPECT_GT(calls, 0);
+        EXPECT_NE(st.to_string().find("allreduce"), std::string::npos) << st.to_string();
+        EXPECT_EQ(st.peer(), 1) << st.to_string();
+        const auto since_kill =
+            failed_at - std::chrono::steady_clock::time_point(
+                            std::chrono::steady_clock::duration(killed_at.load()));
+        EXPECT_LT(since_kill, std::chrono::milliseconds(5000)) << st.to_string();
+        if (std::string(backend().name) == "ucx") {
+          EXPECT_EQ(node.comm->stats().direct_peers, 1);
+        }
+        EXPECT_FALSE(node.comm->barrier().is_ok());
         return 0;
       },
       ro);

@@ -295,6 +295,57 @@ TEST_P(Conformance, MessagesArriveInOrder) {
   RF_EXPECT_RUN_OK(r);
 }
 
+// direct_view: only the UCX backend over shared memory maps a peer's memory;
+// a view never reaches outside the grant, and stores through it are the
+// owner's bytes. Everyone else says kNotViable (and still refuses ranges
+// outside the grant).
+TEST_P(Conformance, DirectViewStaysInsideTheGrant) {
+  const bool maps = std::string(backend().label) == "ucx_shm";
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    Buffer region(4 * 4096);
+    std::memset(region.p, 0, region.size);
+    std::string mine;
+    if (rank == 0) {
+      RF_ASSERT_OK(node.transport->register_memory(region.p, region.size));
+      RF_ASSIGN_OR_FAIL(RemoteKey key, node.transport->export_key(region.p + 4096, 8192));
+      mine = key_bytes(key);
+    }
+    RF_ASSIGN_OR_FAIL(auto keys, ex.allgather(mine));
+    if (rank == 1) {
+      RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(keys[0]));
+      EXPECT_EQ(ch.direct_view(key, 1, 8192, kOpTimeout).status().code(), Code::kOutOfRange);
+      EXPECT_EQ(ch.direct_view(key, 8192, 1, kOpTimeout).status().code(), Code::kOutOfRange);
+      RemoteKey wider = key;  // a key claiming more than the owner granted
+      wider.length = 3 * 4096;
+      auto view = ch.direct_view(wider, 8192, 4096, kOpTimeout);
+      EXPECT_FALSE(view.is_ok());
+      auto ok = ch.direct_view(key, 100, 8000, kOpTimeout);
+      if (maps) {
+        RF_ASSERT_OK(ok);
+        EXPECT_EQ(ok->length, 8000u);
+        fill_pattern(reinterpret_cast<uint8_t*>(ok->data), 8000, 7);
+      } else {
+        EXPECT_EQ(ok.status().code(), Code::kNotViable) << ok.status().to_string();
+      }
+    }
+    RF_ASSERT_OK(ex.barrier());
+    if (rank == 0) {
+      if (maps) {
+        EXPECT_EQ(check_pattern(region.p + 4096 + 100, 8000, 7), -1);
+        for (size_t i = 0; i < 4096 + 100; ++i) RF_ASSERT(region.p[i] == 0);
+        for (size_t i = 4096 + 8100; i < region.size; ++i) RF_ASSERT(region.p[i] == 0);
+      }
+      RF_ASSERT_OK(node.transport->revoke_key(*parse_key(mine)));
+    }
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
 // -------------------------------------------------------------- refusals
 
 TEST_P(Conformance, BadKeysAreRefusedAndMemoryIsUntouched) {

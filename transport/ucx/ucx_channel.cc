@@ -45,7 +45,6 @@ UcxChannel::UcxChannel(std::shared_ptr<UcxCore> core, uint32_t id, int peer_rank
 
 UcxChannel::~UcxChannel() {
   if (pidfd_ >= 0) ::close(pidfd_);
-  for (auto& [region, m] : maps_) ::munmap(m.ptr, m.length);
   for (auto& [seq, item] : rx_held_) delete item;
 }
 
@@ -138,6 +137,59 @@ void UcxChannel::send_message(std::vector<uint8_t> bytes, Callback done, Millis 
   Op* op = issue(OpKind::kMessage, std::move(done), timeout);
   op->bytes = std::move(bytes);
   core_->submit(op);
+}
+
+Result<DirectView> UcxChannel::direct_view(const RemoteKey& key, uint64_t offset, size_t len,
+                                           Millis timeout) {
+  const char* op = "direct view";
+  RDMAFLOW_RETURN_IF_ERROR(check_key(key, offset, len, op));
+  if (len == 0) return RDMAFLOW_ERROR(Code::kInvalidArgument, op, peer_, "empty range");
+  if (state() != State::kOpen) {
+    Status st = error();
+    if (!st.is_ok()) return st.with_op(op);
+  }
+  {
+    std::lock_guard<std::mutex> lock(core_->worker_mu_);
+    if (!direct_) {
+      return RDMAFLOW_ERROR(Code::kNotViable, op, peer_,
+                            "the peer is not reached through shared memory");
+    }
+  }
+  // Resolve the key with its owner (once per key and channel), which maps the
+  // region when it is shared: a one-byte read takes that path.
+  uint8_t probe = 0;
+  Completion resolved;
+  read(&probe, 1, key, offset, resolved.callback(), timeout);
+  RDMAFLOW_RETURN_IF_ERROR(resolved.wait(timeout + Millis(1000), "resolve key for direct view"));
+  std::lock_guard<std::mutex> lock(core_->worker_mu_);
+  if (failed_) return error().with_op(op);
+  auto it = keys_.find(key.key_id);
+  if (it == keys_.end() || it->second.state != KeyEntry::State::kValid ||
+      it->second.secret != key.secret) {
+    return RDMAFLOW_ERROR(Code::kNotViable, op, peer_,
+                          "key id " + std::to_string(key.key_id) + " is not confirmed");
+  }
+  const KeyEntry& e = it->second;
+  // Bounds against the grant the owner confirmed, then against the shared pages.
+  const uint64_t start = key.addr + offset;
+  if (start < e.addr || start - e.addr > e.length || len > e.length - (start - e.addr)) {
+    return RDMAFLOW_ERROR(Code::kOutOfRange, op, peer_,
+                          "offset " + std::to_string(offset) + " + length " + std::to_string(len) +
+                              " exceeds the " + std::to_string(e.length) +
+                              " bytes the peer granted by key id " + std::to_string(key.key_id));
+  }
+  auto m = e.region == 0 ? maps_.end() : maps_.find(e.region);
+  if (m == maps_.end() || start < m->second.remote_base ||
+      start - m->second.remote_base > m->second.length ||
+      len > m->second.length - (start - m->second.remote_base)) {
+    return RDMAFLOW_ERROR(Code::kNotViable, op, peer_,
+                          "the range is not in memory the peer shares");
+  }
+  DirectView view;
+  view.data = reinterpret_cast<std::byte*>(m->second.ptr + (start - m->second.remote_base));
+  view.length = len;
+  view.keep = m->second.mem;
+  return view;
 }
 
 void UcxChannel::close() {
@@ -856,7 +908,9 @@ bool UcxChannel::map_region(const DirectInfo& info) {
                          peer_, info.region, p.status().reason());
       return false;
     }
-    it = maps_.emplace(info.region, Mapping{*p, info.length, info.base, 0}).first;
+    const uint64_t len = info.length;
+    std::shared_ptr<uint8_t> mem(*p, [len](uint8_t* q) { ::munmap(q, len); });
+    it = maps_.emplace(info.region, Mapping{std::move(mem), *p, info.length, info.base, 0}).first;
     RDMAFLOW_LOG_DEBUG("ucx: channel {} to rank {}: region {} ({} bytes) mapped for direct access",
                        id_, peer_, info.region, info.length);
   }
@@ -867,7 +921,6 @@ bool UcxChannel::map_region(const DirectInfo& info) {
 void UcxChannel::unref_region(uint64_t region) {
   auto it = maps_.find(region);
   if (it == maps_.end() || --it->second.refs > 0) return;
-  ::munmap(it->second.ptr, it->second.length);
   maps_.erase(it);
 }
 
@@ -1039,8 +1092,7 @@ void UcxChannel::fail(const Status& st, Op* linger_on) {
     if (e.rkey != nullptr) rkeys.push_back(e.rkey);
   }
   keys_.clear();
-  for (auto& [region, m] : maps_) ::munmap(m.ptr, m.length);
-  maps_.clear();
+  maps_.clear();  // views handed out keep their mapping
   if (ep_ != nullptr) {
     core_->retire_ep(ep_, std::move(rkeys), linger_on);
     ep_ = nullptr;

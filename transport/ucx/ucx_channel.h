@@ -45,6 +45,11 @@ class UcxChannel final : public Channel {
   void read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,
             Millis timeout) override;
   void send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) override;
+  // Direct channels: the owner confirms the key (a one-byte read the first
+  // time), then the range is handed out inside this channel's mapping of the
+  // peer's shared region.
+  Result<DirectView> direct_view(const RemoteKey& key, uint64_t offset, size_t len,
+                                 Millis timeout) override;
   void close() override;
   Status error() const override;
 
@@ -86,6 +91,7 @@ class UcxChannel final : public Channel {
   };
   // A same-host peer's shared region, mapped here (direct channels).
   struct Mapping {
+    std::shared_ptr<uint8_t> mem;  // munmaps when the last user (views included) lets go
     uint8_t* ptr = nullptr;
     uint64_t length = 0;
     uint64_t remote_base = 0;  // the region's address in the peer
