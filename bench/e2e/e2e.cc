@@ -194,7 +194,8 @@ int run(int argc, char** argv) {
 
   if (!profile.is_null()) {
     std::printf(
-        "\nwhere a comm-heavy step goes over %s (ms per step, mean over the measured steps)\n",
+        "\nwhere a comm-heavy step goes over %s (ms per step, mean over the steps after the 2 "
+        "warm-up steps)\n",
         chosen.c_str());
     std::printf("  %-6s %8s %9s %8s %8s %9s   %s\n", "rank", "total", "compute", "send", "recv",
                 "session", "largest op types");

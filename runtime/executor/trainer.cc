@@ -84,7 +84,10 @@ Status run_steps(const TrainConfig& c, Executor& ex, const std::vector<std::stri
     loss_sum.push_back(sum);
     report.step_ms.push_back(ms);
     report.last_profile = ex.last_profile();
-    if (s > 0 || c.steps == 1) add_profile(report.profile_sum, ex.last_profile());
+    if (s >= c.warmup_steps || c.steps <= c.warmup_steps) {
+      add_profile(report.profile_sum, ex.last_profile());
+      ++report.profiled_steps;
+    }
     if (c.on_step) {
       c.on_step(StepReport{static_cast<uint64_t>(s), ms,
                            losses.empty() ? kNaN : sum / static_cast<double>(losses.size())});

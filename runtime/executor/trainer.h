@@ -39,6 +39,9 @@ struct TrainConfig {
   MlpMode mode = MlpMode::kParameterServer;
   int servers = 1;  // parameter-server mode
   int steps = 10;
+  // Leading steps left out of TrainReport::profile_sum (registration, first
+  // touches, mappings); all steps count when there are no more than this.
+  int warmup_steps = 1;
   uint64_t seed = 1;
   graph::PlanOptions plan;
   // Called on every rank after each step.
@@ -52,8 +55,9 @@ struct TrainReport {
   std::vector<double> step_ms;  // this rank's
   SessionStats session;         // this rank's
   StepProfile last_profile;     // this rank's last step
-  // Summed over the steps after the first (warm-up) of this rank.
+  // Summed over this rank's steps after TrainConfig::warmup_steps.
   StepProfile profile_sum;
+  int profiled_steps = 0;  // how many steps profile_sum holds
   // This rank's variables at the end, by name.
   std::map<std::string, std::vector<float>> variables;
   // Bytes crossing ranks per step in the whole job, from the plan (data
