@@ -169,6 +169,7 @@ Result<std::unique_ptr<Session>> Session::setup(const graph::TransferPlan& plan,
   s->transport_name_ = engine->name();
   RDMAFLOW_ASSIGN_OR_RETURN(SessionLayout layout, SessionLayout::build(*s->plan_, rank));
   s->layout_ = std::make_unique<SessionLayout>(std::move(layout));
+  s->received_step_.assign(plan.transfers.size(), 0);
 
   // Every rank must run the same plan, and all over the gRPC baseline or none:
   // one-sided transports may differ per peer (each pair agreed on its channel).
@@ -279,6 +280,7 @@ Status Session::begin_step(uint64_t step) {
   }
   RDMAFLOW_RETURN_IF_ERROR(engine_->begin_step(step));
   step_ = step;
+  recvs_done_ = 0;
   return Status::ok();
 }
 
@@ -312,6 +314,17 @@ Result<std::optional<SessionBuffer>> Session::output_buffer(const std::string& t
 Status Session::send(graph::TransferId t, uint64_t step, const SendSource& source) {
   RDMAFLOW_RETURN_IF_ERROR(check_step(step, "send"));
   RDMAFLOW_ASSIGN_OR_RETURN(const graph::TransferSpec* spec, transfer_spec(t, true, "send"));
+  if (recvs_done_ < layout_->recvs_before_send[t]) {
+    // The planner let the receiver share this slot's bytes with a buffer it
+    // frees only after that Recv's data came back here: writing now could
+    // land on memory the receiver still reads.
+    const graph::TransferId missing = layout_->recv_order[recvs_done_];
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, "send", spec->dst_rank,
+                          layout_->describe(t) + " in " + step_text(step) + " before the recv of " +
+                              layout_->describe(missing) +
+                              ", which comes first in this rank's schedule (the plan's receive "
+                              "slots rely on that order; docs/graph-plans.md)");
+  }
   std::vector<int64_t> dims = spec->shape;
   size_t bytes = spec->bytes;
   if (spec->dynamic) {
@@ -371,7 +384,13 @@ Result<RecvView> Session::recv(graph::TransferId t, uint64_t step) {
   RDMAFLOW_RETURN_IF_ERROR(check_step(step, "recv"));
   RDMAFLOW_ASSIGN_OR_RETURN(const graph::TransferSpec* spec, transfer_spec(t, false, "recv"));
   (void)spec;
-  return engine_->recv(t, step);
+  RDMAFLOW_ASSIGN_OR_RETURN(RecvView view, engine_->recv(t, step));
+  received_step_[t] = step + 1;
+  const auto& order = layout_->recv_order;
+  while (recvs_done_ < order.size() && received_step_[order[recvs_done_]] == step + 1) {
+    ++recvs_done_;
+  }
+  return view;
 }
 
 Result<RecvView> Session::recv(const std::string& tensor, int src_rank, uint64_t step) {

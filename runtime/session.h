@@ -216,6 +216,11 @@ class Session {
   std::string transport_name_;
   std::optional<uint64_t> step_;  // the step between begin_step and end_step
   std::optional<uint64_t> last_step_;
+  // Schedule-order check of send(): by transfer id, 1 + the step of its last
+  // completed recv (0: none), and how many of layout_->recv_order completed in
+  // the current step.
+  std::vector<uint64_t> received_step_;
+  size_t recvs_done_ = 0;
   bool finished_ = false;
   std::unique_ptr<Engine> engine_;
   // Owned when create(plan, boot) built them. Destroyed after the engine.

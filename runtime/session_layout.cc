@@ -74,6 +74,16 @@ Result<SessionLayout> SessionLayout::build(const graph::TransferPlan& plan, int 
                                 "' has no valid receive slot on rank " + std::to_string(rank));
     }
   }
+  l.recvs_before_send.assign(plan.transfers.size(), 0);
+  for (const auto& op : l.me->schedule) {
+    if (op.transfer < 0 || static_cast<uint64_t>(op.transfer) >= plan.transfers.size()) continue;
+    const auto t = static_cast<graph::TransferId>(op.transfer);
+    if (op.kind == graph::OpKind::kRecv && plan.transfers[t].dst_rank == rank) {
+      l.recv_order.push_back(t);
+    } else if (op.kind == graph::OpKind::kSend && plan.transfers[t].src_rank == rank) {
+      l.recvs_before_send[t] = static_cast<uint32_t>(l.recv_order.size());
+    }
+  }
   return l;
 }
 

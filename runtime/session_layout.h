@@ -31,6 +31,13 @@ struct SessionLayout {
   std::vector<int> receivers;            // ranks this rank sends to, ascending
   // Output buffers (PlannedBuffer of kind kOutput) of this rank, by tensor name.
   std::map<std::string, size_t> output_by_tensor;  // index into me->buffers
+  // The schedule order the executor contract asks for (docs/graph-plans.md):
+  // this rank's Recv transfers in schedule order, and, by transfer id, how
+  // many of them come before each of its Sends. A Send may only start once
+  // those Recvs of its step completed: the planner shared a peer's receive
+  // slots on that order.
+  std::vector<graph::TransferId> recv_order;
+  std::vector<uint32_t> recvs_before_send;
 
   static Result<SessionLayout> build(const graph::TransferPlan& plan, int rank);
 

@@ -157,14 +157,16 @@ TEST_P(SessionTransport, DynamicTensorsInlineAndRead) {
         RF_ASSIGN_OR_FAIL(auto pb, s->output_buffer("ping", step, n * 4));
         fill(static_cast<float*>(pb->data), n, step, 1);
         RF_ASSERT_OK(s->send("ping", 1, step));
+        // The schedule order (make_ping, Send ping, Recv pong, check, make_dyn,
+        // Send dyn): rank 1 may reuse ping's slot for dyn once pong is sent.
+        RF_ASSIGN_OR_FAIL(RecvView v, s->recv("pong", 1, step));
+        RF_ASSERT(check(static_cast<const float*>(v.data), n, step, 2));
         RF_ASSIGN_OR_FAIL(auto db, s->output_buffer("dyn", step, elems * 4));
         RF_ASSERT(db.has_value() && db->capacity >= elems * 4);
         fill(static_cast<float*>(db->data), elems, step, 5);
         SendSource src;
         src.dims = {rows, 16};
         RF_ASSERT_OK(s->send("dyn", 1, step, src));
-        RF_ASSIGN_OR_FAIL(RecvView v, s->recv("pong", 1, step));
-        RF_ASSERT(check(static_cast<const float*>(v.data), n, step, 2));
       } else {
         RF_ASSIGN_OR_FAIL(RecvView p, s->recv("ping", 0, step));
         RF_ASSERT(check(static_cast<const float*>(p.data), n, step, 1));
@@ -181,6 +183,69 @@ TEST_P(SessionTransport, DynamicTensorsInlineAndRead) {
     RF_ASSERT_OK(s->finish());
     // Larger than the 8 planned rows: steps 0, 3, 6, 8 (9 rows) and 9.
     if (rank == 1 && transport != "grpc") RF_ASSERT(s->stats().reads == 5);
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// The planner shares receive slots on the schedule order: on rank 1, dyn's slot
+// may reuse ping's bytes because rank 0 sends dyn only after pong came back
+// (and rank 1 sends pong only after reading ping). A Send issued before an
+// earlier Recv of its rank's schedule is refused, naming both transfers, and
+// the session carries on once the executor follows the order.
+TEST_P(SessionTransport, SendBeforeAnEarlierRecvIsRefused) {
+  const std::string transport = GetParam();
+  const int port = free_port();
+  auto r = run_ranks(2, [&](int rank, int world, testing::Exchange&) -> int {
+    constexpr int64_t n = 64;
+    RF_ASSIGN_OR_FAIL(auto boot, boot_rank(rank, world, port));
+    RF_ASSIGN_OR_FAIL(auto plan, plan_of(ping_pong_graph(n, true, /*hint_rows=*/8), world));
+    // The precondition: Recv pong precedes Send dyn in rank 0's schedule.
+    int64_t recv_pong = -1, send_dyn = -1;
+    const auto& sched = plan.ranks[0].schedule;
+    for (size_t i = 0; i < sched.size(); ++i) {
+      if (sched[i].transfer < 0) continue;
+      const auto& t = plan.transfers[static_cast<size_t>(sched[i].transfer)];
+      if (sched[i].kind == graph::OpKind::kRecv && t.tensor == "pong")
+        recv_pong = static_cast<int64_t>(i);
+      if (sched[i].kind == graph::OpKind::kSend && t.tensor == "dyn")
+        send_dyn = static_cast<int64_t>(i);
+    }
+    RF_ASSERT(recv_pong >= 0 && send_dyn > recv_pong);
+    SessionOptions so;
+    so.transport = transport;
+    so.timeout = 10000ms;
+    RF_ASSIGN_OR_FAIL(auto s, Session::create(plan, *boot, so));
+    for (uint64_t step = 0; step < 3; ++step) {
+      RF_ASSERT_OK(s->begin_step(step));
+      if (rank == 0) {
+        RF_ASSIGN_OR_FAIL(auto pb, s->output_buffer("ping", step, n * 4));
+        fill(static_cast<float*>(pb->data), n, step, 1);
+        RF_ASSERT_OK(s->send("ping", 1, step));
+        RF_ASSIGN_OR_FAIL(auto db, s->output_buffer("dyn", step, 16 * 4));
+        fill(static_cast<float*>(db->data), 16, step, 5);
+        SendSource src;
+        src.dims = {1, 16};
+        Status early = s->send("dyn", 1, step, src);
+        RF_ASSERT(!early.is_ok());
+        RF_ASSERT(contains(early.to_string(), "'dyn'"));
+        RF_ASSERT(contains(early.to_string(), "before the recv of"));
+        RF_ASSERT(contains(early.to_string(), "'pong'"));
+        RF_ASSIGN_OR_FAIL(RecvView v, s->recv("pong", 1, step));
+        RF_ASSERT(check(static_cast<const float*>(v.data), n, step, 2));
+        RF_ASSERT_OK(s->send("dyn", 1, step, src));
+      } else {
+        RF_ASSIGN_OR_FAIL(RecvView p, s->recv("ping", 0, step));
+        RF_ASSERT(check(static_cast<const float*>(p.data), n, step, 1));
+        RF_ASSIGN_OR_FAIL(auto pb, s->output_buffer("pong", step, n * 4));
+        fill(static_cast<float*>(pb->data), n, step, 2);
+        RF_ASSERT_OK(s->send("pong", 0, step));
+        RF_ASSIGN_OR_FAIL(RecvView d, s->recv("dyn", 0, step));
+        RF_ASSERT(d.bytes == 16 * 4 && check(static_cast<const float*>(d.data), 16, step, 5));
+      }
+      RF_ASSERT_OK(s->end_step(step));
+    }
+    RF_ASSERT_OK(s->finish());
     return 0;
   });
   RF_EXPECT_RUN_OK(r);
