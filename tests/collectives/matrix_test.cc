@@ -5,6 +5,8 @@
 // per (backend, world size), label "collectives-full".
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include "tests/collectives/coll_util.h"
 
 namespace rdmaflow::testing {
@@ -14,6 +16,11 @@ struct MatrixCase {
   CollBackend backend;
   int world;
 };
+
+// How ctest lists the case ("# GetParam() = tcp, world size 4").
+void PrintTo(const MatrixCase& c, std::ostream* os) {
+  *os << c.backend.label << ", world size " << c.world;
+}
 
 class Matrix : public ::testing::TestWithParam<MatrixCase> {};
 
