@@ -187,6 +187,13 @@ std::string PeerTransport::describe() const {
   return "transport to " + rank_text(peer) + ": " + transport + " (" + reason + ")";
 }
 
+bool fabrics_reach(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return false;
+  if (a == b) return true;
+  const auto roce = [](const std::string& f) { return f == "roce" || f.starts_with("roce "); };
+  return roce(a) && roce(b) && (a == "roce" || b == "roce");
+}
+
 Result<PeerTransport> decide_pair(int rank_a, const RankCapabilities& a, int rank_b,
                                   const RankCapabilities& b) {
   // Decide in rank order so both ends build the very same answer and reason.
@@ -212,9 +219,13 @@ Result<PeerTransport> decide_pair(int rank_a, const RankCapabilities& a, int ran
   const BackendReport* va = a.usable("verbs");
   const BackendReport* vb = b.usable("verbs");
   if (va && vb) {
-    if (!va->caps.fabric.empty() && va->caps.fabric == vb->caps.fabric) {
+    if (fabrics_reach(va->caps.fabric, vb->caps.fabric)) {
+      // The more specific of the two names (they differ only when one RoCE
+      // subnet is unknown), so the reason reads the same from both ends.
+      const std::string& fabric =
+          va->caps.fabric.size() >= vb->caps.fabric.size() ? va->caps.fabric : vb->caps.fabric;
       out.transport = "verbs";
-      out.reason = "RDMA devices on one fabric (" + va->caps.fabric + "): " + rank_text(ra) + " " +
+      out.reason = "RDMA devices on one fabric (" + fabric + "): " + rank_text(ra) + " " +
                    va->caps.device + "; " + rank_text(rb) + " " + vb->caps.device;
       return out;
     }

@@ -36,8 +36,9 @@ struct TransportCapabilities {
   std::vector<std::string> components;
   // The device, for logs ("rxe0 port 1 (RoCE, mtu 1024), GID index 1 ...").
   std::string device;
-  // What the device reaches (verbs: "ib <subnet prefix>" or "roce"); two ranks
-  // whose backends report the same non-empty fabric are taken to reach each other.
+  // What the device reaches (verbs: "ib <subnet prefix>", "roce <IPv4 subnet>",
+  // or "roce" when the subnet is unknown); fabrics_reach() in
+  // runtime/transport_select.h says whether two ranks' devices reach each other.
   std::string fabric;
 };
 

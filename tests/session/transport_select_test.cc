@@ -140,6 +140,36 @@ TEST(DecidePair, RequestedBackendsRestrictThePair) {
   EXPECT_TRUE(contains(r.status().reason(), "verbs: no device")) << r.status().to_string();
 }
 
+// RoCE devices reach each other on one IPv4 subnet; a device whose subnet is
+// unknown ("roce") is taken to reach any RoCE device, as before.
+TEST(DecidePair, RoceSubnetsDecideVerbs) {
+  EXPECT_TRUE(fabrics_reach("roce 10.0.0.0/24", "roce 10.0.0.0/24"));
+  EXPECT_FALSE(fabrics_reach("roce 10.0.0.0/24", "roce 10.0.1.0/24"));
+  EXPECT_TRUE(fabrics_reach("roce", "roce 10.0.1.0/24"));
+  EXPECT_TRUE(fabrics_reach("roce 10.0.1.0/24", "roce"));
+  EXPECT_FALSE(fabrics_reach("roce", "ib fe80000000000000"));
+  EXPECT_FALSE(fabrics_reach("", ""));
+  EXPECT_FALSE(fabrics_reach("rocex", "roce"));
+
+  auto a = host("n1", {backend("verbs", true, {}, "roce 10.0.0.0/24"), backend("tcp", true)});
+  auto b = host("n2", {backend("verbs", true, {}, "roce 10.0.0.0/24"), backend("tcp", true)});
+  PeerTransport d = decide(0, a, 1, b);
+  EXPECT_EQ(d.transport, "verbs");
+  EXPECT_TRUE(contains(d.reason, "roce 10.0.0.0/24")) << d.reason;
+
+  b.backends[0].caps.fabric = "roce 10.0.1.0/24";  // another subnet: no RDMA path assumed
+  d = decide(0, a, 1, b);
+  EXPECT_EQ(d.transport, "tcp");
+  EXPECT_TRUE(contains(d.reason, "different fabrics")) << d.reason;
+
+  b.backends[0].caps.fabric = "roce";  // subnet unknown on rank 1
+  d = decide(0, a, 1, b);
+  PeerTransport e = decide(1, b, 0, a);
+  EXPECT_EQ(d.transport, "verbs");
+  EXPECT_EQ(d.reason, e.reason);  // both ends log the same reason
+  EXPECT_TRUE(contains(d.reason, "roce 10.0.0.0/24")) << d.reason;
+}
+
 TEST(CapabilityRecord, RoundTripsAndRefusesGarbage) {
   auto a = host(
       "n1", {backend("verbs", true, {}, "roce"), backend("ucx", true, kShm), backend("tcp", true)});

@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 
+#include <optional>
+#include <string>
+
 #include "transport/verbs/address.h"
 
 namespace rdmaflow::verbs {
@@ -79,6 +82,24 @@ TEST(VerbsAddress, Loopback) {
   EXPECT_FALSE(is_loopback_ip("fe80::1"));
   EXPECT_FALSE(is_loopback_ip("lo"));
   EXPECT_FALSE(is_loopback_ip(""));
+}
+
+// The RoCE fabric name transport selection compares: the GID address's subnet.
+TEST(VerbsAddress, SubnetsAndTheRoceFabric) {
+  EXPECT_EQ(ipv4_subnet("10.0.0.7", 24), "10.0.0.0/24");
+  EXPECT_EQ(ipv4_subnet("192.168.13.200", 20), "192.168.0.0/20");
+  EXPECT_EQ(ipv4_subnet("10.1.2.3", 32), "10.1.2.3/32");
+  EXPECT_EQ(ipv4_subnet("10.1.2.3", 0), "0.0.0.0/0");
+  EXPECT_FALSE(ipv4_subnet("10.1.2", 24));
+  EXPECT_FALSE(ipv4_subnet("10.1.2.3", 33));
+  EXPECT_FALSE(ipv4_subnet("fe80::1", 64));
+  // A real interface of this machine: loopback holds 127.0.0.1/8.
+  EXPECT_EQ(local_ipv4_subnet("127.0.0.1"), "127.0.0.0/8");
+  EXPECT_EQ(roce_fabric(std::string("127.0.0.1")), "roce 127.0.0.0/8");
+  // No interface holds a documentation address; no address at all.
+  EXPECT_FALSE(local_ipv4_subnet("203.0.113.9"));
+  EXPECT_EQ(roce_fabric(std::string("203.0.113.9")), "roce");
+  EXPECT_EQ(roce_fabric(std::nullopt), "roce");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "transport/verbs/address.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
 
@@ -109,6 +110,45 @@ bool is_loopback_ip(std::string_view ip) {
   if (inet_pton(AF_INET6, split_scope(s).first.c_str(), &a6) != 1) return false;
   if (IN6_IS_ADDR_LOOPBACK(&a6)) return true;
   return IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127;
+}
+
+std::optional<std::string> ipv4_subnet(std::string_view ipv4, int prefix_len) {
+  in_addr a{};
+  if (prefix_len < 0 || prefix_len > 32 || inet_pton(AF_INET, std::string(ipv4).c_str(), &a) != 1) {
+    return std::nullopt;
+  }
+  const uint32_t mask = prefix_len == 0 ? 0 : ~uint32_t{0} << (32 - prefix_len);
+  in_addr net{};
+  net.s_addr = htonl(ntohl(a.s_addr) & mask);
+  char text[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &net, text, sizeof(text));
+  return std::string(text) + "/" + std::to_string(prefix_len);
+}
+
+std::optional<std::string> local_ipv4_subnet(std::string_view ipv4) {
+  in_addr want{};
+  if (inet_pton(AF_INET, std::string(ipv4).c_str(), &want) != 1) return std::nullopt;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return std::nullopt;
+  std::optional<std::string> out;
+  for (ifaddrs* i = list; i != nullptr && !out; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_netmask == nullptr || i->ifa_addr->sa_family != AF_INET) {
+      continue;
+    }
+    const auto* addr = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+    if (addr->sin_addr.s_addr != want.s_addr) continue;
+    const auto* mask = reinterpret_cast<const sockaddr_in*>(i->ifa_netmask);
+    out = ipv4_subnet(ipv4, __builtin_popcount(ntohl(mask->sin_addr.s_addr)));
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+std::string roce_fabric(const std::optional<std::string>& gid_ipv4) {
+  if (gid_ipv4) {
+    if (auto subnet = local_ipv4_subnet(*gid_ipv4)) return "roce " + *subnet;
+  }
+  return "roce";
 }
 
 }  // namespace rdmaflow::verbs

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -30,5 +31,18 @@ Result<socklen_t> to_sockaddr(const VerbsAddress& addr, sockaddr_storage* out);
 
 // True for 127.0.0.0/8, ::1 and ::ffff:127.x: addresses no RDMA netdev owns.
 bool is_loopback_ip(std::string_view ip);
+
+// The IPv4 subnet "10.0.0.0/24" of `ipv4` under `prefix_len` (0..32), or
+// nullopt for a malformed address or length.
+std::optional<std::string> ipv4_subnet(std::string_view ipv4, int prefix_len);
+
+// The subnet of the local interface that holds `ipv4` (getifaddrs), e.g.
+// "10.0.0.0/24"; nullopt when no interface holds it.
+std::optional<std::string> local_ipv4_subnet(std::string_view ipv4);
+
+// The verbs backend's fabric for transport selection: "ib <subnet prefix>"
+// on InfiniBand; on RoCE "roce <IPv4 subnet>" when the GID's address is on a
+// local interface, else "roce" (subnet unknown).
+std::string roce_fabric(const std::optional<std::string>& gid_ipv4);
 
 }  // namespace rdmaflow::verbs

@@ -213,7 +213,7 @@ TransportCapabilities VerbsTransport::capabilities() const {
   const PortChoice& port = core_->port();
   c.device = port.summary;
   if (port.ethernet) {
-    c.fabric = "roce";  // routed over IP: reachability is assumed, not checked
+    c.fabric = roce_fabric(port.gid.ipv4);  // "roce 10.0.0.0/24"
   } else {
     static const char* kHex = "0123456789abcdef";
     std::string prefix;
