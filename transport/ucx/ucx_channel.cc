@@ -1084,12 +1084,12 @@ void UcxChannel::ring_error(const std::string& what) {
 
 bool UcxChannel::poll_ring() {
   if (rx_ring_ == nullptr || failed_) return false;
-  const std::shared_ptr<NotifyRing> ring = rx_ring_;  // fail() may drop ours meanwhile
-  RingHeader* h = ring->header();
   // Everything read from the ring is the peer's word: indices come from our own head,
   // the tail is bounds-checked, every entry is checked against the grant table.
-  const uint64_t tail = h->tail.load(std::memory_order_acquire);
+  const uint64_t tail = rx_ring_->header()->tail.load(std::memory_order_acquire);
   if (tail == rx_head_) return false;
+  const std::shared_ptr<NotifyRing> ring = rx_ring_;  // fail() may drop ours meanwhile
+  RingHeader* h = ring->header();
   if (tail - rx_head_ > ring->slots()) {
     ring_error("tail " + std::to_string(tail) + " is not within the " +
                std::to_string(ring->slots()) + " slots after head " + std::to_string(rx_head_));

@@ -521,7 +521,11 @@ void UcxCore::submit(Op* op) {
   // (the worker's event fd) - so the common small write costs no syscall here.
   if (needs_progress || !posted) {
     if (busy_waiters_.load(std::memory_order_seq_cst) == 0) {
-      kick();
+      // A progress thread backing off (a waiter drove a moment ago) polls again within
+      // kScanPeriod and runs what we queued; the issuing thread usually waits next and
+      // runs it first. Waking it would cost a syscall and a context switch per op (a
+      // ring-notified write completes right here).
+      if (!posted || pt_state_.load(std::memory_order_seq_cst) != kPtBackoff) kick();
     } else {
       wake_blocked_waiter();  // it may be the only one driving progress
     }
