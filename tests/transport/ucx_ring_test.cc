@@ -4,6 +4,7 @@
 // to active messages without reordering, a sleeping receiver is woken, a corrupt
 // ring fails the channel naming the writer, and RDMAFLOW_UCX_NOTIFY_RING=0 keeps
 // the active-message path.
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -255,6 +256,60 @@ TEST(UcxRing, SleepingWaiterIsWoken) {
 
 TEST(UcxRing, SleepingProgressThreadIsWoken) {
   sleeping_receiver_is_woken(shm({{"RDMAFLOW_UCX_WAIT_BLOCK", "0"}}));
+}
+
+// The receiver's main thread sleeps (no wait at all) while the notify comes: its
+// progress thread, asleep on the event fd, must be woken by the ring's wake-up and
+// deliver the notify then, not at the end of its own (up to 100 ms) sleep.
+TEST(UcxRing, IdleReceiverProgressThreadDeliversAtOnce) {
+  constexpr int kRounds = 6;
+  auto r = run_ranks(
+      2,
+      [&](int rank, int world, Exchange& ex) {
+        Node node;
+        RF_ASSERT_OK(node.connect_all(shm(), rank, world, ex));
+        Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+        if (rank == 1) {
+          Buffer region(4096);
+          RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
+          RF_ASSERT_OK(ex.allgather(key_bytes(key)));
+          RF_ASSIGN_OR_FAIL(uint64_t first, ch.inbox().wait_notify(kOpTimeout));  // warm-up
+          RF_ASSERT(first == 0);
+          std::atomic<uint64_t> delivered{0};
+          ch.inbox().set_notify_listener([&] { delivered.store(now_ns()); });
+          int prompt = 0;
+          std::string all;
+          for (int round = 0; round < kRounds; ++round) {
+            RF_ASSERT_OK(send_text(ch, "go"));
+            std::this_thread::sleep_for(std::chrono::milliseconds(150));  // not waiting
+            auto sent = ch.inbox().poll_notify();
+            RF_ASSERT(sent.has_value());
+            const double ms = static_cast<double>(delivered.load() - *sent) / 1e6;
+            all += std::to_string(ms) + " ";
+            if (ms < 20) ++prompt;
+          }
+          ch.inbox().set_notify_listener(nullptr);
+          EXPECT_GE(prompt, kRounds - 1) << "delivery delays (ms): " << all;
+          std::printf("delivery delays (ms): %s\n", all.c_str());
+          RF_ASSERT_OK(ex.barrier());
+          return 0;
+        }
+        Buffer src(64);
+        RF_ASSERT_OK(node.local(src));
+        RF_ASSIGN_OR_FAIL(auto keys, ex.allgather(""));
+        RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(keys[1]));
+        RF_ASSERT_OK(write_sync(ch, src.p, 8, key, 0, uint64_t{0}));
+        for (int round = 0; round < kRounds; ++round) {
+          RF_ASSERT_OK(expect_text(ch, "go"));
+          // The receiver's progress thread falls asleep after 20 us without work.
+          std::this_thread::sleep_for(std::chrono::milliseconds(40));
+          RF_ASSERT_OK(write_sync(ch, src.p, 8, key, 0, now_ns()));
+        }
+        RF_ASSERT_OK(ex.barrier());
+        return 0;
+      },
+      opts());
+  RF_EXPECT_RUN_OK(r);
 }
 
 // The writer plays a misbehaving peer: after one good notify it writes into the
