@@ -470,10 +470,11 @@ UcxChannel::Step UcxChannel::post_write(Op* op) {
         core_->complete(op, Status::ok());  // the bytes are in the peer's memory
         return Step::kPosted;
       }
-      // The notify AM is published after the bytes (UCX's shared-memory FIFO
-      // orders its element after earlier stores; the fence makes it explicit).
+      // The notify (ring entry or AM) is published after the bytes: the ring's tail
+      // is stored with release order, and UCX's shared-memory FIFO orders its element
+      // after earlier stores (the fence makes it explicit).
       std::atomic_thread_fence(std::memory_order_release);
-      op->parts = 2;  // notify sent + acknowledged
+      op->parts = 2;  // notify sent + acknowledged (AM), or published (ring)
       op->notify_stage = true;
       return post_write(op);
     }
@@ -502,6 +503,10 @@ UcxChannel::Step UcxChannel::post_write(Op* op) {
   }
   // The notify may only leave once the put is complete at the target.
   if (!ordered_ready()) return Step::kStall;
+  if (direct_ && tx_ring_ != nullptr && publish_ring(op)) {
+    core_->complete(op, Status::ok());  // bytes in the peer's memory, notify published
+    return Step::kPosted;
+  }
   op->seq = tx_seq_++;
   op->hdr = AmHeader{};
   op->hdr.type = static_cast<uint8_t>(MsgType::kNotify);
@@ -638,7 +643,23 @@ ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
       if (!st.is_ok()) {
         data.assign(st.reason().begin(), st.reason().end());
       } else if (pidfd_ >= 0 && direct.fd >= 0) {
-        // A same-host peer may map the region's memfd and copy itself.
+        // A same-host peer may map the region's memfd and copy itself, and publish its
+        // notifies in our ring.
+        if (rx_ring_ == nullptr && !rx_ring_tried_ && core_->options().notify_ring) {
+          rx_ring_tried_ = true;
+          auto ring = NotifyRing::create(core_->options().ring_slots);
+          if (ring.is_ok()) {
+            rx_ring_ = std::move(ring).value();
+            core_->ring_channels_.push_back(this);
+          } else {
+            RDMAFLOW_LOG_DEBUG("ucx: channel {} to rank {}: no notify ring: {}", id_, peer_,
+                               ring.status().reason());
+          }
+        }
+        if (rx_ring_ != nullptr) {
+          direct.ring_fd = rx_ring_->fd();
+          direct.ring_slots = rx_ring_->slots();
+        }
         data.resize(sizeof(direct));
         std::memcpy(data.data(), &direct, sizeof(direct));
       }
@@ -661,6 +682,8 @@ ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
     case MsgType::kRevokeAck:
       core_->on_revoke_ack(h.id, id_);
       break;
+    case MsgType::kRingWake:
+      break;  // this pass polls the ring
     default:
       protocol_error("unknown message type " + std::to_string(h.type));
       break;
@@ -878,6 +901,20 @@ void UcxChannel::on_key_reply(const AmHeader& h, const void* data, size_t length
           info.base + info.length > info.base && map_region(info)) {
         e.region = info.region;
       }
+      if (info.magic == DirectInfo::kMagic && info.ring_fd >= 0 && tx_ring_ == nullptr &&
+          !tx_ring_tried_ && core_->options().notify_ring) {
+        tx_ring_tried_ = true;
+        auto ring = NotifyRing::map_peer(pidfd_, info.ring_fd, info.ring_slots);
+        if (ring.is_ok()) {
+          tx_ring_ = std::move(ring).value();
+          tx_tail_ = tx_ring_->header()->tail.load(std::memory_order_acquire);
+          RDMAFLOW_LOG_DEBUG("ucx: channel {} to rank {}: notifies go through its ring ({} slots)",
+                             id_, peer_, info.ring_slots);
+        } else {
+          RDMAFLOW_LOG_DEBUG("ucx: channel {} to rank {}: notifies stay active messages: {}", id_,
+                             peer_, ring.status().reason());
+        }
+      }
     }
     std::lock_guard<std::mutex> lock(known_mu_);
     known_keys_.insert(h.id);
@@ -1007,6 +1044,117 @@ void UcxChannel::on_read_data(void* request, ucs_status_t status, size_t /*lengt
 }
 
 // ---------------------------------------------------------------------------
+// Notify ring (ucx_ring.h, docs/ucx.md "Notify ring")
+
+namespace {
+// A ring entry may run ahead of the receiver's sequence by the ordered AMs still
+// on their way; anything further is not a sequence number this peer could have sent.
+constexpr uint64_t kMaxSeqAhead = uint64_t{1} << 32;
+}  // namespace
+
+bool UcxChannel::publish_ring(Op* op) {
+  RingHeader* h = tx_ring_->header();
+  const uint64_t head = h->head.load(std::memory_order_acquire);
+  // Full (or a head we never wrote up to): the notify takes the ordered AM, which
+  // the receiver applies after every ring entry before it (one sequence for both).
+  if (tx_tail_ - head >= tx_ring_->slots()) return false;
+  RingSlot* slot = tx_ring_->slot(tx_tail_);
+  op->seq = tx_seq_++;
+  slot->seq = op->seq;
+  slot->key_id = op->key_id;
+  slot->secret = op->key_secret;
+  slot->offset = op->offset;
+  slot->length = op->len;
+  slot->notify = op->notify;
+  // Release: the receiver that sees the new tail sees the slot and the payload
+  // copied before it.
+  h->tail.store(++tx_tail_, std::memory_order_release);
+  // Producer half of the sleep protocol: tail store, full fence, sleepers load. The
+  // consumer increments sleepers, then rereads the tail; one of us sees the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (h->sleepers.load(std::memory_order_seq_cst) != 0) send_ctrl(MsgType::kRingWake, 0, {});
+  return true;
+}
+
+void UcxChannel::ring_error(const std::string& what) {
+  fail(RDMAFLOW_ERROR(
+      Code::kProtocolError, "notify ring", peer_,
+      "peer rank " + std::to_string(peer_) + " published a bad entry in the notify ring: " + what));
+}
+
+bool UcxChannel::poll_ring() {
+  if (rx_ring_ == nullptr || failed_) return false;
+  // Everything read from the ring is the peer's word: indices come from our own head,
+  // the tail is bounds-checked, every entry is checked against the grant table.
+  const uint64_t tail = rx_ring_->header()->tail.load(std::memory_order_acquire);
+  if (tail == rx_head_) return false;
+  const std::shared_ptr<NotifyRing> ring = rx_ring_;  // fail() may drop ours meanwhile
+  RingHeader* h = ring->header();
+  if (tail - rx_head_ > ring->slots()) {
+    ring_error("tail " + std::to_string(tail) + " is not within the " +
+               std::to_string(ring->slots()) + " slots after head " + std::to_string(rx_head_));
+    return true;
+  }
+  const uint64_t start = rx_head_;
+  while (rx_head_ != tail && !failed_) {
+    RingSlot s;
+    std::memcpy(&s, ring->slot(rx_head_), sizeof(s));  // checked as copied
+    if (s.seq != rx_next_) {
+      if (s.seq < rx_next_ || s.seq - rx_next_ > kMaxSeqAhead || rx_held_.count(s.seq)) {
+        ring_error("sequence number " + std::to_string(s.seq) + " (expected " +
+                   std::to_string(rx_next_) + ")");
+        return true;
+      }
+      break;  // an ordered AM before it is still on its way; it resumes the ring
+    }
+    auto g = core_->grants_.find(s.key_id);
+    if (g == core_->grants_.end()) {
+      if (s.key_id == 0 || s.key_id >= core_->next_key_) {
+        ring_error("key id " + std::to_string(s.key_id) + " was never exported here");
+        return true;
+      }
+      // Revoked after the writer checked it: dropped, as a kNotify would be refused.
+      RDMAFLOW_LOG_DEBUG("ucx: rank {}: notify {} for revoked key id {} dropped", peer_, s.notify,
+                         s.key_id);
+    } else if (g->second.secret != s.secret) {
+      ring_error("wrong secret for key id " + std::to_string(s.key_id));
+      return true;
+    } else if (!(s.offset <= g->second.len && s.length <= g->second.len - s.offset)) {
+      ring_error("offset " + std::to_string(s.offset) + " + length " + std::to_string(s.length) +
+                 " exceeds the " + std::to_string(g->second.len) + " bytes granted by key id " +
+                 std::to_string(s.key_id));
+      return true;
+    } else {
+      core_->emit_notify(inbox_, s.notify);  // the tail's acquire: the bytes are in place
+    }
+    ++rx_head_;
+    ++rx_next_;
+    deliver_ready();  // ordered AMs that waited for this entry
+  }
+  if (rx_head_ == start) return false;
+  h->head.store(rx_head_, std::memory_order_release);
+  return true;
+}
+
+bool UcxChannel::ring_deliverable() const {
+  if (rx_ring_ == nullptr || failed_) return false;
+  const uint64_t tail = rx_ring_->header()->tail.load(std::memory_order_seq_cst);
+  if (tail == rx_head_) return false;
+  if (tail - rx_head_ > rx_ring_->slots()) return true;  // poll_ring reports it
+  RingSlot s;
+  std::memcpy(&s, rx_ring_->slot(rx_head_), sizeof(s));
+  // An entry waiting for an earlier ordered AM is not: that AM wakes us when it comes.
+  return !(s.seq > rx_next_ && s.seq - rx_next_ <= kMaxSeqAhead && !rx_held_.count(s.seq));
+}
+
+std::shared_ptr<NotifyRing> notify_ring_for_testing(Channel& channel) {
+  auto* ch = dynamic_cast<UcxChannel*>(&channel);
+  if (ch == nullptr) return nullptr;
+  std::lock_guard<std::mutex> lock(ch->core_->worker_mu_);
+  return ch->tx_ring();
+}
+
+// ---------------------------------------------------------------------------
 // Failure
 
 Status UcxChannel::ucs_error(const char* op, ucs_status_t status) const {
@@ -1092,7 +1240,9 @@ void UcxChannel::fail(const Status& st, Op* linger_on) {
     if (e.rkey != nullptr) rkeys.push_back(e.rkey);
   }
   keys_.clear();
-  maps_.clear();  // views handed out keep their mapping
+  maps_.clear();     // views handed out keep their mapping
+  rx_ring_.reset();  // the core drops the channel from its ring list; sleepers keep theirs
+  tx_ring_.reset();
   if (ep_ != nullptr) {
     core_->retire_ep(ep_, std::move(rkeys), linger_on);
     ep_ = nullptr;

@@ -27,6 +27,7 @@
 
 #include "transport/channel.h"
 #include "transport/ucx/ucx_core.h"
+#include "transport/ucx/ucx_ring.h"
 
 namespace rdmaflow::ucx {
 
@@ -74,6 +75,13 @@ class UcxChannel final : public Channel {
                  uint64_t value = 0, uint64_t length = 0);
   void post_ctrl(const AmHeader& h, std::vector<uint8_t> data);
   void revoked(uint64_t round, const std::vector<uint64_t>& key_ids);
+  // Notify ring (ucx_ring.h), receiving side: delivers the entries that are next in
+  // sequence; true if it delivered something or failed the channel.
+  bool poll_ring();
+  // Before a thread sleeps: true when the ring holds an entry poll_ring would take now.
+  bool ring_deliverable() const;
+  const std::shared_ptr<NotifyRing>& rx_ring() const { return rx_ring_; }
+  const std::shared_ptr<NotifyRing>& tx_ring() const { return tx_ring_; }
   bool dirty = false;      // in the core's dirty list
   bool peer_gone = false;  // the peer process died: its requests will never complete
   int64_t requests_inflight() const { return requests_inflight_; }
@@ -143,6 +151,10 @@ class UcxChannel final : public Channel {
   void deliver(RxItem& item);
   void deliver_ready();
   void protocol_error(const std::string& what);
+  // Publishes op's notify in the peer's ring (after its bytes were copied); false
+  // when the ring is full, which leaves the notify to the ordered kNotify AM.
+  bool publish_ring(Op* op);
+  void ring_error(const std::string& what);
   Status ucs_error(const char* op, ucs_status_t status) const;
   static void on_send(void* request, ucs_status_t status, void* user);
   static void on_flush(void* request, ucs_status_t status, void* user);
@@ -170,6 +182,14 @@ class UcxChannel final : public Channel {
   bool direct_ = false;
   std::unordered_map<uint64_t, Mapping> maps_;  // by the owner's region id
   uint64_t am_writes_inflight_ = 0;             // direct channels: kWrite AMs not yet acknowledged
+  // Notify rings: ours, which the peer publishes into (created when the peer first
+  // asks for a key), and the peer's, which we publish into (mapped from its key reply).
+  std::shared_ptr<NotifyRing> rx_ring_;
+  uint64_t rx_head_ = 0;  // our own copy; the shared head is only ever written from it
+  bool rx_ring_tried_ = false;
+  std::shared_ptr<NotifyRing> tx_ring_;
+  uint64_t tx_tail_ = 0;
+  bool tx_ring_tried_ = false;
   int pidfd_ = -1;
   bool failed_ = false;
   uint32_t remote_id_ = 0;
@@ -197,6 +217,7 @@ class UcxChannel final : public Channel {
   }
 
   friend class UcxCore;
+  friend std::shared_ptr<NotifyRing> notify_ring_for_testing(Channel& channel);
 };
 
 }  // namespace rdmaflow::ucx

@@ -15,6 +15,7 @@
 #include "allocator/env.h"
 #include "allocator/log.h"
 #include "transport/ucx/ucx_channel.h"
+#include "transport/ucx/ucx_ring.h"
 #include "transport/ucx/ucx_shm.h"
 
 namespace rdmaflow::ucx {
@@ -98,6 +99,12 @@ Result<Options> load_options() {
     return bad_knob("RDMAFLOW_UCX_SPIN_YIELD", std::to_string(spin_yield), ">= 0");
   }
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t direct, env_int("RDMAFLOW_UCX_DIRECT", 1));
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t ring, env_int("RDMAFLOW_UCX_NOTIFY_RING", 1));
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t ring_slots, env_int("RDMAFLOW_UCX_NOTIFY_RING_SLOTS", 1024));
+  if (ring_slots < 1 || ring_slots > NotifyRing::kMaxSlots) {
+    return bad_knob("RDMAFLOW_UCX_NOTIFY_RING_SLOTS", std::to_string(ring_slots),
+                    "between 1 and 1048576");
+  }
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t wait_spin, env_int("RDMAFLOW_UCX_WAIT_SPIN_US", 50));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t progress_spin, env_int("RDMAFLOW_UCX_PROGRESS_SPIN_US", 20));
   if (eager < 0) return bad_knob("RDMAFLOW_UCX_EAGER_MAX", std::to_string(eager), ">= 0");
@@ -111,6 +118,8 @@ Result<Options> load_options() {
   o.wait_block = wait_block != 0;
   o.spin_yield = static_cast<uint32_t>(spin_yield);
   o.direct = direct != 0;
+  o.notify_ring = ring != 0;
+  o.ring_slots = static_cast<uint32_t>(ring_slots);
   o.wait_spin = std::chrono::microseconds(wait_spin);
   o.progress_spin = std::chrono::microseconds(progress_spin);
   return o;
@@ -297,6 +306,7 @@ void UcxCore::shutdown() {
   }
   // Breaks the channel <-> core reference cycle; users may still hold channels,
   // whose operations now fail with kCancelled.
+  ring_channels_.clear();
   channels_.clear();
   std::lock_guard<std::mutex> l(ctl_mu_);
   accepted_.clear();
@@ -511,7 +521,11 @@ void UcxCore::submit(Op* op) {
   // (the worker's event fd) - so the common small write costs no syscall here.
   if (needs_progress || !posted) {
     if (busy_waiters_.load(std::memory_order_seq_cst) == 0) {
-      kick();
+      // A progress thread backing off (a waiter drove a moment ago) polls again within
+      // kScanPeriod and runs what we queued; the issuing thread usually waits next and
+      // runs it first. Waking it would cost a syscall and a context switch per op (a
+      // ring-notified write completes right here).
+      if (!posted || pt_state_.load(std::memory_order_seq_cst) != kPtBackoff) kick();
     } else {
       wake_blocked_waiter();  // it may be the only one driving progress
     }
@@ -544,6 +558,7 @@ bool UcxCore::pass_locked() {
   bool did = false;
   drain_submissions_locked();
   for (int i = 0; i < 64 && ucp_worker_progress(worker_) != 0; ++i) did = true;
+  if (poll_rings_locked()) did = true;
   if (!hellos_.empty()) {
     handle_hellos_locked();
     did = true;
@@ -610,6 +625,43 @@ bool UcxCore::pass_locked() {
     did = true;
   }
   return did;
+}
+
+bool UcxCore::poll_rings_locked() {
+  bool did = false;
+  for (size_t i = 0; i < ring_channels_.size();) {
+    UcxChannel* ch = ring_channels_[i];
+    if (ch->rx_ring() == nullptr) {  // failed
+      ring_channels_[i] = ring_channels_.back();
+      ring_channels_.pop_back();
+      continue;
+    }
+    if (ch->poll_ring()) did = true;
+    ++i;
+  }
+  return did;
+}
+
+bool UcxCore::arm_rings_locked(std::vector<std::shared_ptr<NotifyRing>>& armed) {
+  for (UcxChannel* ch : ring_channels_) {
+    if (ch->rx_ring() == nullptr) continue;
+    ch->rx_ring()->header()->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    armed.push_back(ch->rx_ring());
+  }
+  // The producer stores its tail, fences, then loads sleepers: after our increment,
+  // either we see its entry here or it sees us and sends a wake-up message.
+  for (UcxChannel* ch : ring_channels_) {
+    if (ch->ring_deliverable()) {
+      disarm_rings(armed);
+      return false;
+    }
+  }
+  return true;
+}
+
+void UcxCore::disarm_rings(std::vector<std::shared_ptr<NotifyRing>>& armed) {
+  for (auto& r : armed) r->header()->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  armed.clear();
 }
 
 bool UcxCore::progress_once(bool* did) {
@@ -747,6 +799,7 @@ void UcxCore::progress_thread() {
         continue;
       }
       if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;
+      if (!arm_rings_locked(pt_armed_)) continue;
       if (active_head_) {
         Clock::time_point earliest = Clock::time_point::max();
         for (Op* op = active_head_; op; op = op->next) earliest = std::min(earliest, op->deadline);
@@ -764,6 +817,7 @@ void UcxCore::progress_thread() {
       epoll_event evs[4];
       ::epoll_wait(sleep_ep_, evs, 4, timeout_ms);
     }
+    disarm_rings(pt_armed_);
     pt_state_.store(kPtRunning, std::memory_order_seq_cst);
     poll_control(0);
     next_control = Clock::now() + kScanPeriod;
@@ -829,6 +883,7 @@ bool UcxCore::drive_blocking(const std::function<bool()>& ready, Clock::time_poi
       if (stopped()) break;
       did = pass_locked();
       if (!did && ucp_worker_arm(worker_) == UCS_ERR_BUSY) did = true;
+      if (!did && !arm_rings_locked(waiter_armed_)) did = true;
       if (!did) {
         Clock::time_point wake = std::min(deadline, now + std::chrono::milliseconds(kMaxSleepMs));
         for (Op* op = active_head_; op; op = op->next) wake = std::min(wake, op->deadline);
@@ -846,6 +901,7 @@ bool UcxCore::drive_blocking(const std::function<bool()>& ready, Clock::time_poi
       epoll_event evs[4];
       ::epoll_wait(waiter_ep_, evs, 4, timeout_ms);
     }
+    disarm_rings(waiter_armed_);
     blocking_sleeping_.store(false, std::memory_order_seq_cst);
     uint64_t v;
     while (::read(waiter_fd_, &v, sizeof(v)) == sizeof(v)) {
@@ -1287,6 +1343,9 @@ Status UcxCore::revoke_grants(std::vector<uint64_t> key_ids, const char* op) {
   {
     std::lock_guard<std::mutex> lock(worker_mu_);
     if (stopped()) return Status::ok();
+    // Notifies already published in our rings were checked by their writers against
+    // the grants still valid: deliver them before the grants go.
+    poll_rings_locked();
     std::map<uint32_t, std::vector<uint64_t>> per_channel;
     for (uint64_t id : key_ids) {
       auto it = grants_.find(id);

@@ -38,6 +38,7 @@
 #include "transport/remote_key.h"
 #include "transport/transport.h"
 #include "transport/ucx/ucx_address.h"
+#include "transport/ucx/ucx_ring.h"
 #include "transport/ucx/ucx_shm.h"
 #include "transport/ucx/ucx_wire.h"
 
@@ -53,9 +54,11 @@ struct Options {
   ErrMode err_mode = ErrMode::kAuto;
   uint64_t eager_max = 8192;  // rma path: writes up to this size travel as an AM
   bool direct = true;         // same-host peers: memcpy through a shared mapping (ucx_shm.h)
-  bool busy_poll = false;     // waiters drive progress until their deadline
-  bool wait_block = true;     // after spinning, a waiter sleeps on the worker's event fd itself
-  uint32_t spin_yield = 16;   // spinning waiters call sched_yield every this many polls (0: never)
+  bool notify_ring = true;    // direct channels: notifies travel in a shared ring (ucx_ring.h)
+  uint32_t ring_slots = 1024;
+  bool busy_poll = false;    // waiters drive progress until their deadline
+  bool wait_block = true;    // after spinning, a waiter sleeps on the worker's event fd itself
+  uint32_t spin_yield = 16;  // spinning waiters call sched_yield every this many polls (0: never)
   Clock::duration wait_spin = std::chrono::microseconds(50);      // ... or this long
   Clock::duration progress_spin = std::chrono::microseconds(20);  // before the thread sleeps
 };
@@ -224,6 +227,13 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   // another one already is (this one then sleeps on its condition variable).
   bool drive_blocking(const std::function<bool()>& ready, Clock::time_point deadline);
   void wake_blocked_waiter();  // if a waiter sleeps in drive_blocking, wakes it
+  // Before a thread sleeps on the worker's event fd (worker_mu_ held): counts it as
+  // a sleeper of every notify ring, then rechecks the rings (consumer half of the
+  // ring's wake-up protocol). False, with `armed` empty again: an entry is waiting,
+  // do not sleep. After sleeping, disarm_rings(armed).
+  bool arm_rings_locked(std::vector<std::shared_ptr<NotifyRing>>& armed);
+  static void disarm_rings(std::vector<std::shared_ptr<NotifyRing>>& armed);
+  bool poll_rings_locked();
   void scan_timeouts_locked(Clock::time_point now);
   // Control-plane wait (connect, accept, revoke) on ctl_cv_; drives progress itself when
   // nobody else can (called from a callback, or after the progress thread stopped).
@@ -277,7 +287,10 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   bool request_posted_ = false;
   std::vector<Event> events_;
   std::vector<UcxChannel*> dirty_;
-  std::vector<std::shared_ptr<UcxChannel>> channels_;  // index = channel id - 1
+  std::vector<UcxChannel*> ring_channels_;                 // channels with a notify ring we consume
+  std::vector<std::shared_ptr<NotifyRing>> pt_armed_;      // the progress thread's, asleep
+  std::vector<std::shared_ptr<NotifyRing>> waiter_armed_;  // drive_blocking's, asleep
+  std::vector<std::shared_ptr<UcxChannel>> channels_;      // index = channel id - 1
   std::vector<Hello> hellos_;
   std::vector<ToClose> to_close_;
   std::vector<Closing> closing_;
@@ -312,6 +325,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   std::map<int, std::deque<std::shared_ptr<UcxChannel>>> accepted_;
 
   friend class UcxChannel;
+  friend std::shared_ptr<NotifyRing> notify_ring_for_testing(Channel& channel);
 };
 
 }  // namespace rdmaflow::ucx

@@ -31,10 +31,11 @@ enum class MsgType : uint8_t {
   kKeyQuery = 9,    // id: key id, secret. "May I put/get with this key?"
   kKeyReply = 10,   // id: key id. code, value = grant address, length = grant length,
                     // secret = rkey checksum; data = reason when refused, else (same-host
-                    // peers, shared region) a DirectInfo.
+                    // peers, shared region) a DirectInfo (with the owner's notify ring).
   kRevoke = 11,     // id: revocation round. data: u64 key ids no longer valid.
   kRevokeAck = 12,  // id: revocation round. Sent after every put/get with those keys completed.
   kBye = 13,        // the peer closed this channel.
+  kRingWake = 14,   // a notify was published in the receiver's ring while it slept.
 };
 
 constexpr uint8_t kFlagNotify = 1;
@@ -65,8 +66,11 @@ struct DirectInfo {
   uint64_t length = 0;  // the region's length
   int32_t fd = -1;      // the memfd, a descriptor of the owner process
   uint32_t reserved = 0;
+  // The owner's notify ring for this channel (ucx_ring.h), -1 / 0 when it has none.
+  int32_t ring_fd = -1;
+  uint32_t ring_slots = 0;
 };
-static_assert(sizeof(DirectInfo) == 40, "DirectInfo is part of the wire format");
+static_assert(sizeof(DirectInfo) == 48, "DirectInfo is part of the wire format");
 
 // A refused ordered operation, reported back in kAck.
 struct Refusal {
