@@ -106,6 +106,12 @@ Status Inbox::wait_notify_value(uint64_t value, Millis timeout) {
 }
 
 std::optional<uint64_t> Inbox::poll_notify() {
+  std::shared_ptr<WaitDriver> driver;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (notifies_.empty()) driver = driver_;
+  }
+  if (driver) driver->poll();  // no lock held: it may deliver into this inbox
   std::lock_guard<std::mutex> lock(mu_);
   if (notifies_.empty()) return std::nullopt;
   uint64_t v = notifies_.front();

@@ -42,6 +42,10 @@ class WaitDriver {
   // held; `ready` may lock the waited-on object.
   virtual bool drive(const std::function<bool()>& ready,
                      std::chrono::steady_clock::time_point deadline) = 0;
+  // One non-blocking round of progress on the calling thread, for pollers
+  // (Inbox::poll_notify with nothing queued): a thread that spins on a poll
+  // then makes progress itself instead of waiting for the backend's thread.
+  virtual void poll() {}
 };
 
 // Lets waits on `done` drive `driver`, when `done` came from Completion::callback()
@@ -62,6 +66,8 @@ class Inbox {
   // A specific notify value (removes one occurrence), for consumers that match
   // notifications by id (transfers, collective tags).
   Status wait_notify_value(uint64_t value, Millis timeout);
+  // Oldest notify value if one arrived, without waiting (one round of the wait
+  // driver's progress first when none is queued).
   std::optional<uint64_t> poll_notify();
   Result<std::vector<uint8_t>> recv_message(Millis timeout);
 

@@ -865,6 +865,12 @@ bool UcxCore::drive(const std::function<bool()>& ready, Clock::time_point deadli
   return ok;
 }
 
+void UcxCore::poll() {
+  if (stopped()) return;
+  progress_once(nullptr);
+  dispatch();
+}
+
 bool UcxCore::drive_blocking(const std::function<bool()>& ready, Clock::time_point deadline) {
   if (blocking_taken_.exchange(true, std::memory_order_seq_cst)) return false;
   bool ok = false;

@@ -122,6 +122,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
 
   // ---- WaitDriver ----
   bool drive(const std::function<bool()>& ready, Clock::time_point deadline) override;
+  void poll() override;
 
   // ---- for channels: issuing threads ----
   const Options& options() const { return options_; }
