@@ -10,7 +10,9 @@ size_t temp_elems(const CollArgs& a, Algorithm algo) {
   const size_t n = static_cast<size_t>(a.world);
   switch (a.kind) {
     case CollectiveKind::kAllreduce:
-      return algo == Algorithm::kRecursiveDoubling ? a.count : 0;
+      return algo == Algorithm::kRecursiveDoubling || (algo == Algorithm::kDirect && a.in == a.out)
+                 ? a.count
+                 : 0;
     case CollectiveKind::kReduceScatter:
       return (algo == Algorithm::kRecursiveDoubling ? 2 : 1) * n * a.count;
     case CollectiveKind::kReduce:
@@ -36,6 +38,7 @@ Status build_program(const CollArgs& a, Algorithm algo, Program& p) {
       if (algo == A::kDoubleBinaryTree) return dbtree_allreduce(a, p), Status::ok();
       if (algo == A::kRabenseifner) return rabenseifner_allreduce(a, p), Status::ok();
       if (algo == A::kRecursiveDoubling) return rd_allreduce(a, p), Status::ok();
+      if (algo == A::kDirect) return direct_allreduce(a, p), Status::ok();
       break;
     case K::kReduceScatter:
       if (algo == A::kRing) return ring_reduce_scatter(a, p), Status::ok();

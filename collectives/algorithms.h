@@ -66,6 +66,7 @@ void rd_allgather(const CollArgs& a, Program& p);
 void rd_reduce_scatter(const CollArgs& a, Program& p);
 
 void direct_allgather(const CollArgs& a, Program& p);
+void direct_allreduce(const CollArgs& a, Program& p);  // direct.cc
 void pairwise_alltoall(const CollArgs& a, Program& p);
 void dissemination_barrier(const CollArgs& a, Program& p);
 

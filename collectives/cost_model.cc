@@ -11,8 +11,11 @@ namespace rdmaflow {
 
 std::string CostParams::to_string() const {
   char buf[160];
-  std::snprintf(buf, sizeof(buf), "alpha=%.2fus beta=%.3fns/B (%.2f GB/s) gamma=%.3fns/B",
-                alpha * 1e6, beta * 1e9, beta > 0 ? 1e-9 / beta : 0.0, gamma * 1e9);
+  int len = std::snprintf(buf, sizeof(buf), "alpha=%.2fus beta=%.3fns/B (%.2f GB/s) gamma=%.3fns/B",
+                          alpha * 1e6, beta * 1e9, beta > 0 ? 1e-9 / beta : 0.0, gamma * 1e9);
+  if (round > 0 && len > 0 && static_cast<size_t>(len) < sizeof(buf)) {
+    std::snprintf(buf + len, sizeof(buf) - static_cast<size_t>(len), " round=%.1fus", round * 1e6);
+  }
   return buf;
 }
 
@@ -26,11 +29,47 @@ std::vector<Algorithm> algorithms_for(CollectiveKind kind) {
   return out;
 }
 
+double CostModel::rounds(CollectiveKind kind, Algorithm algo) const {
+  if (world_ <= 1) return 0;
+  const double n = world_;
+  const double lgp = std::log2(floor_pow2(world_));
+  const double lg = ceil_log2(world_);
+  const double fold = floor_pow2(world_) != world_ ? 2 : 0;
+  using K = CollectiveKind;
+  using A = Algorithm;
+  switch (algo) {
+    case A::kRing:
+      if (kind == K::kAllreduce) return 2 * (n - 1);
+      return kind == K::kReduce ? n : n - 1;
+    case A::kTree:
+    case A::kDoubleBinaryTree:
+      return kind == K::kAllreduce || kind == K::kBarrier ? 2 * lg : lg;
+    case A::kRabenseifner:
+      return (kind == K::kAllreduce ? 2 * lgp : kind == K::kReduce ? lgp + 1 : lgp) + fold;
+    case A::kRecursiveDoubling:
+      return lgp + fold;
+    case A::kPairwise:
+      return n - 1;
+    case A::kDissemination:
+      return lg;
+    case A::kDirect:
+      return 1;
+    case A::kAuto:
+      return 0;
+  }
+  return 0;
+}
+
 double CostModel::cost(CollectiveKind kind, Algorithm algo, size_t bytes) const {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   if (!algorithm_supports(algo, kind) || algo == Algorithm::kAuto) return kInf;
-  const double n = world_;
   if (world_ <= 1) return 0;
+  return p_.round * rounds(kind, algo) + wire_cost(kind, algo, bytes);
+}
+
+double CostModel::wire_cost(CollectiveKind kind, Algorithm algo, size_t bytes) const {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const double n = world_;
   const double m = static_cast<double>(bytes);
   const double a = p_.alpha, b = p_.beta, g = p_.gamma;
   const int pof2 = floor_pow2(world_);
@@ -57,6 +96,8 @@ double CostModel::cost(CollectiveKind kind, Algorithm algo, size_t bytes) const 
           return 2 * lg * (a + std::min(m, k) * b) + 2 * lg * m * b + lg * m * g;
         case A::kDoubleBinaryTree:
           return 2 * lg * (a + std::min(m / 2, k) * b) + 2 * m * b + m * g + pieces(m / 2) * a;
+        case A::kDirect:  // one round of n - 1 concurrent messages, like the direct allgather
+          return a + (n - 1) * (pieces(m) * 0.5 * a + m * (b + g));
         default:
           return kInf;
       }

@@ -18,6 +18,10 @@ struct CostParams {
   double alpha = 10e-6;    // s per message
   double beta = 0.5e-9;    // s per byte
   double gamma = 0.25e-9;  // s per byte reduced
+  // s per dependent round beyond alpha: on an oversubscribed host a rank that
+  // waits for its partner waits for the partner to be scheduled, once per
+  // round, so fewer rounds beat fewer messages there. 0 when every rank has a core.
+  double round = 0;
   size_t piece_bytes = 512 * 1024;
   std::string to_string() const;
 };
@@ -27,6 +31,8 @@ class CostModel {
   CostModel() = default;
   CostModel(int world, CostParams params) : world_(world), p_(params) {}
 
+  // Dependent rounds of `algo` for `kind` (a rank waits for a partner once per round).
+  double rounds(CollectiveKind kind, Algorithm algo) const;
   // Estimated seconds of `algo` for a call moving `bytes` (the bytes of the
   // largest buffer of the call); +inf when the algorithm does not implement the
   // collective.
@@ -37,6 +43,8 @@ class CostModel {
   int world() const { return world_; }
 
  private:
+  double wire_cost(CollectiveKind kind, Algorithm algo, size_t bytes) const;
+
   int world_ = 1;
   CostParams p_;
 };

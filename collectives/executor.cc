@@ -207,6 +207,11 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
           started = true;
           finish(i);
           break;
+        case ItemKind::kReduce:
+          reduce_buffers(program.type(), program.op(), it.dst, it.dst, it.src, it.elems);
+          started = true;
+          finish(i);
+          break;
       }
       if (started) {
         progressed = true;

@@ -1,7 +1,5 @@
-// Direct exchanges: pairwise alltoall (at step s, send to rank+s and receive
-// from rank-s, so every rank has one partner in each direction per step) and
-// the direct allgather (every rank writes its block to every other rank at
-// once; fine for small blocks and small worlds).
+// Pairwise alltoall: at step s, send to rank+s and receive from rank-s, so
+// every rank has one partner in each direction per step.
 #include "collectives/algorithms.h"
 
 namespace rdmaflow {
@@ -21,17 +19,6 @@ void pairwise_alltoall(const CollArgs& a, Program& p) {
     p.send(to, in + to * c * a.es(), c);
     p.recv(from, a.out_at(from * c), c);
     p.next_step();
-  }
-}
-
-void direct_allgather(const CollArgs& a, Program& p) {
-  const int n = a.world, r = a.rank;
-  const size_t c = a.count;
-  p.copy(a.out_at(r * c), a.in, c);
-  for (int s = 1; s < n; ++s) p.send((r + s) % n, a.in, c);
-  for (int s = 1; s < n; ++s) {
-    const int from = (r - s + n) % n;
-    p.recv(from, a.out_at(from * c), c);
   }
 }
 

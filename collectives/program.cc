@@ -80,6 +80,16 @@ void Program::scale(void* dst, size_t elems) {
   add(it);
 }
 
+void Program::reduce(void* dst, const void* src, size_t elems) {
+  if (elems == 0) return;
+  Item it;
+  it.kind = ItemKind::kReduce;
+  it.dst = static_cast<std::byte*>(dst);
+  it.src = static_cast<const std::byte*>(src);
+  it.elems = elems;
+  add(it);
+}
+
 namespace {
 
 struct Access {
@@ -116,6 +126,13 @@ void Program::finalize() {
         writes[i] = {it.dst, it.dst + bytes};
         reads[i] = writes[i];
         break;
+      case ItemKind::kReduce:
+        // Reads src and dst; the hazard check needs one read range, so take
+        // their hull (conservative: at worst an extra dependency).
+        writes[i] = {it.dst, it.dst + bytes};
+        reads[i] = {std::min<const std::byte*>(it.dst, it.src),
+                    std::max<const std::byte*>(it.dst + bytes, it.src + bytes)};
+        break;
     }
   }
   deps_.assign(n, {});
@@ -148,6 +165,9 @@ std::string Program::describe() const {
         break;
       case ItemKind::kScale:
         os << "scale " << it.elems;
+        break;
+      case ItemKind::kReduce:
+        os << "reduce " << it.elems;
         break;
     }
     if (!deps_.empty() && !deps_[i].empty()) {

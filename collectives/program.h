@@ -5,6 +5,7 @@
 //   recv(peer, dst, n)                wait for the notify, copy the slot into dst
 //   recv_reduce(peer, dst, a, n)      wait for the notify, dst = a (op) slot
 //   copy(dst, src, n), scale(dst, n)  local work (scale finishes kAvg)
+//   reduce(dst, src, n)               local work: dst = dst (op) src
 //
 // Algorithms (ring.cc, binomial_tree.cc, ...) emit these calls in the order the
 // paper's pseudocode would execute them with blocking operations. Messages are
@@ -30,7 +31,7 @@
 
 namespace rdmaflow {
 
-enum class ItemKind : uint8_t { kSend, kRecv, kCopy, kScale };
+enum class ItemKind : uint8_t { kSend, kRecv, kCopy, kScale, kReduce };
 
 struct Item {
   ItemKind kind = ItemKind::kSend;
@@ -38,8 +39,8 @@ struct Item {
   int peer = -1;                   // kSend / kRecv
   uint32_t step = 0;               // algorithm step (for messages and debugging)
   uint64_t ordinal = 0;            // k-th piece sent to / received from `peer`
-  const std::byte* src = nullptr;  // kSend: source; kRecv+reduce: operand; kCopy: source
-  std::byte* dst = nullptr;        // kRecv / kCopy / kScale: destination
+  const std::byte* src = nullptr;  // kSend: source; kRecv+reduce: operand; kCopy, kReduce: source
+  std::byte* dst = nullptr;        // kRecv / kCopy / kScale / kReduce: destination
   size_t elems = 0;
 };
 
@@ -53,7 +54,8 @@ class Program {
   // dst = operand (op) incoming. `operand` may equal dst.
   void recv_reduce(int peer, void* dst, const void* operand, size_t elems);
   void copy(void* dst, const void* src, size_t elems);
-  void scale(void* dst, size_t elems);  // dst /= world (finishes kAvg)
+  void scale(void* dst, size_t elems);                    // dst /= world (finishes kAvg)
+  void reduce(void* dst, const void* src, size_t elems);  // dst = dst (op) src
   // Marks the start of the next algorithm step (only labels items).
   void next_step() { ++step_; }
 

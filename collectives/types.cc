@@ -129,7 +129,7 @@ bool algorithm_supports(Algorithm algo, CollectiveKind kind) {
     case Algorithm::kDissemination:
       return kind == K::kBarrier;
     case Algorithm::kDirect:
-      return kind == K::kAllgather;
+      return kind == K::kAllgather || kind == K::kAllreduce;
   }
   return false;
 }

@@ -51,7 +51,7 @@ enum class Algorithm : uint8_t {
   kRecursiveDoubling,  // log2(n) full-size exchanges, for tiny messages
   kPairwise,           // alltoall: n-1 pairwise exchange steps
   kDissemination,      // barrier: ceil(log2 n) rounds of zero-payload notifies
-  kDirect,             // allgather: every rank writes its block to every other at once
+  kDirect,             // allgather, allreduce: every rank writes its block to every other at once
 };
 
 // "auto", "ring", "tree", "dbtree", "rabenseifner", "rd", "pairwise",

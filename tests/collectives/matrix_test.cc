@@ -34,6 +34,7 @@ const AlgoOf kAlgos[] = {
     {CollectiveKind::kAllreduce, Algorithm::kDoubleBinaryTree},
     {CollectiveKind::kAllreduce, Algorithm::kRabenseifner},
     {CollectiveKind::kAllreduce, Algorithm::kRecursiveDoubling},
+    {CollectiveKind::kAllreduce, Algorithm::kDirect},
     {CollectiveKind::kReduceScatter, Algorithm::kRing},
     {CollectiveKind::kReduceScatter, Algorithm::kRabenseifner},
     {CollectiveKind::kReduceScatter, Algorithm::kRecursiveDoubling},

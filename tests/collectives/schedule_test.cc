@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "collectives/algorithms.h"
+#include "collectives/cost_model.h"
 #include "collectives/reduce_kernels.h"
 #include "collectives/topology.h"
 #include "tests/collectives/reference.h"
@@ -160,6 +161,10 @@ std::string simulate(CollectiveKind kind, Algorithm algo, DataType t, ReduceOp o
         scale_average(t, it.dst, it.elems, world);
         finish(r, i);
         break;
+      case ItemKind::kReduce:
+        reduce_buffers(t, op, it.dst, it.dst, it.src, it.elems);
+        finish(r, i);
+        break;
     }
   }
   for (int r = 0; r < world; ++r) {
@@ -194,6 +199,7 @@ const AlgoCase kCases[] = {
     {CollectiveKind::kAllreduce, Algorithm::kDoubleBinaryTree},
     {CollectiveKind::kAllreduce, Algorithm::kRabenseifner},
     {CollectiveKind::kAllreduce, Algorithm::kRecursiveDoubling},
+    {CollectiveKind::kAllreduce, Algorithm::kDirect},
     {CollectiveKind::kReduceScatter, Algorithm::kRing},
     {CollectiveKind::kReduceScatter, Algorithm::kRabenseifner},
     {CollectiveKind::kReduceScatter, Algorithm::kRecursiveDoubling},
@@ -310,6 +316,36 @@ TEST(Topology, FoldPairsTheFirstRanks) {
     }
     EXPECT_EQ(active, floor_pow2(n));
   }
+}
+
+// The model's choices where they are meant to differ: tiny allreduces take the
+// fewest messages when every rank has a core, and the fewest dependent rounds
+// when the host is oversubscribed (a reschedule per round); large ones move the
+// fewest bytes either way.
+TEST(CostModel, RoundsDecideTinyAllreduceOnACrowdedHost) {
+  CostParams fast;
+  fast.alpha = 1e-6;
+  fast.beta = 0.2e-9;
+  fast.gamma = 0.02e-9;
+  CostParams crowded = fast;
+  crowded.round = 5e-6;
+  const CostModel four(4, fast), four_crowded(4, crowded);
+  EXPECT_EQ(four.choose(CollectiveKind::kAllreduce, 8), Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(four_crowded.choose(CollectiveKind::kAllreduce, 8), Algorithm::kDirect);
+  EXPECT_EQ(four_crowded.choose(CollectiveKind::kAllgather, 32), Algorithm::kDirect);
+  // Odd worlds: one round beats folding in and out.
+  EXPECT_EQ(CostModel(3, fast).choose(CollectiveKind::kAllreduce, 8), Algorithm::kDirect);
+  EXPECT_EQ(CostModel(2, fast).choose(CollectiveKind::kAllreduce, 8),
+            Algorithm::kRecursiveDoubling);
+  for (const CostModel* m : {&four, &four_crowded}) {
+    const Algorithm big = m->choose(CollectiveKind::kAllreduce, size_t{64} << 20);
+    EXPECT_TRUE(big == Algorithm::kRing || big == Algorithm::kRabenseifner) << algorithm_name(big);
+    EXPECT_EQ(m->rounds(CollectiveKind::kAllreduce, Algorithm::kDirect), 1);
+    EXPECT_EQ(m->rounds(CollectiveKind::kAllreduce, Algorithm::kRecursiveDoubling), 2);
+    EXPECT_EQ(m->rounds(CollectiveKind::kAllreduce, Algorithm::kRing), 6);
+  }
+  EXPECT_EQ(CostModel(5, fast).rounds(CollectiveKind::kAllreduce, Algorithm::kRecursiveDoubling),
+            4);
 }
 
 }  // namespace

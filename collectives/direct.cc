@@ -1,0 +1,51 @@
+// Direct exchanges, one round: every rank writes its whole input to every
+// other rank at once and waits for theirs. n - 1 messages per rank instead of
+// log2(n) rounds, so only for small buffers and small worlds; the case for it is
+// an oversubscribed host, where each dependent round costs a reschedule of the
+// partner (docs/benchmarks.md, "Collectives").
+//
+//   allgather: the blocks land in place in out.
+//   allreduce: the contributions are combined in rank order,
+//              ((x0 op x1) op x2) ..., so every rank computes the same bits.
+#include "collectives/algorithms.h"
+
+namespace rdmaflow {
+
+void direct_allgather(const CollArgs& a, Program& p) {
+  const int n = a.world, r = a.rank;
+  const size_t c = a.count;
+  p.copy(a.out_at(r * c), a.in, c);
+  for (int s = 1; s < n; ++s) p.send((r + s) % n, a.in, c);
+  for (int s = 1; s < n; ++s) {
+    const int from = (r - s + n) % n;
+    p.recv(from, a.out_at(from * c), c);
+  }
+}
+
+void direct_allreduce(const CollArgs& a, Program& p) {
+  const int n = a.world, r = a.rank;
+  const size_t c = a.count;
+  if (n == 1) return p.copy(a.out, a.in, c);
+  // In place, out is the accumulator, so the own contribution is kept in tmp.
+  const std::byte* own = a.in;
+  if (a.in == a.out) {
+    p.copy(a.tmp, a.in, c);
+    own = a.tmp;
+  }
+  for (int s = 1; s < n; ++s) p.send((r + s) % n, own, c);
+  if (r == 0) {
+    p.copy(a.out, own, c);
+  } else {
+    p.recv(0, a.out, c);
+  }
+  for (int j = 1; j < n; ++j) {
+    if (j == r) {
+      p.reduce(a.out, own, c);
+    } else {
+      p.recv_reduce(j, a.out, a.out, c);
+    }
+  }
+  if (a.op == ReduceOp::kAvg) p.scale(a.out, c);
+}
+
+}  // namespace rdmaflow
