@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -47,8 +48,8 @@ struct Communicator::Call {
   int lane = 0;
   uint64_t ticket = 0;
   Clock::time_point deadline;
-  std::string what;  // "allreduce[ring]"
-  std::shared_ptr<detail::OpState> state = std::make_shared<detail::OpState>();
+  const std::string* what = nullptr;       // "allreduce[ring]", from call_label()
+  std::shared_ptr<detail::OpState> state;  // start() only: what the Request waits on
 };
 
 struct Communicator::Lane {
@@ -361,12 +362,31 @@ Result<Algorithm> Communicator::select(CollectiveKind kind, size_t count, DataTy
   return algo;
 }
 
-Result<std::shared_ptr<Communicator::Call>> Communicator::prepare(CollectiveKind kind,
-                                                                  const void* in, void* out,
-                                                                  size_t count, DataType type,
-                                                                  ReduceOp op, int root,
-                                                                  const CallOptions& options) {
-  const std::string name(collective_name(kind));
+namespace {
+
+// "allreduce[ring]" for every pair, built once: a call's label costs no allocation.
+const std::string& call_label(CollectiveKind kind, Algorithm algo) {
+  constexpr size_t kKinds = std::size(kAllCollectives), kAlgos = 16;
+  static const auto* labels = [] {
+    auto* t = new std::array<std::array<std::string, kAlgos>, kKinds>();
+    for (CollectiveKind k : kAllCollectives) {
+      for (size_t a = 0; a < kAlgos; ++a) {
+        (*t)[static_cast<size_t>(k)][a] = std::string(collective_name(k)) + "[" +
+                                          std::string(algorithm_name(static_cast<Algorithm>(a))) +
+                                          "]";
+      }
+    }
+    return t;
+  }();
+  return (*labels)[static_cast<size_t>(kind)][static_cast<size_t>(algo) % kAlgos];
+}
+
+}  // namespace
+
+Status Communicator::prepare(Call& call, CollectiveKind kind, const void* in, void* out,
+                             size_t count, DataType type, ReduceOp op, int root,
+                             const CallOptions& options) {
+  const std::string_view name = collective_name(kind);
   const bool reduces = kind == CollectiveKind::kAllreduce ||
                        kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kReduce;
   const bool rooted = kind == CollectiveKind::kBroadcast || kind == CollectiveKind::kReduce;
@@ -377,28 +397,27 @@ Result<std::shared_ptr<Communicator::Call>> Communicator::prepare(CollectiveKind
     out = nullptr;
   }
   if (reduces && !reducible_dtype(type)) {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, name, -1,
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, std::string(name), -1,
                           "cannot reduce elements of type " + std::string(dtype_name(type)));
   }
   if (rooted && (root < 0 || root >= world_)) {
     return RDMAFLOW_ERROR(
-        Code::kInvalidArgument, name, -1,
+        Code::kInvalidArgument, std::string(name), -1,
         "root " + std::to_string(root) + " outside world of " + std::to_string(world_));
   }
   const size_t es = dtype_size(type);
   if (count > (SIZE_MAX / es) / static_cast<size_t>(world_)) {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, name, -1, "count too large");
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, std::string(name), -1, "count too large");
   }
   if (kind != CollectiveKind::kBarrier && count > 0) {
     const bool root_only_out = kind == CollectiveKind::kReduce && rank_ != root;
     const bool root_only_in = kind == CollectiveKind::kBroadcast && rank_ != root;
     if ((in == nullptr && !root_only_in) || (out == nullptr && !root_only_out)) {
-      return RDMAFLOW_ERROR(Code::kInvalidArgument, name, -1, "null buffer");
+      return RDMAFLOW_ERROR(Code::kInvalidArgument, std::string(name), -1, "null buffer");
     }
   }
   RDMAFLOW_ASSIGN_OR_RETURN(Algorithm algo, select(kind, count, type, options));
-  auto call = std::make_shared<Call>();
-  CollArgs& a = call->args;
+  CollArgs& a = call.args;
   a.kind = kind;
   a.in = static_cast<const std::byte*>(in);
   a.out = static_cast<std::byte*>(out);
@@ -409,14 +428,11 @@ Result<std::shared_ptr<Communicator::Call>> Communicator::prepare(CollectiveKind
   a.rank = rank_;
   a.world = world_;
   if (kind == CollectiveKind::kBroadcast && a.in == nullptr) a.in = a.out;
-  call->algo = algo;
+  call.algo = algo;
   const uint64_t seq = calls_.fetch_add(1);
-  call->lane = static_cast<int>(options.tag.value_or(seq) % lanes_.size());
-  call->deadline = Clock::now() + options.timeout.value_or(*options_.timeout);
-  call->what = name + "[" + std::string(algorithm_name(algo)) + "]";
-  call->state->algorithm = algo;
-  call->state->kind = kind;
-  call->state->deadline = call->deadline;
+  call.lane = static_cast<int>(options.tag.value_or(seq) % lanes_.size());
+  call.deadline = Clock::now() + options.timeout.value_or(*options_.timeout);
+  call.what = &call_label(kind, algo);
 
   // Piece size: a quarter of a rank's share, between 32 KiB and a slot.
   const size_t slot = fabric_->config().slot_bytes;
@@ -432,22 +448,20 @@ Result<std::shared_ptr<Communicator::Call>> Communicator::prepare(CollectiveKind
                                std::min<size_t>(32 * 1024, slot), slot);
   }
   piece = std::min(piece, slot);
-  call->piece_elems = std::max<size_t>(1, piece / es);
+  call.piece_elems = std::max<size_t>(1, piece / es);
   RDMAFLOW_LOG_DEBUG(
-      "collectives: {} of {} x {} on lane {}: {}", call->what, count, dtype_name(type), call->lane,
+      "collectives: {} of {} x {} on lane {}: {}", *call.what, count, dtype_name(type), call.lane,
       options.algorithm != Algorithm::kAuto  ? "forced by the caller"
       : env_algo_[static_cast<size_t>(kind)] ? std::string("forced by ") + collective_algo_env(kind)
                                              : "chosen by the cost model");
-  return call;
+  return Status::ok();
 }
 
 Status Communicator::execute_call(Call& call, Lane& lane) {
-  {
+  if (is_broken_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(broken_mu_);
-    if (!broken_.is_ok()) {
-      return RDMAFLOW_ERROR(Code::kCancelled, call.what, broken_.peer(),
-                            "communicator is broken by an earlier failure: " + broken_.to_string());
-    }
+    return RDMAFLOW_ERROR(Code::kCancelled, *call.what, broken_.peer(),
+                          "communicator is broken by an earlier failure: " + broken_.to_string());
   }
   CollArgs& a = call.args;
   const size_t es = dtype_size(a.type);
@@ -458,7 +472,7 @@ Status Communicator::execute_call(Call& call, Lane& lane) {
     lane.tmp = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
     if (lane.tmp == nullptr) {
       lane.tmp_bytes = 0;
-      return RDMAFLOW_ERROR(Code::kResourceExhausted, call.what, -1,
+      return RDMAFLOW_ERROR(Code::kResourceExhausted, *call.what, -1,
                             "cannot allocate " + std::to_string(bytes) + " temporary bytes");
     }
     std::memset(lane.tmp, 0, bytes);
@@ -480,10 +494,11 @@ Status Communicator::execute_call(Call& call, Lane& lane) {
     lane.program_algo = call.algo;
     lane.program_piece = call.piece_elems;
   }
-  Status st = execute(*fabric_, *lane.program, lane.index, call.deadline, call.what);
+  Status st = execute(*fabric_, *lane.program, lane.index, call.deadline, *call.what);
   if (!st.is_ok()) {
     std::lock_guard<std::mutex> lock(broken_mu_);
     if (broken_.is_ok()) broken_ = st;
+    is_broken_.store(true, std::memory_order_release);
   }
   return st;
 }
@@ -494,16 +509,17 @@ Status Communicator::run(CollectiveKind kind, const void* in, void* out, size_t 
     calls_.fetch_add(1);
     return Status::ok();
   }
-  RDMAFLOW_ASSIGN_OR_RETURN(auto call, prepare(kind, in, out, count, type, op, root, options));
-  Lane& lane = *lanes_[call->lane];
+  Call call;
+  RDMAFLOW_RETURN_IF_ERROR(prepare(call, kind, in, out, count, type, op, root, options));
+  Lane& lane = *lanes_[call.lane];
   // Wait for our turn on the lane (calls on a lane run in call order), then run
   // on this thread: no hand-off to a worker for blocking calls.
   {
     std::unique_lock<std::mutex> lock(lane.mu);
-    call->ticket = lane.next_ticket++;
-    lane.cv.wait(lock, [&] { return lane.turn == call->ticket; });
+    call.ticket = lane.next_ticket++;
+    lane.cv.wait(lock, [&] { return lane.turn == call.ticket; });
   }
-  Status st = execute_call(*call, lane);
+  Status st = execute_call(call, lane);
   {
     std::lock_guard<std::mutex> lock(lane.mu);
     ++lane.turn;
@@ -524,17 +540,23 @@ Request Communicator::start(CollectiveKind kind, const void* in, void* out, size
     calls_.fetch_add(1);
     return failed(Status::ok());
   }
-  auto call = prepare(kind, in, out, count, type, op, root, options);
-  if (!call.is_ok()) return failed(call.status());
-  Lane& lane = *lanes_[(*call)->lane];
+  auto call = std::make_shared<Call>();
+  if (Status st = prepare(*call, kind, in, out, count, type, op, root, options); !st.is_ok()) {
+    return failed(std::move(st));
+  }
+  call->state = std::make_shared<detail::OpState>();
+  call->state->algorithm = call->algo;
+  call->state->kind = kind;
+  call->state->deadline = call->deadline;
+  Lane& lane = *lanes_[call->lane];
   {
     std::lock_guard<std::mutex> lock(lane.mu);
-    (*call)->ticket = lane.next_ticket++;
-    lane.queue.push_back(*call);
+    call->ticket = lane.next_ticket++;
+    lane.queue.push_back(call);
     if (!lane.worker.joinable()) lane.worker = std::thread([this, l = &lane] { worker_loop(l); });
   }
   lane.cv.notify_all();
-  return Request((*call)->state);
+  return Request(call->state);
 }
 
 void Communicator::worker_loop(Lane* lane) {
@@ -546,7 +568,7 @@ void Communicator::worker_loop(Lane* lane) {
     if (lane->queue.empty() || lane->turn != lane->queue.front()->ticket) {
       // Stopping: fail whatever never got its turn.
       for (auto& c : lane->queue) {
-        c->state->complete(RDMAFLOW_ERROR(Code::kCancelled, c->what, -1,
+        c->state->complete(RDMAFLOW_ERROR(Code::kCancelled, *c->what, -1,
                                           "communicator destroyed before the call ran"));
       }
       lane->queue.clear();

@@ -163,9 +163,9 @@ class Communicator {
   struct Call;
   struct Lane;
   Communicator() = default;
-  Result<std::shared_ptr<Call>> prepare(CollectiveKind kind, const void* in, void* out,
-                                        size_t count, DataType type, ReduceOp op, int root,
-                                        const CallOptions& options);
+  // Checks the arguments and fills `call` (a blocking call's lives on the stack).
+  Status prepare(Call& call, CollectiveKind kind, const void* in, void* out, size_t count,
+                 DataType type, ReduceOp op, int root, const CallOptions& options);
   Status execute_call(Call& call, Lane& lane);
   Status measure();
   void worker_loop(Lane* lane);
@@ -181,6 +181,7 @@ class Communicator {
   std::atomic<uint64_t> calls_{0};
   mutable std::mutex broken_mu_;
   Status broken_;
+  std::atomic<bool> is_broken_{false};  // broken_ is set (checked without the mutex)
 };
 
 }  // namespace rdmaflow
