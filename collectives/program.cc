@@ -61,33 +61,26 @@ void Program::recv_reduce(int peer, void* dst, const void* operand, size_t elems
   }
 }
 
-void Program::copy(void* dst, const void* src, size_t elems) {
-  if (elems == 0 || dst == src) return;
+void Program::local(ItemKind kind, void* dst, const void* src, size_t elems) {
+  if (elems == 0) return;
   Item it;
-  it.kind = ItemKind::kCopy;
+  it.kind = kind;
   it.dst = static_cast<std::byte*>(dst);
   it.src = static_cast<const std::byte*>(src);
   it.elems = elems;
   add(it);
+}
+
+void Program::copy(void* dst, const void* src, size_t elems) {
+  if (dst != src) local(ItemKind::kCopy, dst, src, elems);
 }
 
 void Program::scale(void* dst, size_t elems) {
-  if (elems == 0) return;
-  Item it;
-  it.kind = ItemKind::kScale;
-  it.dst = static_cast<std::byte*>(dst);
-  it.elems = elems;
-  add(it);
+  local(ItemKind::kScale, dst, nullptr, elems);
 }
 
 void Program::reduce(void* dst, const void* src, size_t elems) {
-  if (elems == 0) return;
-  Item it;
-  it.kind = ItemKind::kReduce;
-  it.dst = static_cast<std::byte*>(dst);
-  it.src = static_cast<const std::byte*>(src);
-  it.elems = elems;
-  add(it);
+  local(ItemKind::kReduce, dst, src, elems);
 }
 
 namespace {
@@ -119,19 +112,15 @@ void Program::finalize() {
         if (it.reduce) reads[i] = {it.src, it.src + bytes};
         break;
       case ItemKind::kCopy:
+      case ItemKind::kReduce:
+        // A reduce also reads dst, which it writes: the write range already
+        // orders it against every earlier and later access to dst.
         writes[i] = {it.dst, it.dst + bytes};
         reads[i] = {it.src, it.src + bytes};
         break;
       case ItemKind::kScale:
         writes[i] = {it.dst, it.dst + bytes};
         reads[i] = writes[i];
-        break;
-      case ItemKind::kReduce:
-        // Reads src and dst; the hazard check needs one read range, so take
-        // their hull (conservative: at worst an extra dependency).
-        writes[i] = {it.dst, it.dst + bytes};
-        reads[i] = {std::min<const std::byte*>(it.dst, it.src),
-                    std::max<const std::byte*>(it.dst + bytes, it.src + bytes)};
         break;
     }
   }

@@ -80,6 +80,7 @@ class Program {
 
  private:
   void add(Item item);
+  void local(ItemKind kind, void* dst, const void* src, size_t elems);  // copy, scale, reduce
 
   int world_;
   DataType type_;
