@@ -71,6 +71,8 @@ class UcxChannel final : public Channel {
   // `linger_on`, close()'s goodbye, has been sent, or after a short while).
   void fail(const Status& st, Op* linger_on = nullptr);
   void close_locked(const Status& st);
+  // The peer process exited (its pidfd became readable): fails the channel naming it.
+  void peer_exited();
   void send_ctrl(MsgType type, uint64_t id, std::vector<uint8_t> data, uint16_t code = 0,
                  uint64_t value = 0, uint64_t length = 0);
   void post_ctrl(const AmHeader& h, std::vector<uint8_t> data);
@@ -154,6 +156,9 @@ class UcxChannel final : public Channel {
   // Publishes op's notify in the peer's ring (after its bytes were copied); false
   // when the ring is full, which leaves the notify to the ordered kNotify AM.
   bool publish_ring(Op* op);
+  // memcpy for the direct path, in slices with a look at the peer's pidfd between
+  // them; false (and the channel failed) once the peer is found dead.
+  bool copy_direct(void* dst, const void* src, size_t len);
   void ring_error(const std::string& what);
   Status ucs_error(const char* op, ucs_status_t status) const;
   static void on_send(void* request, ucs_status_t status, void* user);
@@ -191,6 +196,10 @@ class UcxChannel final : public Channel {
   uint64_t tx_tail_ = 0;
   bool tx_ring_tried_ = false;
   int pidfd_ = -1;
+  // A dead peer's shared pages stay mapped here, so a direct copy into (or out of)
+  // them would still "succeed". copy_direct() looks at the pidfd every
+  // kLivenessBytes copied; this counts the bytes since the last look.
+  size_t copied_since_check_ = 0;
   bool failed_ = false;
   uint32_t remote_id_ = 0;
   Op* q_head_ = nullptr;

@@ -938,13 +938,7 @@ void UcxCore::on_peer_exit(uint32_t channel) {
   {
     std::lock_guard<std::mutex> lock(worker_mu_);
     if (stopped() || channel == 0 || channel > channels_.size()) return;
-    UcxChannel* ch = channels_[channel - 1].get();
-    ch->peer_gone = true;
-    if (!ch->failed()) {
-      ch->fail(
-          RDMAFLOW_ERROR(Code::kPeerFailed, "channel", ch->peer_rank(),
-                         "peer process " + std::to_string(ch->peer_identity().pid) + " exited"));
-    }
+    channels_[channel - 1]->peer_exited();
     pass_locked();
   }
   dispatch();
