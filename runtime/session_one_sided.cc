@@ -70,18 +70,20 @@ OneSidedEngine::~OneSidedEngine() {
     }
   }
   if (arena_) {
+    // Peers still hold keys to the frames, the control words and the overflow
+    // buffers, and a peer that is idle itself may still be writing (a credit, say).
+    // Detaching revokes every grant in the arena's regions and waits out accesses
+    // already in flight; only then is the memory freed.
+    for (Transport* t : attached_) (void)arena_->detach(t);
     for (auto& [t, in] : core_->in)
       for (auto& slot : in.slots)
         if (slot.overflow) (void)arena_->free(*slot.overflow);
     for (auto& [k, o] : out_overflow_) {
-      if (o.alloc) {
-        revoke(o);
-        (void)arena_->free(*o.alloc);
-      }
+      o.keys.clear();  // revoked with their regions
+      if (o.alloc) (void)arena_->free(*o.alloc);
     }
     if (frame_alloc_.ptr) (void)arena_->free(frame_alloc_);
     if (ctrl_alloc_.ptr) (void)arena_->free(ctrl_alloc_);
-    for (Transport* t : attached_) (void)arena_->detach(t);
   }
 }
 

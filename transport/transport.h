@@ -67,7 +67,11 @@ class Transport : public MemoryRegistrar {
   // registered with this transport.
   virtual Result<RemoteKey> export_key(const void* addr, size_t len) = 0;
 
-  // Revokes a grant; later accesses with it are refused.
+  // Revokes a grant; later accesses with it are refused. A fence: when it returns,
+  // no access with the key is still running either (a write arriving is refused
+  // for the rest, a read being answered ends with a refusal, or on TCP, when
+  // caught mid-frame, fails its channel). deregister_memory() does the same for
+  // every grant in the region.
   virtual Status revoke_key(const RemoteKey& key) = 0;
 
   // Closes every channel (pending operations fail with kCancelled) and stops

@@ -3,11 +3,13 @@
 // suite with one line in kBackends; when make_transport() reports kNotViable on
 // this machine its rows are skipped with the reason.
 #include <signal.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <set>
 #include <thread>
@@ -423,6 +425,135 @@ TEST_P(Conformance, BadKeysAreRefusedAndMemoryIsUntouched) {
     RF_ASSERT_OK(ex.barrier());
     fill_pattern(src.p, 1000, 7);
     RF_ASSERT_OK(write_sync(ch, src.p, 1000, key, 100, 99));
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// A revoke is a fence: once revoke_key() returns, no write with that key lands,
+// not even the rest of one that was arriving (TCP places a chunk over many socket
+// reads; UCX waits for the writer to drop the key). The owner revokes while the
+// peer keeps writes streaming and makes its region read-only at once; the writer's
+// stream must end with a refusal, and the channel must stay healthy.
+TEST_P(Conformance, RevokeFencesWritesInFlight) {
+  constexpr size_t kBytes = 16 << 20;
+  constexpr int kInFlight = 4;
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    if (rank == 1) {
+      Buffer region(kBytes);  // whole pages (aligned_alloc), so mprotect() may cover it
+      std::memset(region.p, 0, region.size);
+      RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
+      RF_ASSERT_OK(ex.allgather(key_bytes(key)));
+      RF_ASSERT_OK(ex.barrier());  // the writes are streaming
+      std::this_thread::sleep_for(Millis(30));
+      RF_ASSERT_OK(node.transport->revoke_key(key));
+      // From here on nothing may touch the region: make it read-only. A placement
+      // still running would fault (a socket read into it fails with EFAULT and
+      // breaks the channel, a copy into it crashes this rank).
+      RF_ASSERT(::mprotect(region.p, region.size, PROT_READ) == 0);
+      RF_ASSERT_OK(ex.barrier(Millis(30000)));  // the writer saw its refusal and drained
+      EXPECT_TRUE(ch.error().is_ok()) << ch.error().to_string();
+      RF_ASSERT(::mprotect(region.p, region.size, PROT_READ | PROT_WRITE) == 0);
+      RF_ASSERT_OK(ex.barrier());  // the writer's channel stays up until this check
+      return 0;
+    }
+    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(""));
+    RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(all[1]));
+    Buffer src(kBytes);
+    RF_ASSERT_OK(node.local(src));
+    std::memset(src.p, 0x11, src.size);
+    std::deque<Completion> flying;
+    auto post = [&] {
+      flying.emplace_back();
+      ch.write(src.p, kBytes, key, 0, std::nullopt, flying.back().callback(), kOpTimeout);
+    };
+    for (int i = 0; i < kInFlight; ++i) post();
+    RF_ASSERT_OK(ex.barrier());
+    Status refused;
+    const auto give_up = std::chrono::steady_clock::now() + Millis(20000);
+    while (!flying.empty()) {
+      Status st = flying.front().wait(kOpTimeout + Millis(2000));
+      flying.pop_front();
+      if (!st.is_ok() && refused.is_ok()) refused = st;
+      if (refused.is_ok() && std::chrono::steady_clock::now() < give_up) post();
+    }
+    EXPECT_FALSE(refused.is_ok()) << "writes with the revoked key kept succeeding";
+    EXPECT_EQ(refused.code(), Code::kNotFound) << refused.to_string();
+    RF_ASSERT_OK(ex.barrier(Millis(30000)));
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// The same fence for reads: once revoke_key() returns, the owner sends no byte of
+// the region any more, not even the rest of a read being answered. The owner makes
+// the region unreadable at once; the reader's stream must end with an error. A
+// TCP owner caught mid-chunk cannot resume the stream and fails the channel
+// (kNotFound, naming the key), as a verbs queue pair breaks on a dead rkey; what it
+// must never do is read the region after the revoke (sendmsg would say EFAULT).
+TEST_P(Conformance, RevokeFencesReadsBeingServed) {
+  constexpr size_t kBytes = 16 << 20;
+  constexpr int kInFlight = 4;
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    if (rank == 1) {
+      Buffer region(kBytes);  // whole pages (aligned_alloc), so mprotect() may cover it
+      std::memset(region.p, 0x5A, region.size);
+      RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
+      RF_ASSERT_OK(ex.allgather(key_bytes(key)));
+      RF_ASSERT_OK(ex.barrier());  // the reads are streaming
+      std::this_thread::sleep_for(Millis(30));
+      RF_ASSERT_OK(node.transport->revoke_key(key));
+      RF_ASSERT(::mprotect(region.p, region.size, PROT_NONE) == 0);
+      RF_ASSERT_OK(ex.barrier(Millis(30000)));  // the reader's stream ended
+      const Status st = ch.error();
+      EXPECT_TRUE(st.is_ok() || st.code() == Code::kNotFound) << st.to_string();
+      RF_ASSERT(::mprotect(region.p, region.size, PROT_READ | PROT_WRITE) == 0);
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    }
+    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(""));
+    RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(all[1]));
+    std::vector<std::unique_ptr<Buffer>> dst;
+    for (int i = 0; i < kInFlight; ++i) {
+      dst.push_back(std::make_unique<Buffer>(kBytes));
+      RF_ASSERT_OK(node.local(*dst.back()));
+    }
+    std::deque<std::pair<Completion, int>> flying;
+    int next = 0;
+    auto post = [&] {
+      const int b = next++ % kInFlight;
+      flying.emplace_back();
+      flying.back().second = b;
+      ch.read(dst[static_cast<size_t>(b)]->p, kBytes, key, 0, flying.back().first.callback(),
+              kOpTimeout);
+    };
+    for (int i = 0; i < kInFlight; ++i) post();
+    RF_ASSERT_OK(ex.barrier());
+    Status ended;
+    const auto give_up = std::chrono::steady_clock::now() + Millis(20000);
+    while (!flying.empty()) {
+      const int b = flying.front().second;
+      Status st = flying.front().first.wait(kOpTimeout + Millis(2000));
+      flying.pop_front();
+      if (st.is_ok()) {
+        const uint8_t* p = dst[static_cast<size_t>(b)]->p;
+        EXPECT_TRUE(p[0] == 0x5A && p[kBytes / 2] == 0x5A && p[kBytes - 1] == 0x5A)
+            << "a read that succeeded returned bytes the owner never had";
+      } else if (ended.is_ok()) {
+        ended = st;
+      }
+      if (ended.is_ok() && std::chrono::steady_clock::now() < give_up) post();
+    }
+    EXPECT_FALSE(ended.is_ok()) << "reads with the revoked key kept succeeding";
+    RF_ASSERT_OK(ex.barrier(Millis(30000)));
     RF_ASSERT_OK(ex.barrier());
     return 0;
   });

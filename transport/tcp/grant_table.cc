@@ -2,6 +2,7 @@
 
 #include <mutex>
 #include <string>
+#include <thread>
 
 namespace rdmaflow::tcp {
 
@@ -37,15 +38,18 @@ Result<RegionId> GrantTable::add_region(void* addr, size_t len) {
 }
 
 Status GrantTable::remove_region(RegionId id) {
-  std::unique_lock lock(mu_);
-  auto it = region_start_.find(id);
-  if (it == region_start_.end()) {
-    return RDMAFLOW_ERROR(Code::kNotFound, "deregister memory", -1,
-                          "region " + std::to_string(id) + " is not registered");
+  {
+    std::unique_lock lock(mu_);
+    auto it = region_start_.find(id);
+    if (it == region_start_.end()) {
+      return RDMAFLOW_ERROR(Code::kNotFound, "deregister memory", -1,
+                            "region " + std::to_string(id) + " is not registered");
+    }
+    regions_.erase(it->second);
+    region_start_.erase(it);
+    std::erase_if(grants_, [&](const auto& kv) { return kv.second.region == id; });
   }
-  regions_.erase(it->second);
-  region_start_.erase(it);
-  std::erase_if(grants_, [&](const auto& kv) { return kv.second.region == id; });
+  fence();
   return Status::ok();
 }
 
@@ -77,14 +81,39 @@ Result<RemoteKey> GrantTable::grant(const void* addr, size_t len) {
 }
 
 Status GrantTable::revoke(const RemoteKey& key) {
-  std::unique_lock lock(mu_);
-  auto it = grants_.find(key.key_id);
-  if (key.backend != "tcp" || it == grants_.end() || it->second.secret != key.secret) {
-    return RDMAFLOW_ERROR(Code::kNotFound, "revoke key", -1,
-                          "key id " + std::to_string(key.key_id) + " is not an active tcp grant");
+  {
+    std::unique_lock lock(mu_);
+    auto it = grants_.find(key.key_id);
+    if (key.backend != "tcp" || it == grants_.end() || it->second.secret != key.secret) {
+      return RDMAFLOW_ERROR(Code::kNotFound, "revoke key", -1,
+                            "key id " + std::to_string(key.key_id) + " is not an active tcp grant");
+    }
+    grants_.erase(it);
   }
-  grants_.erase(it);
+  fence();
   return Status::ok();
+}
+
+bool GrantTable::enter(uint64_t gen) const {
+  // Pairs with fence(): either fence() sees this access counted, or this access
+  // sees the new generation (both sides are sequentially consistent).
+  auto& active = active_[gen & 1];
+  active.fetch_add(1, std::memory_order_seq_cst);
+  if (generation_.load(std::memory_order_seq_cst) == gen) return true;
+  active.fetch_sub(1, std::memory_order_seq_cst);
+  return false;
+}
+
+void GrantTable::leave(uint64_t gen) const {
+  active_[gen & 1].fetch_sub(1, std::memory_order_release);
+}
+
+void GrantTable::fence() {
+  std::lock_guard<std::mutex> lock(fence_mu_);
+  const uint64_t old = generation_.fetch_add(1, std::memory_order_seq_cst);
+  // Accesses are one memcpy from the staging buffer or one socket read (bounded by
+  // SO_RCVTIMEO when blocking): a short wait.
+  while (active_[old & 1].load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
 }
 
 Status GrantTable::resolve(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len,

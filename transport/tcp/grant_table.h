@@ -7,8 +7,10 @@
 // export, the progress thread resolves.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <random>
 #include <shared_mutex>
 #include <unordered_map>
@@ -36,6 +38,18 @@ class GrantTable {
   Status resolve(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len, uint8_t** out,
                  const char* op, int peer) const;
 
+  // The access fence. A receive path resolves a grant once per chunk but places
+  // the chunk's bytes over several reads of the socket; revoke() and
+  // remove_region() must not return while such a placement is still writing.
+  // So every access to resolved memory runs between enter(gen) and leave(gen),
+  // where gen is generation() read before the resolve. Revoking bumps the
+  // generation and waits until no access that entered under the old one is left
+  // (one bounded memcpy or socket read). enter() refuses a stale generation: the
+  // caller resolves again (the grant may be gone) and retries with the new one.
+  uint64_t generation() const { return generation_.load(std::memory_order_seq_cst); }
+  bool enter(uint64_t gen) const;
+  void leave(uint64_t gen) const;
+
  private:
   struct Region {
     RegionId id;
@@ -49,8 +63,14 @@ class GrantTable {
     RegionId region;
   };
 
+  // Bumps the generation and waits out the accesses that entered under the old one.
+  void fence();
+
   mutable std::shared_mutex mu_;
-  std::map<uintptr_t, Region> regions_;  // by start address
+  std::mutex fence_mu_;  // one fence at a time, so each waits on its own parity
+  std::atomic<uint64_t> generation_{0};
+  mutable std::atomic<int64_t> active_[2] = {0, 0};  // accesses in progress, by generation parity
+  std::map<uintptr_t, Region> regions_;              // by start address
   std::unordered_map<RegionId, uintptr_t> region_start_;
   std::unordered_map<uint64_t, Grant> grants_;
   RegionId next_region_ = 1;

@@ -97,6 +97,10 @@ struct TcpChannel::Op {
   uint64_t len = 0;
   uint64_t emitted = 0;   // payload bytes placed into batches
   uint64_t received = 0;  // read: response bytes received
+  // Serving a read: the grant it reads through, checked again whenever the grant
+  // table's generation moved (a revoke) before more of its bytes leave.
+  uint64_t key_id = 0, key_secret = 0, key_offset = 0;
+  uint64_t grant_gen = 0;
   std::vector<uint8_t> message;
   Status finish_status;
   Op* prev = nullptr;
@@ -533,9 +537,26 @@ bool TcpChannel::build_batch_locked() {
     FrameHeader& h = b.headers[f];
     h = op->header;
     bool last = true;
+    b.from[b.op_count] = b.bytes[b.op_count] = 0;
     switch (op->kind) {
       case Op::kWrite:
       case Op::kServeRead: {
+        if (op->kind == Op::kServeRead && op->emitted < op->len &&
+            !serve_granted_locked(op, op->emitted, op->len - op->emitted)) {
+          // Revoked between two chunks: the rest of the read is refused.
+          h = FrameHeader{};
+          h.type = static_cast<uint8_t>(FrameType::kReadNack);
+          h.op_id = op->header.op_id;
+          h.code = static_cast<uint16_t>(Code::kNotFound);
+          b.reasons[f] = "key id " + std::to_string(op->key_id) + " was revoked after " +
+                         std::to_string(op->emitted) + " of the " + std::to_string(op->len) +
+                         " bytes read had been sent";
+          h.length = b.reasons[f].size();
+          b.iov[b.iov_count++] = {&h, sizeof(FrameHeader)};
+          b.iov[b.iov_count++] = {b.reasons[f].data(), b.reasons[f].size()};
+          op->len = op->emitted;
+          break;
+        }
         uint64_t chunk = std::min<uint64_t>(op->len - op->emitted, options_.chunk_bytes);
         h.length = chunk;
         h.offset = op->header.offset + op->emitted;
@@ -546,7 +567,10 @@ bool TcpChannel::build_batch_locked() {
         b.iov[b.iov_count++] = {&h, sizeof(FrameHeader)};
         if (chunk > 0) {
           b.iov[b.iov_count++] = {const_cast<uint8_t*>(op->src + op->emitted), chunk};
+          if (op->kind == Op::kServeRead) b.serving = true;
         }
+        b.from[b.op_count] = op->emitted;
+        b.bytes[b.op_count] = chunk;
         op->emitted += chunk;
         payload += chunk;
         break;
@@ -618,12 +642,45 @@ void TcpChannel::pump() {
       loop_->post([self] { self->resume_sender(); });
       return;
     }
+    // Bytes of a read being served leave from a grant's memory: inside the grant
+    // fence, after checking that no revoke took the grant since the batch was built.
+    uint64_t gen = 0;
+    bool fenced = false;
+    while (batch_.serving && !fenced) {
+      gen = grants_->generation();
+      const Op* revoked = nullptr;
+      for (int i = 0; i < batch_.op_count && revoked == nullptr; ++i) {
+        Op* op = batch_.ops[i];
+        if (op->kind == Op::kServeRead && batch_.bytes[i] > 0 &&
+            !serve_granted_locked(op, batch_.from[i], batch_.bytes[i])) {
+          revoked = op;
+        }
+      }
+      if (revoked != nullptr) {
+        // Part of this chunk's frame is on the wire already: the stream cannot go
+        // on (as an RDMA read through a dead rkey breaks its queue pair).
+        Status st = RDMAFLOW_ERROR(
+            Code::kNotFound, "serve read", peer_,
+            "key id " + std::to_string(revoked->key_id) +
+                " was revoked while a read through it was being sent; the stream cannot be "
+                "resumed");
+        sender_ = Sender::kIdle;
+        sender_cv_.notify_all();
+        lock.unlock();
+        deliver(done);
+        auto self = shared_from_this();
+        loop_->post([self, st] { self->fail(st); });
+        return;
+      }
+      fenced = grants_->enter(gen);
+    }
     msghdr m{};
     m.msg_iov = batch_.iov + batch_.iov_pos;
     m.msg_iovlen = static_cast<size_t>(batch_.iov_count - batch_.iov_pos);
     lock.unlock();
     ssize_t n = ::sendmsg(fd_, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
     int err = errno;
+    if (fenced) grants_->leave(gen);
     lock.lock();
     if (n >= 0) {
       batch_.advance(static_cast<size_t>(n));
@@ -817,6 +874,44 @@ void TcpChannel::begin_payload(uint64_t len, uint8_t* target) {
   rx_.in_payload = true;
   rx_.remaining = len;
   rx_.target = target;
+  rx_.granted = false;  // on_header marks a write's target
+}
+
+bool TcpChannel::serve_granted_locked(Op* op, uint64_t from, uint64_t len) {
+  const uint64_t gen = grants_->generation();
+  if (op->grant_gen == gen) return true;
+  uint8_t* p = nullptr;
+  Status st = grants_->resolve(op->key_id, op->key_secret, op->key_offset + from, len, &p,
+                               "read (remote side)", peer_);
+  if (!st.is_ok() || p != op->src + from) return false;
+  op->grant_gen = gen;
+  return true;
+}
+
+bool TcpChannel::enter_target() {
+  if (!rx_.granted) return true;
+  while (!grants_->enter(rx_.gen)) {
+    // Some grant was revoked since this chunk was checked: is ours still there?
+    rx_.gen = grants_->generation();
+    const FrameHeader& h = rx_.hdr;
+    uint8_t* dst = nullptr;
+    Status st = grants_->resolve(h.key_id, h.secret, h.offset + (h.length - rx_.remaining),
+                                 rx_.remaining, &dst, "write (remote side)", peer_);
+    if (!st.is_ok() || dst != rx_.target) {
+      // Revoked mid-write: what arrived before the revoke stays, nothing lands after.
+      rx_.refusal = st.is_ok() ? RDMAFLOW_ERROR(Code::kNotFound, "write (remote side)", peer_,
+                                                "the grant changed during the write")
+                               : st;
+      rx_.target = nullptr;
+      rx_.granted = false;
+      return false;
+    }
+  }
+  return true;
+}
+
+void TcpChannel::leave_target() {
+  if (rx_.granted) grants_->leave(rx_.gen);
 }
 
 // Reads and processes what the socket holds, up to a budget (the caller
@@ -832,6 +927,8 @@ void TcpChannel::receive_turn(bool block) {
     iovec iov[2];
     int count = 0;
     size_t want = 0;
+    // A payload read straight into a grant's memory runs inside the grant fence.
+    const bool fenced = rx_.in_payload && rx_.target != nullptr && enter_target();
     if (rx_.in_payload) {
       uint8_t* dst = rx_.target != nullptr ? rx_.target : discard_buffer();
       size_t n =
@@ -856,6 +953,7 @@ void TcpChannel::receive_turn(bool block) {
     m.msg_iovlen = static_cast<size_t>(count);
     // A driving inbox waiter blocks in its first recvmsg (SO_RCVTIMEO bounds it).
     ssize_t n = ::recvmsg(fd_, &m, block && first ? 0 : MSG_DONTWAIT);
+    if (fenced) leave_target();
     if (n == 0) {
       fail(RDMAFLOW_ERROR(Code::kPeerFailed, "receive", peer_,
                           "connection closed by peer rank " + std::to_string(peer_)));
@@ -920,8 +1018,9 @@ bool TcpChannel::parse_staged() {
       size_t avail = rx_.end - rx_.begin;
       if (avail == 0) return true;
       size_t take = static_cast<size_t>(std::min<uint64_t>(avail, rx_.remaining));
-      if (rx_.target != nullptr) {
+      if (rx_.target != nullptr && enter_target()) {
         std::memcpy(rx_.target, rx_.stage.get() + rx_.begin, take);
+        leave_target();
         rx_.target += take;
       }
       rx_.begin += take;
@@ -956,6 +1055,7 @@ bool TcpChannel::on_header() {
       if (rx_.has_poisoned && rx_.poisoned_op != h.op_id) rx_.has_poisoned = false;
       uint8_t* dst = nullptr;
       rx_.refusal = Status::ok();
+      rx_.gen = grants_->generation();  // before resolving: a revoke after it is seen
       if (!rx_.has_poisoned) {
         if (h.flags & kFlagFirst) {
           // Check the whole write up front so a refused write writes nothing.
@@ -968,6 +1068,7 @@ bool TcpChannel::on_header() {
         }
       }
       begin_payload(h.length, rx_.refusal.is_ok() && !rx_.has_poisoned ? dst : nullptr);
+      rx_.granted = rx_.target != nullptr;
       break;
     }
     case FrameType::kWriteAck:
@@ -986,6 +1087,7 @@ bool TcpChannel::on_header() {
         return protocol_error("read request for " + std::to_string(h.value) + " bytes");
       }
       uint8_t* src = nullptr;
+      const uint64_t gen = grants_->generation();  // before resolving: a revoke after it is seen
       Status st = grants_->resolve(h.key_id, h.secret, h.offset, h.value, &src,
                                    "read (remote side)", peer_);
       {
@@ -997,6 +1099,10 @@ bool TcpChannel::on_header() {
           op->header.op_id = h.op_id;
           op->src = src;
           op->len = h.value;
+          op->key_id = h.key_id;
+          op->key_secret = h.secret;
+          op->key_offset = h.offset;
+          op->grant_gen = gen;
           enqueue_locked(op);
         } else {
           FrameHeader nack;

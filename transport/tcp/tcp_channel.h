@@ -118,11 +118,17 @@ class TcpChannel final : public Channel,
     int iov_count = 0;
     int iov_pos = 0;
     Op* ops[kBatchFrames];
-    bool op_last[kBatchFrames];  // this frame was the op's final frame
+    bool op_last[kBatchFrames];    // this frame was the op's final frame
+    uint64_t from[kBatchFrames];   // write / serve-read chunk: offset into the op's range
+    uint64_t bytes[kBatchFrames];  // and its payload bytes
     int op_count = 0;
     int frames = 0;
+    bool serving = false;  // carries bytes of a read served from a grant
     bool sent_all() const { return iov_pos == iov_count; }
-    void clear() { iov_count = iov_pos = op_count = frames = 0; }
+    void clear() {
+      iov_count = iov_pos = op_count = frames = 0;
+      serving = false;
+    }
     void advance(size_t n);
   };
 
@@ -134,6 +140,8 @@ class TcpChannel final : public Channel,
     bool exact_header = false;  // after a bulk payload, read the next header alone
     FrameHeader hdr;
     uint8_t* target = nullptr;  // where payload bytes go; nullptr = discard
+    bool granted = false;       // target is a grant's memory: place inside the fence
+    uint64_t gen = 0;           // the grant table's generation when target was resolved
     uint64_t remaining = 0;
     Op* op = nullptr;          // read op whose response chunk is being received
     Status refusal;            // write chunk refused: reason for the NACK
@@ -218,6 +226,14 @@ class TcpChannel final : public Channel,
   std::atomic<bool> ack_deferred_{false};
   std::atomic<Clock::rep> deferred_since_ns_{0};
   Rx rx_;
+
+  // Brackets each placement into a grant's memory (GrantTable::enter/leave). false:
+  // the grant was revoked meanwhile; the rest of the chunk is discarded and refused.
+  bool enter_target();
+  void leave_target();
+  // A read being served (mu_ held): is [from, from + len) of its grant still granted?
+  // Resolves again only when a revoke moved the grant table's generation.
+  bool serve_granted_locked(Op* op, uint64_t from, uint64_t len);
 };
 
 }  // namespace rdmaflow::tcp
