@@ -67,11 +67,12 @@ class Transport : public MemoryRegistrar {
   // registered with this transport.
   virtual Result<RemoteKey> export_key(const void* addr, size_t len) = 0;
 
-  // Revokes a grant; later accesses with it are refused. A fence: when it returns,
-  // no access with the key is still running either (a write arriving is refused
-  // for the rest, a read being answered ends with a refusal, or on TCP, when
-  // caught mid-frame, fails its channel). deregister_memory() does the same for
-  // every grant in the region.
+  // Revokes a grant; later accesses with it are refused. On tcp and ucx it is a
+  // fence: when it returns, no access with the key is still running either (a
+  // write arriving is refused for the rest, a read being answered ends with a
+  // refusal, or on tcp, when caught mid-frame, fails its channel). On verbs an
+  // RDMA access the peer already posted may still land (the NIC checks only the
+  // slab's rkey); deregister_memory() is the fence there, as it is everywhere.
   virtual Status revoke_key(const RemoteKey& key) = 0;
 
   // Closes every channel (pending operations fail with kCancelled) and stops
