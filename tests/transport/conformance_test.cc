@@ -435,7 +435,9 @@ TEST_P(Conformance, BadKeysAreRefusedAndMemoryIsUntouched) {
 // not even the rest of one that was arriving (TCP places a chunk over many socket
 // reads; UCX waits for the writer to drop the key). The owner revokes while the
 // peer keeps writes streaming and makes its region read-only at once; the writer's
-// stream must end with a refusal, and the channel must stay healthy.
+// stream must end with a refusal, and the channel must stay healthy. (On verbs the
+// revoke is not a fence, see transport.h, and mprotect() does not stop DMA: there
+// only the refusal is checked.)
 TEST_P(Conformance, RevokeFencesWritesInFlight) {
   constexpr size_t kBytes = 16 << 20;
   constexpr int kInFlight = 4;
