@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <set>
 #include <thread>
@@ -431,134 +432,133 @@ TEST_P(Conformance, BadKeysAreRefusedAndMemoryIsUntouched) {
   RF_EXPECT_RUN_OK(r);
 }
 
-// A revoke is a fence: once revoke_key() returns, no write with that key lands,
-// not even the rest of one that was arriving (TCP places a chunk over many socket
-// reads; UCX waits for the writer to drop the key). The owner revokes while the
-// peer keeps writes streaming and makes its region read-only at once; the writer's
-// stream must end with a refusal, and the channel must stay healthy. (On verbs the
-// revoke is not a fence, see transport.h, and mprotect() does not stop DMA: there
-// only the refusal is checked.)
-TEST_P(Conformance, RevokeFencesWritesInFlight) {
-  constexpr size_t kBytes = 16 << 20;
-  constexpr int kInFlight = 4;
-  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
-    Node node;
-    RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
-    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
-    if (rank == 1) {
-      Buffer region(kBytes);  // whole pages (aligned_alloc), so mprotect() may cover it
-      std::memset(region.p, 0, region.size);
-      RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
-      RF_ASSERT_OK(ex.allgather(key_bytes(key)));
-      RF_ASSERT_OK(ex.barrier());  // the writes are streaming
-      std::this_thread::sleep_for(Millis(30));
-      RF_ASSERT_OK(node.transport->revoke_key(key));
-      // From here on nothing may touch the region: make it read-only. A placement
-      // still running would fault (a socket read into it fails with EFAULT and
-      // breaks the channel, a copy into it crashes this rank).
-      RF_ASSERT(::mprotect(region.p, region.size, PROT_READ) == 0);
-      RF_ASSERT_OK(ex.barrier(Millis(30000)));  // the writer saw its refusal and drained
-      EXPECT_TRUE(ch.error().is_ok()) << ch.error().to_string();
-      RF_ASSERT(::mprotect(region.p, region.size, PROT_READ | PROT_WRITE) == 0);
-      RF_ASSERT_OK(ex.barrier());  // the writer's channel stays up until this check
-      return 0;
-    }
-    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(""));
-    RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(all[1]));
-    Buffer src(kBytes);
-    RF_ASSERT_OK(node.local(src));
-    std::memset(src.p, 0x11, src.size);
-    std::deque<Completion> flying;
-    auto post = [&] {
-      flying.emplace_back();
-      ch.write(src.p, kBytes, key, 0, std::nullopt, flying.back().callback(), kOpTimeout);
-    };
-    for (int i = 0; i < kInFlight; ++i) post();
-    RF_ASSERT_OK(ex.barrier());
-    Status refused;
-    const auto give_up = std::chrono::steady_clock::now() + Millis(20000);
-    while (!flying.empty()) {
-      Status st = flying.front().wait(kOpTimeout + Millis(2000));
-      flying.pop_front();
-      if (!st.is_ok() && refused.is_ok()) refused = st;
-      if (refused.is_ok() && std::chrono::steady_clock::now() < give_up) post();
-    }
-    EXPECT_FALSE(refused.is_ok()) << "writes with the revoked key kept succeeding";
-    EXPECT_EQ(refused.code(), Code::kNotFound) << refused.to_string();
-    RF_ASSERT_OK(ex.barrier(Millis(30000)));
-    RF_ASSERT_OK(ex.barrier());
-    return 0;
-  });
-  RF_EXPECT_RUN_OK(r);
-}
+// The revoke-fence tests. Rank 1 grants a kFenceBytes region holding kFenceFill and
+// revokes the key while rank 0 keeps kFenceInFlight operations streaming through
+// it; the moment revoke_key() returns it protects the region with `prot`, so a
+// late access faults (a socket read or send with it fails with EFAULT and breaks
+// the channel, a copy crashes the rank). Rank 0's stream must end with an error,
+// which `end_error` checks; `owner_error` then checks rank 1's channel. (On verbs the revoke is not
+// a fence, see transport.h, and mprotect() does not stop DMA: there only the end of the stream is
+// checked.)
+constexpr size_t kFenceBytes = 16 << 20;
+constexpr int kFenceInFlight = 4;
+constexpr uint8_t kFenceFill = 0x5A;
+struct FenceStream {
+  std::function<void(int slot, Callback done)> start;  // one operation, slot < kFenceInFlight
+  std::function<void(int slot)> landed;                // checks one that succeeded
+};
+using MakeFenceStream = std::function<FenceStream(Node&, Channel&, const RemoteKey&)>;
 
-// The same fence for reads: once revoke_key() returns, the owner sends no byte of
-// the region any more, not even the rest of a read being answered. The owner makes
-// the region unreadable at once; the reader's stream must end with an error. A
-// TCP owner caught mid-chunk cannot resume the stream and fails the channel
-// (kNotFound, naming the key), as a verbs queue pair breaks on a dead rkey; what it
-// must never do is read the region after the revoke (sendmsg would say EFAULT).
-TEST_P(Conformance, RevokeFencesReadsBeingServed) {
-  constexpr size_t kBytes = 16 << 20;
-  constexpr int kInFlight = 4;
-  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+using CheckStatus = std::function<void(const Status&)>;
+
+RunResult run_revoke_fence(const Backend& backend, int prot, const CheckStatus& end_error,
+                           const CheckStatus& owner_error, const MakeFenceStream& make) {
+  return run_ranks(2, [&](int rank, int world, Exchange& ex) {
     Node node;
-    RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+    RF_ASSERT_OK(node.connect_all(backend, rank, world, ex));
     Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
     if (rank == 1) {
-      Buffer region(kBytes);  // whole pages (aligned_alloc), so mprotect() may cover it
-      std::memset(region.p, 0x5A, region.size);
+      Buffer region(kFenceBytes);  // whole pages (aligned_alloc), so mprotect() may cover it
+      std::memset(region.p, kFenceFill, region.size);
       RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
       RF_ASSERT_OK(ex.allgather(key_bytes(key)));
-      RF_ASSERT_OK(ex.barrier());  // the reads are streaming
+      RF_ASSERT_OK(ex.barrier());  // the stream is running
       std::this_thread::sleep_for(Millis(30));
       RF_ASSERT_OK(node.transport->revoke_key(key));
-      RF_ASSERT(::mprotect(region.p, region.size, PROT_NONE) == 0);
-      RF_ASSERT_OK(ex.barrier(Millis(30000)));  // the reader's stream ended
-      const Status st = ch.error();
-      EXPECT_TRUE(st.is_ok() || st.code() == Code::kNotFound) << st.to_string();
+      RF_ASSERT(::mprotect(region.p, region.size, prot) == 0);
+      RF_ASSERT_OK(ex.barrier(Millis(30000)));  // the stream ended and drained
+      owner_error(ch.error());
       RF_ASSERT(::mprotect(region.p, region.size, PROT_READ | PROT_WRITE) == 0);
-      RF_ASSERT_OK(ex.barrier());
+      RF_ASSERT_OK(ex.barrier());  // rank 0's channel stays up until this check
       return 0;
     }
     RF_ASSIGN_OR_FAIL(auto all, ex.allgather(""));
     RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(all[1]));
-    std::vector<std::unique_ptr<Buffer>> dst;
-    for (int i = 0; i < kInFlight; ++i) {
-      dst.push_back(std::make_unique<Buffer>(kBytes));
-      RF_ASSERT_OK(node.local(*dst.back()));
-    }
+    FenceStream stream = make(node, ch, key);
     std::deque<std::pair<Completion, int>> flying;
     int next = 0;
     auto post = [&] {
-      const int b = next++ % kInFlight;
       flying.emplace_back();
-      flying.back().second = b;
-      ch.read(dst[static_cast<size_t>(b)]->p, kBytes, key, 0, flying.back().first.callback(),
-              kOpTimeout);
+      flying.back().second = next++ % kFenceInFlight;
+      stream.start(flying.back().second, flying.back().first.callback());
     };
-    for (int i = 0; i < kInFlight; ++i) post();
+    for (int i = 0; i < kFenceInFlight; ++i) post();
     RF_ASSERT_OK(ex.barrier());
     Status ended;
     const auto give_up = std::chrono::steady_clock::now() + Millis(20000);
     while (!flying.empty()) {
-      const int b = flying.front().second;
+      const int slot = flying.front().second;
       Status st = flying.front().first.wait(kOpTimeout + Millis(2000));
       flying.pop_front();
       if (st.is_ok()) {
-        const uint8_t* p = dst[static_cast<size_t>(b)]->p;
-        EXPECT_TRUE(p[0] == 0x5A && p[kBytes / 2] == 0x5A && p[kBytes - 1] == 0x5A)
-            << "a read that succeeded returned bytes the owner never had";
+        stream.landed(slot);
       } else if (ended.is_ok()) {
         ended = st;
       }
       if (ended.is_ok() && std::chrono::steady_clock::now() < give_up) post();
     }
-    EXPECT_FALSE(ended.is_ok()) << "reads with the revoked key kept succeeding";
+    EXPECT_FALSE(ended.is_ok()) << "operations with the revoked key kept succeeding";
+    if (!ended.is_ok()) end_error(ended);
     RF_ASSERT_OK(ex.barrier(Millis(30000)));
     RF_ASSERT_OK(ex.barrier());
     return 0;
   });
+}
+
+// Once revoke_key() returns no write with the key lands, not even the rest of one
+// that was arriving (TCP places a chunk over many socket reads; UCX waits for the
+// writer to drop the key): the region goes read-only, the writes end refused, and
+// the channel stays healthy.
+TEST_P(Conformance, RevokeFencesWritesInFlight) {
+  auto r = run_revoke_fence(
+      backend(), PROT_READ,
+      [](const Status& st) { EXPECT_EQ(st.code(), Code::kNotFound) << st.to_string(); },
+      [](const Status& st) { EXPECT_TRUE(st.is_ok()) << st.to_string(); },
+      [](Node& node, Channel& ch, const RemoteKey& key) {
+        auto src = std::make_shared<Buffer>(kFenceBytes);
+        EXPECT_TRUE(node.local(*src).is_ok());
+        std::memset(src->p, 0x11, src->size);
+        return FenceStream{[&ch, key, src](int, Callback done) {
+                             ch.write(src->p, kFenceBytes, key, 0, std::nullopt, std::move(done),
+                                      kOpTimeout);
+                           },
+                           [](int) {}};
+      });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// The same for reads: once revoke_key() returns the owner sends no byte of the
+// region, not even the rest of a read being answered; the region goes unreadable.
+// A TCP owner caught mid-chunk cannot resume the stream and fails its channel with
+// kNotFound naming the key (as a verbs queue pair breaks on a dead rkey); it must
+// never read the region after the revoke. A read that succeeded has the owner's bytes.
+TEST_P(Conformance, RevokeFencesReadsBeingServed) {
+  auto r = run_revoke_fence(
+      backend(), PROT_NONE,
+      [](const Status& st) {  // refused, or the owner's broken stream
+        EXPECT_TRUE(st.code() == Code::kNotFound || st.code() == Code::kPeerFailed)
+            << st.to_string();
+      },
+      [](const Status& st) {
+        EXPECT_TRUE(st.is_ok() || st.code() == Code::kNotFound) << st.to_string();
+      },
+      [](Node& node, Channel& ch, const RemoteKey& key) {
+        auto dst = std::make_shared<std::vector<std::unique_ptr<Buffer>>>();
+        for (int i = 0; i < kFenceInFlight; ++i) {
+          dst->push_back(std::make_unique<Buffer>(kFenceBytes));
+          EXPECT_TRUE(node.local(*dst->back()).is_ok());
+        }
+        return FenceStream{[&ch, key, dst](int slot, Callback done) {
+                             ch.read((*dst)[static_cast<size_t>(slot)]->p, kFenceBytes, key, 0,
+                                     std::move(done), kOpTimeout);
+                           },
+                           [dst](int slot) {
+                             const uint8_t* p = (*dst)[static_cast<size_t>(slot)]->p;
+                             EXPECT_TRUE(p[0] == kFenceFill && p[kFenceBytes / 2] == kFenceFill &&
+                                         p[kFenceBytes - 1] == kFenceFill)
+                                 << "a read that succeeded returned bytes the owner never had";
+                           }};
+      });
   RF_EXPECT_RUN_OK(r);
 }
 
