@@ -94,6 +94,17 @@ Status GrantTable::revoke(const RemoteKey& key) {
   return Status::ok();
 }
 
+Status GrantTable::recheck(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len,
+                           const uint8_t* expected, const char* op, int peer) const {
+  uint8_t* p = nullptr;
+  RDMAFLOW_RETURN_IF_ERROR(resolve(key_id, secret, offset, len, &p, op, peer));
+  if (p != expected) {
+    return RDMAFLOW_ERROR(Code::kNotFound, op, peer,
+                          "key id " + std::to_string(key_id) + " now grants other memory");
+  }
+  return Status::ok();
+}
+
 bool GrantTable::enter(uint64_t gen) const {
   // Pairs with fence(): either fence() sees this access counted, or this access
   // sees the new generation (both sides are sequentially consistent).

@@ -47,6 +47,10 @@ class GrantTable {
   // (one bounded memcpy or socket read). enter() refuses a stale generation: the
   // caller resolves again (the grant may be gone) and retries with the new one.
   uint64_t generation() const { return generation_.load(std::memory_order_seq_cst); }
+  // After enter() refused: is [offset, offset + len) of the grant still granted, at
+  // the address resolved before? OK, or why not (kNotFound when it moved).
+  Status recheck(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len,
+                 const uint8_t* expected, const char* op, int peer) const;
   bool enter(uint64_t gen) const;
   void leave(uint64_t gen) const;
 

@@ -880,10 +880,12 @@ void TcpChannel::begin_payload(uint64_t len, uint8_t* target) {
 bool TcpChannel::serve_granted_locked(Op* op, uint64_t from, uint64_t len) {
   const uint64_t gen = grants_->generation();
   if (op->grant_gen == gen) return true;
-  uint8_t* p = nullptr;
-  Status st = grants_->resolve(op->key_id, op->key_secret, op->key_offset + from, len, &p,
-                               "read (remote side)", peer_);
-  if (!st.is_ok() || p != op->src + from) return false;
+  if (!grants_
+           ->recheck(op->key_id, op->key_secret, op->key_offset + from, len, op->src + from,
+                     "read (remote side)", peer_)
+           .is_ok()) {
+    return false;
+  }
   op->grant_gen = gen;
   return true;
 }
@@ -894,14 +896,11 @@ bool TcpChannel::enter_target() {
     // Some grant was revoked since this chunk was checked: is ours still there?
     rx_.gen = grants_->generation();
     const FrameHeader& h = rx_.hdr;
-    uint8_t* dst = nullptr;
-    Status st = grants_->resolve(h.key_id, h.secret, h.offset + (h.length - rx_.remaining),
-                                 rx_.remaining, &dst, "write (remote side)", peer_);
-    if (!st.is_ok() || dst != rx_.target) {
+    Status st = grants_->recheck(h.key_id, h.secret, h.offset + (h.length - rx_.remaining),
+                                 rx_.remaining, rx_.target, "write (remote side)", peer_);
+    if (!st.is_ok()) {
       // Revoked mid-write: what arrived before the revoke stays, nothing lands after.
-      rx_.refusal = st.is_ok() ? RDMAFLOW_ERROR(Code::kNotFound, "write (remote side)", peer_,
-                                                "the grant changed during the write")
-                               : st;
+      rx_.refusal = st;
       rx_.target = nullptr;
       rx_.granted = false;
       return false;
