@@ -115,7 +115,7 @@ TEST_P(Matrix, EveryAlgorithmTypeReductionAndCount) {
 std::vector<MatrixCase> cases() {
   std::vector<MatrixCase> out;
   for (const CollBackend& b : coll_backends()) {
-    for (int w = 1; w <= 8; ++w) out.push_back({b, w});
+    for (int w = 1; w <= b.max_world; ++w) out.push_back({b, w});
   }
   return out;
 }

@@ -27,6 +27,9 @@
 
 namespace rdmaflow::testing {
 
+// How long a test waits for one operation, connection or notify.
+inline constexpr Millis kOpTimeout(20000);
+
 // One row of the backend matrix: a label for test names, the backend passed to
 // make_transport(), and environment variables each rank sets first.
 struct Backend {

@@ -755,6 +755,12 @@ void VerbsChannel::fail_locked(Status error, Tasks& out) {
     ibv_modify_qp(qp_, &attr, IBV_QP_STATE);
   }
   release_recv_reservation_locked();
+  // Tell the peer, as a TCP close would: its operations fail now with
+  // RDMA_CM_EVENT_DISCONNECTED instead of waiting for their own timeouts.
+  if (connected_ && !closed_ && id_ != nullptr) {
+    closed_ = true;
+    rdma_disconnect(id_);
+  }
   out.push_back([self = shared_from_this(), error] { self->inbox_.fail(error); });
 }
 

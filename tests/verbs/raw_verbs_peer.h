@@ -1,0 +1,54 @@
+// A raw RDMA CM client for the conformance tests: it connects to a verbs
+// listener with whatever private data it is given and SENDs whatever bytes it
+// is given, skipping every check rdmaflow's own transport makes. It is what a
+// buggy or hostile peer looks like to the listener (the verbs counterpart of
+// RawConn, the raw TCP socket).
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "allocator/status.h"
+
+namespace rdmaflow::testing {
+
+class RawVerbsPeer {
+ public:
+  RawVerbsPeer() = default;
+  RawVerbsPeer(const RawVerbsPeer&) = delete;
+  RawVerbsPeer& operator=(const RawVerbsPeer&) = delete;
+  ~RawVerbsPeer();
+
+  // Connects to `address` ("verbs://ip:port") with `private_data` in the
+  // connect request. OK once established; kConnectionFailed when refused, with
+  // the text the listener put in its reject; kTimeout when nothing happens.
+  Status connect(const std::string& address, std::span<const uint8_t> private_data,
+                 std::chrono::milliseconds timeout);
+
+  // One SEND of `bytes` on the established queue pair, waited for.
+  Status send(std::span<const uint8_t> bytes, std::chrono::milliseconds timeout);
+
+  // True once the listener's side disconnected (or the QP failed) within `timeout`.
+  bool disconnected_within(std::chrono::milliseconds timeout);
+
+ private:
+  Result<rdma_cm_event_type> next_event(std::chrono::milliseconds timeout, std::string* reject);
+
+  rdma_event_channel* ec_ = nullptr;
+  rdma_cm_id* id_ = nullptr;
+  ibv_pd* pd_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  std::vector<uint8_t> buf_;  // one send buffer, then the receive buffers
+  ibv_mr* mr_ = nullptr;
+  bool qp_ = false;
+  bool disconnected_ = false;
+  int last_status_ = 0;  // of the last rdma_cm event
+};
+
+}  // namespace rdmaflow::testing
