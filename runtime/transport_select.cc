@@ -215,7 +215,22 @@ Result<PeerTransport> decide_pair(int rank_a, const RankCapabilities& a, int ran
   }
 
   std::vector<std::string> why_not;
-  // 1. verbs: both have a device, on the same fabric.
+  const BackendReport* ua = a.usable("ucx");
+  const BackendReport* ub = b.usable("ucx");
+  const bool same_host = !a.host_id.empty() && a.host_id == b.host_id;
+  // 1. Shared memory on one host: a memcpy beats any NIC loopback (as NCCL
+  //    takes P2P/SHM over NET within a node), even where an RDMA device exists.
+  if (same_host && ua && ub) {
+    const auto shm = common(filter(ua->caps.components, is_ucx_shared_memory),
+                            filter(ub->caps.components, is_ucx_shared_memory));
+    if (!shm.empty()) {
+      out.transport = "ucx";
+      out.reason = "same host '" + a.hostname + "'; UCX shared memory: " + join(shm);
+      return out;
+    }
+  }
+
+  // 2. verbs: both have a device, on the same fabric.
   const BackendReport* va = a.usable("verbs");
   const BackendReport* vb = b.usable("verbs");
   if (va && vb) {
@@ -235,21 +250,12 @@ Result<PeerTransport> decide_pair(int rank_a, const RankCapabilities& a, int ran
     why_not.push_back(pair_unusable(ra, a, rb, b, "verbs"));
   }
 
-  // 2. ucx: shared memory on one host, or RDMA on both.
-  const BackendReport* ua = a.usable("ucx");
-  const BackendReport* ub = b.usable("ucx");
-  const bool same_host = !a.host_id.empty() && a.host_id == b.host_id;
+  // 3. ucx: RDMA on both (shared memory on one host was taken above).
   if (ua && ub) {
     const auto shm_a = filter(ua->caps.components, is_ucx_shared_memory);
     const auto shm_b = filter(ub->caps.components, is_ucx_shared_memory);
-    const auto shm = common(shm_a, shm_b);
     const auto rdma_a = filter(ua->caps.components, is_ucx_rdma);
     const auto rdma_b = filter(ub->caps.components, is_ucx_rdma);
-    if (same_host && !shm.empty()) {
-      out.transport = "ucx";
-      out.reason = "same host '" + a.hostname + "'; UCX shared memory: " + join(shm);
-      return out;
-    }
     if (!rdma_a.empty() && !rdma_b.empty()) {
       out.transport = "ucx";
       const auto both = common(rdma_a, rdma_b);
@@ -282,7 +288,7 @@ Result<PeerTransport> decide_pair(int rank_a, const RankCapabilities& a, int ran
     why_not.push_back(pair_unusable(ra, a, rb, b, "ucx"));
   }
 
-  // 3. tcp.
+  // 4. tcp.
   if (a.usable("tcp") && b.usable("tcp")) {
     out.transport = "tcp";
     out.reason = join(why_not, "; ");
@@ -290,7 +296,7 @@ Result<PeerTransport> decide_pair(int rank_a, const RankCapabilities& a, int ran
   }
   why_not.push_back(pair_unusable(ra, a, rb, b, "tcp"));
 
-  // 4. Whatever both allow, best first (e.g. RDMAFLOW_TRANSPORT=ucx across hosts).
+  // 5. Whatever both allow, best first (e.g. RDMAFLOW_TRANSPORT=ucx across hosts).
   for (const auto& backend : a.backends) {
     if (a.usable(backend.name) && b.usable(backend.name)) {
       out.transport = backend.name;
