@@ -12,6 +12,8 @@ PACKAGES=(
   libgloo-dev libopenmpi-dev openmpi-bin
   clang libclang-rt-14-dev clang-format
   iproute2 python3
+  # the soft-RoCE guest (scripts/softroce-vm): QEMU, debootstrap, initramfs packing
+  qemu-system-x86 debootstrap cpio zstd
 )
 
 missing=()
