@@ -659,10 +659,10 @@ int run(int rank, Oob& oob, const Options& o) {
     }
     std::string env;
     for (const auto& [k, v] : spec.env) env += " " + k + "=" + v;
-    std::printf(
-        "transport: %s  (2 processes over loopback; notify wait: %s; "
-        "RDMAFLOW_TCP_BUSY_POLL=%s%s)\n",
-        name.c_str(), o.spin ? "spin" : "block", busy ? busy : "0", env.c_str());
+    const std::string where =
+        o.rank >= 0 ? "2 ranks, rank 0 at " + o.host : std::string("2 processes over loopback");
+    std::printf("transport: %s  (%s; notify wait: %s; RDMAFLOW_TCP_BUSY_POLL=%s%s)\n", name.c_str(),
+                where.c_str(), o.spin ? "spin" : "block", busy ? busy : "0", env.c_str());
     std::printf("\nLatency in us, one-way = half round trip (osu_latency style)\n");
     std::printf("%10s %12s %12s %8s   %12s %12s %8s\n", "size", (name + " avg").c_str(),
                 "socket avg", "ratio", (name + " p50").c_str(), "socket p50", "ratio");
