@@ -35,7 +35,7 @@ gtest() {
   echo "== ${bin#"$BUILD"/} --gtest_filter=$filter"
   out=$("$BUILD/$bin" --gtest_filter="$filter" 2>&1)
   local rc=$?
-  echo "$out" | grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|rank [0-9]+:' | sed 's/^/   /'
+  echo "$out" | grep -E '^\[ +(FAILED|SKIPPED|PASSED) +\]|Failure|rank [0-9]+:' | sed 's/^/   /'
   if [ $rc -ne 0 ]; then
     failed+=("$bin")
     echo "$out" | tail -40 | sed 's/^/   | /'

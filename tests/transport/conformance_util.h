@@ -193,6 +193,23 @@ struct Node {
   }
 };
 
+// The listener of the raw-peer tests (tcp_raw_test.cc, tests/verbs/raw_peer_test.cc):
+// a transport listening with a 64 KiB region exposed (pattern 11) and a copy of
+// what the region must still hold; its address and key go to every rank as
+// join2(address, key).
+struct RawPeerTarget {
+  Node node;
+  std::string address;
+  Buffer region{1 << 16};
+  Buffer expected{1 << 16};
+  RemoteKey key;
+
+  Status start(const Backend& b, int rank, int world, Exchange& ex);
+  // Accepts the connection of a raw peer that claims rank `claimed`; the
+  // first wait on it must fail, not time out, naming that rank.
+  Result<std::shared_ptr<Channel>> accept_failed(int claimed);
+};
+
 // --------------------------------------------------------- blocking wrappers
 
 inline Status write_sync(Channel& ch, const void* src, size_t len, const RemoteKey& key,
@@ -328,5 +345,51 @@ struct RawConn {
     }
   }
 };
+
+inline Status RawPeerTarget::start(const Backend& b, int rank, int world, Exchange& ex) {
+  RDMAFLOW_RETURN_IF_ERROR(node.create(b, rank, world, ex));
+  RDMAFLOW_ASSIGN_OR_RETURN(address, node.transport->listen());
+  fill_pattern(region.p, region.size, 11);
+  std::memcpy(expected.p, region.p, region.size);
+  RDMAFLOW_ASSIGN_OR_RETURN(key, node.expose(region.p, region.size));
+  return ex.allgather(join2(address, key_bytes(key))).status();
+}
+
+inline Result<std::shared_ptr<Channel>> RawPeerTarget::accept_failed(int claimed) {
+  RDMAFLOW_ASSIGN_OR_RETURN(auto ch, node.transport->accept(claimed, kOpTimeout));
+  auto n = ch->inbox().wait_notify(kOpTimeout);
+  EXPECT_FALSE(n.is_ok()) << "a notify arrived from the raw peer claiming rank " << claimed;
+  if (!n.is_ok()) {
+    EXPECT_NE(n.status().code(), Code::kTimeout) << n.status().to_string();
+    EXPECT_EQ(n.status().peer(), claimed);
+  }
+  EXPECT_FALSE(ch->error().is_ok());
+  return ch;
+}
+
+// Two ranks over `b` with every address bound to `ip` (an IPv6 address): each
+// reads the other's 1 MiB region byte for byte and writes 4 KiB back with notify 9.
+inline RunResult run_over_ipv6(const Backend& b, const std::string& ip) {
+  return run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(b, rank, world, ex, ip));
+    RF_ASSIGN_OR_FAIL(std::string addr, node.transport->listen());
+    EXPECT_NE(addr.find("[" + ip + "]"), std::string::npos) << addr;
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    Buffer region(1 << 20), back(1 << 20);
+    RF_ASSERT_OK(node.local(back));
+    fill_pattern(region.p, region.size, 60 + static_cast<uint64_t>(rank));
+    RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
+    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(key_bytes(key)));
+    RF_ASSIGN_OR_FAIL(RemoteKey peer_key, parse_key(all[static_cast<size_t>(1 - rank)]));
+    RF_ASSERT_OK(read_sync(ch, back.p, back.size, peer_key, 0));
+    EXPECT_EQ(check_pattern(back.p, back.size, 60 + static_cast<uint64_t>(1 - rank)), -1);
+    RF_ASSERT_OK(write_sync(ch, back.p, 4096, peer_key, 0, 9));
+    RF_ASSIGN_OR_FAIL(uint64_t v, ch.inbox().wait_notify(kOpTimeout));
+    EXPECT_EQ(v, 9u);
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+}
 
 }  // namespace rdmaflow::testing

@@ -17,22 +17,12 @@ TEST(TcpConformance, MalformedFramesFromARawSocketAreRefused) {
   using namespace rdmaflow::tcp;
   auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
     if (rank == 0) {  // the receiver under attack
-      Node node;
-      RF_ASSERT_OK(node.create(kTcp, rank, world, ex));
-      RF_ASSIGN_OR_FAIL(std::string addr, node.transport->listen());
-      Buffer region(1 << 16), expected(1 << 16);
-      fill_pattern(region.p, region.size, 11);
-      std::memcpy(expected.p, region.p, region.size);
-      RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
-      RF_ASSERT_OK(ex.allgather(join2(addr, key_bytes(key))));
+      RawPeerTarget target;
+      RF_ASSERT_OK(target.start(kTcp, rank, world, ex));
+      Node& node = target.node;
       // Each attack connection claims its own rank.
       for (int claimed : {11, 12, 13, 14, 15}) {
-        RF_ASSIGN_OR_FAIL(auto ch, node.transport->accept(claimed, kOpTimeout));
-        auto n = ch->inbox().wait_notify(kOpTimeout);
-        RF_ASSERT(!n.is_ok());
-        EXPECT_NE(n.status().code(), Code::kTimeout) << n.status().to_string();
-        EXPECT_EQ(n.status().peer(), claimed);
-        EXPECT_FALSE(ch->error().is_ok());
+        RF_ASSIGN_OR_FAIL(auto ch, target.accept_failed(claimed));
         if (claimed != 15) {
           EXPECT_EQ(ch->error().code(), Code::kProtocolError) << ch->error().to_string();
         }
@@ -47,9 +37,9 @@ TEST(TcpConformance, MalformedFramesFromARawSocketAreRefused) {
       RF_ASSIGN_OR_FAIL(uint64_t v, real->inbox().wait_notify(kOpTimeout));
       EXPECT_EQ(v, 7u);
       // Only the two valid writes changed memory.
-      fill_pattern(expected.p, 100, 555);
-      expected.p[200] = 1;
-      EXPECT_EQ(std::memcmp(region.p, expected.p, region.size), 0)
+      fill_pattern(target.expected.p, 100, 555);
+      target.expected.p[200] = 1;
+      EXPECT_EQ(std::memcmp(target.region.p, target.expected.p, target.region.size), 0)
           << "refused frames changed memory";
       RF_ASSERT_OK(ex.barrier());
       return 0;
@@ -157,23 +147,7 @@ TEST(TcpConformance, MalformedFramesFromARawSocketAreRefused) {
 
 TEST(TcpConformance, WorksOverIpv6Loopback) {
   if (!ipv6_loopback_available()) GTEST_SKIP() << "no IPv6 loopback (::1) on this machine";
-  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
-    Node node;
-    RF_ASSERT_OK(node.connect_all(kTcp, rank, world, ex, "::1"));
-    RF_ASSIGN_OR_FAIL(std::string addr, node.transport->listen());
-    EXPECT_NE(addr.find("[::1]"), std::string::npos) << addr;
-    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
-    Buffer region(1 << 20), back(1 << 20);
-    RF_ASSERT_OK(node.local(back));
-    fill_pattern(region.p, region.size, 60 + static_cast<uint64_t>(rank));
-    RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
-    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(key_bytes(key)));
-    RF_ASSIGN_OR_FAIL(RemoteKey peer_key, parse_key(all[static_cast<size_t>(1 - rank)]));
-    RF_ASSERT_OK(read_sync(ch, back.p, back.size, peer_key, 0));
-    EXPECT_EQ(check_pattern(back.p, back.size, 60 + static_cast<uint64_t>(1 - rank)), -1);
-    RF_ASSERT_OK(ex.barrier());
-    return 0;
-  });
+  auto r = run_over_ipv6(kTcp, "::1");
   RF_EXPECT_RUN_OK(r);
 }
 

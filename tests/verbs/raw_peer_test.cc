@@ -45,29 +45,19 @@ std::vector<uint8_t> message(verbs::MsgType type, size_t payload) {
 TEST(VerbsRawPeer, MalformedHellosAndMessagesAreRefused) {
   auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
     if (rank == 0) {  // the listener under attack
-      Node node;
-      RF_ASSERT_OK(node.create(kVerbs, rank, world, ex));
-      RF_ASSIGN_OR_FAIL(std::string addr, node.transport->listen());
-      Buffer region(1 << 16), expected(1 << 16);
-      fill_pattern(region.p, region.size, 11);
-      std::memcpy(expected.p, region.p, region.size);
-      RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
-      RF_ASSERT_OK(ex.allgather(join2(addr, key_bytes(key))));
+      RawPeerTarget target;
+      RF_ASSERT_OK(target.start(kVerbs, rank, world, ex));
       // A lying hello gets a channel; its first malformed message fails it.
       for (int claimed : {11, 12, 13}) {
-        RF_ASSIGN_OR_FAIL(auto ch, node.transport->accept(claimed, kOpTimeout));
-        auto n = ch->inbox().wait_notify(kOpTimeout);
-        RF_ASSERT(!n.is_ok());
-        EXPECT_NE(n.status().code(), Code::kTimeout) << n.status().to_string();
-        EXPECT_EQ(n.status().peer(), claimed);
+        RF_ASSIGN_OR_FAIL(auto ch, target.accept_failed(claimed));
         EXPECT_EQ(ch->error().code(), Code::kProtocolError) << ch->error().to_string();
       }
       RF_ASSERT_OK(ex.barrier());  // the raw peer is done
-      RF_ASSIGN_OR_FAIL(auto real, node.transport->accept(1, kOpTimeout));
+      RF_ASSIGN_OR_FAIL(auto real, target.node.transport->accept(1, kOpTimeout));
       RF_ASSIGN_OR_FAIL(uint64_t v, real->inbox().wait_notify(kOpTimeout));
       EXPECT_EQ(v, 7u);
-      expected.p[200] = 1;  // the one valid write
-      EXPECT_EQ(std::memcmp(region.p, expected.p, region.size), 0)
+      target.expected.p[200] = 1;  // the one valid write
+      EXPECT_EQ(std::memcmp(target.region.p, target.expected.p, target.region.size), 0)
           << "refused peers changed memory";
       RF_ASSERT_OK(ex.barrier());
       return 0;
@@ -153,26 +143,7 @@ TEST(VerbsIpv6, ConnectsWritesAndReadsOverAnIpv6Address) {
     GTEST_SKIP() << "no RDMA netdev with a global IPv6 address here (scripts/softroce-vm gives "
                     "its guests fd77::<n>/64)";
   }
-  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
-    Node node;
-    RF_ASSERT_OK(node.connect_all(kVerbs, rank, world, ex, ip));
-    RF_ASSIGN_OR_FAIL(std::string addr, node.transport->listen());
-    EXPECT_NE(addr.find("[" + ip + "]"), std::string::npos) << addr;
-    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
-    Buffer region(1 << 20), back(1 << 20);
-    RF_ASSERT_OK(node.local(back));
-    fill_pattern(region.p, region.size, 60 + static_cast<uint64_t>(rank));
-    RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
-    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(key_bytes(key)));
-    RF_ASSIGN_OR_FAIL(RemoteKey peer_key, parse_key(all[static_cast<size_t>(1 - rank)]));
-    RF_ASSERT_OK(read_sync(ch, back.p, back.size, peer_key, 0));
-    EXPECT_EQ(check_pattern(back.p, back.size, 60 + static_cast<uint64_t>(1 - rank)), -1);
-    RF_ASSERT_OK(write_sync(ch, back.p, 4096, peer_key, 0, 9));
-    RF_ASSIGN_OR_FAIL(uint64_t v, ch.inbox().wait_notify(kOpTimeout));
-    EXPECT_EQ(v, 9u);
-    RF_ASSERT_OK(ex.barrier());
-    return 0;
-  });
+  auto r = run_over_ipv6(kVerbs, ip);
   RF_EXPECT_RUN_OK(r);
 }
 
