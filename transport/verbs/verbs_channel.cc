@@ -744,7 +744,11 @@ void VerbsChannel::finish_op_locked(const std::shared_ptr<Op>& op, const Status&
 void VerbsChannel::fail_locked(Status error, Tasks& out) {
   if (!error_.is_ok()) return;
   error_ = error;
-  RDMAFLOW_LOG_WARN("verbs: channel to rank {} failed: {}", peer_rank_, error.to_string());
+  if (error.code() == Code::kCancelled) {  // closed or shut down here: the usual end
+    RDMAFLOW_LOG_DEBUG("verbs: channel to rank {} ends: {}", peer_rank_, error.to_string());
+  } else {
+    RDMAFLOW_LOG_WARN("verbs: channel to rank {} failed: {}", peer_rank_, error.to_string());
+  }
   for (auto& [id, f] : inflight_) finish_op_locked(f.op, error, out);
   inflight_.clear();
   for (auto& item : window_.take_all()) finish_op_locked(item.op, error, out);
