@@ -52,7 +52,7 @@ mkdir -p "$tmp/dl"
 trap 'rm -rf "$tmp"' EXIT
 log "building the guest image (debootstrap $SUITE from $MIRROR, $KERNEL_PKG); once per input change"
 include=$(IFS=,; echo "${PACKAGES[*]}")
-debootstrap --variant=minbase --include="$include" "$SUITE" "$tmp/root" "$MIRROR" \
+debootstrap --variant=minbase --include="$include" "$SUITE" "$tmp/rootfs" "$MIRROR" \
   >"$tmp/debootstrap.log" 2>&1 || {
   tail -20 "$tmp/debootstrap.log" >&2
   die "debootstrap failed (log above; a package name or the mirror $MIRROR may be wrong)"
@@ -63,28 +63,28 @@ log "adding $KERNEL_PKG's kernel and the ${#GUEST_MODULES[@]} modules the guest 
   die "apt-get download $KERNEL_PKG failed"
 # The package has no modules.dep (its postinst makes it): depmod it inside
 # the root, whose kmod is Debian's, then keep only the modules needed.
-dpkg-deb -x "$tmp"/dl/*.deb "$tmp/root/tmp/kernel"
-kver=$(ls "$tmp/root/tmp/kernel/lib/modules")
-chroot "$tmp/root" depmod -b /tmp/kernel "$kver" || die "depmod of $KERNEL_PKG failed"
-mods="$tmp/root/tmp/kernel/lib/modules/$kver"
-dst="$tmp/root/lib/modules/$kver"
+dpkg-deb -x "$tmp"/dl/*.deb "$tmp/rootfs/tmp/kernel"
+kver=$(ls "$tmp/rootfs/tmp/kernel/lib/modules")
+chroot "$tmp/rootfs" depmod -b /tmp/kernel "$kver" || die "depmod of $KERNEL_PKG failed"
+mods="$tmp/rootfs/tmp/kernel/lib/modules/$kver"
+dst="$tmp/rootfs/lib/modules/$kver"
 mkdir -p "$dst"
 cp "$mods"/modules.order "$mods"/modules.builtin* "$dst"/
 module_closure "$mods" | while read -r rel; do
   mkdir -p "$dst/$(dirname "$rel")"
   cp "$mods/$rel" "$dst/$rel"
 done
-chroot "$tmp/root" depmod "$kver" || die "depmod $kver failed in the guest root"
-cp "$tmp/root/tmp/kernel/boot/vmlinuz-$kver" "$tmp/vmlinuz"
-rm -rf "$tmp/root/tmp/kernel"
+chroot "$tmp/rootfs" depmod "$kver" || die "depmod $kver failed in the guest root"
+cp "$tmp/rootfs/tmp/kernel/boot/vmlinuz-$kver" "$tmp/vmlinuz"
+rm -rf "$tmp/rootfs/tmp/kernel"
 
 # What a guest never reads.
-rm -rf "$tmp"/root/usr/share/{doc,man,info,locale,lintian,bash-completion} \
-  "$tmp"/root/var/cache/apt/* "$tmp"/root/var/lib/apt/lists/*
-install -m 0755 "$HERE/guest-init" "$tmp/root/init"
-printf '%s\n' "${GUEST_MODULES[@]}" >"$tmp/root/etc/rf-modules"
+rm -rf "$tmp"/rootfs/usr/share/{doc,man,info,locale,lintian,bash-completion} \
+  "$tmp"/rootfs/var/cache/apt/* "$tmp"/rootfs/var/lib/apt/lists/*
+install -m 0755 "$HERE/guest-init" "$tmp/rootfs/init"
+printf '%s\n' "${GUEST_MODULES[@]}" >"$tmp/rootfs/etc/rf-modules"
 log "packing the root as the initramfs"
-(cd "$tmp/root" && find . -print0 | cpio --null -o -H newc --quiet | zstd -q -T0 -3) \
+(cd "$tmp/rootfs" && find . -print0 | cpio --null -o -H newc --quiet | zstd -q -T0 -3) \
   >"$tmp/initrd.zst"
 mkdir -p "$OUT.new"
 mv "$tmp/initrd.zst" "$OUT.new/initrd.zst"
