@@ -763,7 +763,9 @@ void VerbsChannel::fail_locked(Status error, Tasks& out) {
   // RDMA_CM_EVENT_DISCONNECTED instead of waiting for their own timeouts.
   if (connected_ && !closed_ && id_ != nullptr) {
     closed_ = true;
-    rdma_disconnect(id_);
+    // The passive side can fail on a message that overtook the RTU; the CM
+    // refuses a DREQ until it is ESTABLISHED, so try again then.
+    if (rdma_disconnect(id_) != 0) disconnect_deferred_ = true;
   }
   out.push_back([self = shared_from_this(), error] { self->inbox_.fail(error); });
 }
@@ -797,6 +799,13 @@ void VerbsChannel::on_disconnected(const std::string& event) {
     }
   }
   run_tasks(out);
+}
+
+void VerbsChannel::on_established() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!disconnect_deferred_ || id_ == nullptr) return;
+  disconnect_deferred_ = false;
+  rdma_disconnect(id_);
 }
 
 void VerbsChannel::close() {

@@ -671,6 +671,7 @@ void VerbsTransport::on_established(rdma_cm_id* id) {
     pending_.erase(it);
     accepted_[ch->peer_rank()].push_back(ch);
   }
+  ch->on_established();
   cv_.notify_all();
   log_path(ch, ch->peer_rank());
 }
