@@ -6,8 +6,8 @@
 #include <string>
 #include <utility>
 
-#include "allocator/env.h"
-#include "allocator/log.h"
+#include "common/env.h"
+#include "common/log.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define RDMAFLOW_ARENA_ASAN 1

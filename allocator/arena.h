@@ -33,7 +33,7 @@
 #include "allocator/bfc.h"
 #include "allocator/registrar.h"
 #include "allocator/slab.h"
-#include "allocator/status.h"
+#include "common/status.h"
 
 namespace rdmaflow {
 

@@ -17,7 +17,7 @@
 #include <set>
 #include <utility>
 
-#include "allocator/status.h"
+#include "common/status.h"
 
 namespace rdmaflow {
 

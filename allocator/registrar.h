@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "allocator/status.h"
+#include "common/status.h"
 
 namespace rdmaflow {
 

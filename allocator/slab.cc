@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "allocator/log.h"
+#include "common/log.h"
 
 namespace rdmaflow {
 

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "allocator/status.h"
+#include "common/status.h"
 
 namespace rdmaflow {
 

@@ -44,7 +44,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/transport_select.h"
+#include "runtime/selection/transport_select.h"
 #include "transport/channel.h"
 #include "transport/transport.h"
 

@@ -5,9 +5,9 @@
 
 #include <cstddef>
 
-#include "allocator/status.h"
 #include "collectives/program.h"
 #include "collectives/types.h"
+#include "common/status.h"
 
 namespace rdmaflow {
 

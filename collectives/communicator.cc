@@ -9,12 +9,12 @@
 #include <cstring>
 #include <limits>
 
-#include "allocator/env.h"
-#include "allocator/log.h"
 #include "collectives/algorithms.h"
 #include "collectives/executor.h"
 #include "collectives/program.h"
 #include "collectives/reduce_kernels.h"
+#include "common/env.h"
+#include "common/log.h"
 
 namespace rdmaflow {
 

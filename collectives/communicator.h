@@ -40,12 +40,12 @@
 #include <thread>
 #include <vector>
 
-#include "allocator/status.h"
 #include "collectives/cost_model.h"
 #include "collectives/fabric.h"
 #include "collectives/types.h"
+#include "common/dtype.h"
+#include "common/status.h"
 #include "transport/channel.h"
-#include "transport/dtype.h"
 #include "transport/transport.h"
 
 namespace rdmaflow {

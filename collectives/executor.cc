@@ -7,8 +7,8 @@
 #include <mutex>
 #include <vector>
 
-#include "collectives/doorbell.h"
 #include "collectives/reduce_kernels.h"
+#include "common/doorbell.h"
 
 namespace rdmaflow {
 namespace {

@@ -20,9 +20,9 @@
 #include <chrono>
 #include <string>
 
-#include "allocator/status.h"
 #include "collectives/fabric.h"
 #include "collectives/program.h"
+#include "common/status.h"
 
 namespace rdmaflow {
 

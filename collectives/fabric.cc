@@ -7,22 +7,14 @@
 #include <cstring>
 #include <string>
 
-#include "allocator/log.h"
+#include "common/bytes.h"
+#include "common/log.h"
 
 namespace rdmaflow {
 namespace {
 
 constexpr char kHello[8] = {'R', 'F', 'C', 'O', 'L', 'L', '0', '2'};
 constexpr char kDirect[8] = {'R', 'F', 'C', 'O', 'L', 'L', 'D', '1'};
-
-void put_u64(std::vector<uint8_t>& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-uint64_t get_u64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 
 // Fills the page tables of a shared mapping (writable) without touching the
 // bytes: otherwise the first calls pay a page fault per 4 KiB of every slot
@@ -173,36 +165,32 @@ Status Fabric::setup(std::vector<Transport*> transports) {
       exported_.emplace_back(transports[p], *bk);
       bell = bk->serialize();
     }
-    std::vector<uint8_t> msg(kHello, kHello + sizeof(kHello));
-    put_u64(msg, static_cast<uint64_t>(world_));
-    put_u64(msg, static_cast<uint64_t>(rank_));
-    put_u64(msg, config_.slot_bytes);
-    put_u64(msg, static_cast<uint64_t>(config_.slots));
-    put_u64(msg, static_cast<uint64_t>(config_.lanes));
     auto kb = key->serialize();
-    put_u64(msg, kb.size());
-    msg.insert(msg.end(), kb.begin(), kb.end());
-    put_u64(msg, bell.size());
-    msg.insert(msg.end(), bell.begin(), bell.end());
-    peer.channel->send_message(std::move(msg), sent.add(), config_.timeout);
+    ByteWriter msg;
+    msg.raw(kHello, sizeof(kHello)).u64(static_cast<uint64_t>(world_));
+    msg.u64(static_cast<uint64_t>(rank_)).u64(config_.slot_bytes);
+    msg.u64(static_cast<uint64_t>(config_.slots)).u64(static_cast<uint64_t>(config_.lanes));
+    msg.u64(kb.size()).raw(kb.data(), kb.size());
+    msg.u64(bell.size()).raw(bell.data(), bell.size());
+    peer.channel->send_message(msg.take(), sent.add(), config_.timeout);
   }
   std::vector<RemoteKey> bell_keys(world_);
   std::vector<bool> offered(world_, false);
-  constexpr size_t kFixed = sizeof(kHello) + 48;
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
     Peer& peer = peers_[p];
     auto msg = peer.channel->inbox().recv_message(config_.timeout);
     if (!msg.is_ok()) return msg.status().with_op("receive collective scratch key");
-    const auto& m = *msg;
-    if (m.size() < kFixed || std::memcmp(m.data(), kHello, sizeof(kHello)) != 0) {
+    ByteReader r(*msg);
+    std::span<const uint8_t> magic;
+    uint64_t world = 0, prank = 0, slot_bytes = 0, slots = 0, lanes = 0, key_len = 0;
+    if (!r.view(sizeof(kHello), magic) || std::memcmp(magic.data(), kHello, sizeof(kHello)) != 0 ||
+        !r.get(world) || !r.get(prank) || !r.get(slot_bytes) || !r.get(slots) || !r.get(lanes) ||
+        !r.get(key_len)) {
       return RDMAFLOW_ERROR(Code::kProtocolError, op, p,
                             "unexpected setup message (is the peer creating a communicator of "
                             "the same rdmaflow version?)");
     }
-    const uint8_t* q = m.data() + sizeof(kHello);
-    const uint64_t world = get_u64(q), prank = get_u64(q + 8), slot_bytes = get_u64(q + 16),
-                   slots = get_u64(q + 24), lanes = get_u64(q + 32), key_len = get_u64(q + 40);
     if (world != static_cast<uint64_t>(world_) || prank != static_cast<uint64_t>(p)) {
       return RDMAFLOW_ERROR(Code::kProtocolError, op, p,
                             "peer says it is rank " + std::to_string(prank) + " of " +
@@ -219,22 +207,19 @@ Status Fabric::setup(std::vector<Transport*> transports) {
               std::to_string(config_.slots) + " lanes=" + std::to_string(config_.lanes) +
               " (RDMAFLOW_COLL_SLOT_BYTES / _SLOTS / _LANES must match on every rank)");
     }
-    if (key_len > m.size() - kFixed || m.size() - kFixed - key_len < 8) {
+    std::span<const uint8_t> key_bytes, bell_bytes;
+    uint64_t bell_len = 0;
+    if (!r.view(key_len, key_bytes) || !r.get(bell_len) || !r.view(bell_len, bell_bytes)) {
       return RDMAFLOW_ERROR(Code::kProtocolError, op, p, "truncated setup message");
     }
-    auto key = RemoteKey::deserialize(std::span<const uint8_t>(m.data() + kFixed, key_len));
+    auto key = RemoteKey::deserialize(key_bytes);
     if (!key.is_ok()) return key.status().with_op("receive collective scratch key");
     if (key->length < data_bytes_ + control_bytes_) {
       return RDMAFLOW_ERROR(Code::kProtocolError, op, p, "scratch key too short");
     }
     peer.remote = *key;
-    const uint8_t* b = m.data() + kFixed + key_len;
-    const uint64_t bell_len = get_u64(b);
-    if (bell_len > m.size() - kFixed - key_len - 8) {
-      return RDMAFLOW_ERROR(Code::kProtocolError, op, p, "truncated setup message");
-    }
     if (bell_len > 0) {
-      auto bk = RemoteKey::deserialize(std::span<const uint8_t>(b + 8, bell_len));
+      auto bk = RemoteKey::deserialize(bell_bytes);
       if (!bk.is_ok()) return bk.status().with_op("receive collective doorbell key");
       bell_keys[p] = *bk;
       offered[p] = true;
@@ -278,9 +263,9 @@ Status Fabric::setup_direct(const std::vector<RemoteKey>& bell_keys,
                            why.to_string());
       }
     }
-    std::vector<uint8_t> msg(kDirect, kDirect + sizeof(kDirect));
-    put_u64(msg, mine[p] ? 1 : 0);
-    peer.channel->send_message(std::move(msg), sent.add(), config_.timeout);
+    ByteWriter msg;
+    msg.raw(kDirect, sizeof(kDirect)).u64(mine[p] ? 1 : 0);
+    peer.channel->send_message(msg.take(), sent.add(), config_.timeout);
   }
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
@@ -292,7 +277,7 @@ Status Fabric::setup_direct(const std::vector<RemoteKey>& bell_keys,
       return RDMAFLOW_ERROR(Code::kProtocolError, "create communicator", p,
                             "unexpected setup message");
     }
-    peer.direct = mine[p] && get_u64(m.data() + sizeof(kDirect)) == 1;
+    peer.direct = mine[p] && load_le<uint64_t>(m.data() + sizeof(kDirect)) == 1;
     if (peer.direct) {
       peer.bell = Doorbell(peer.bell_view.data);
       prefault(peer.view.data, peer.view.length);

@@ -55,9 +55,9 @@
 #include <mutex>
 #include <vector>
 
-#include "allocator/status.h"
-#include "collectives/doorbell.h"
-#include "collectives/signal.h"
+#include "common/doorbell.h"
+#include "common/signal.h"
+#include "common/status.h"
 #include "transport/channel.h"
 #include "transport/transport.h"
 

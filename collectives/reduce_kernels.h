@@ -11,7 +11,7 @@
 #include <cstddef>
 
 #include "collectives/types.h"
-#include "transport/dtype.h"
+#include "common/dtype.h"
 
 namespace rdmaflow {
 

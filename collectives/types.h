@@ -5,7 +5,7 @@
 #include <optional>
 #include <string_view>
 
-#include "transport/dtype.h"
+#include "common/dtype.h"
 
 namespace rdmaflow {
 

@@ -5,7 +5,7 @@
 // them per rank (plan_memory) with reuse between disjoint lifetimes.
 #pragma once
 
-#include "allocator/status.h"
+#include "common/status.h"
 #include "graph/partition.h"
 #include "graph/placement.h"
 #include "graph/transfer_plan.h"

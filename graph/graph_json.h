@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "allocator/status.h"
+#include "common/status.h"
 #include "graph/ir.h"
 #include "graph/placement.h"
 

@@ -19,8 +19,8 @@
 #include <variant>
 #include <vector>
 
-#include "allocator/status.h"
-#include "transport/dtype.h"
+#include "common/dtype.h"
+#include "common/status.h"
 
 namespace rdmaflow::graph {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "allocator/status.h"
+#include "common/status.h"
 
 namespace rdmaflow::graph {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "allocator/status.h"
+#include "common/status.h"
 #include "graph/ir.h"
 #include "graph/placement.h"
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "allocator/status.h"
+#include "common/status.h"
 #include "graph/ir.h"
 
 namespace rdmaflow::graph {

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "allocator/status.h"
+#include "common/status.h"
 #include "graph/transfer_plan.h"
 
 namespace rdmaflow::graph {

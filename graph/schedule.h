@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "allocator/status.h"
+#include "common/status.h"
 #include "graph/partition.h"
 
 namespace rdmaflow::graph {

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "allocator/status.h"
+#include "common/status.h"
 #include "graph/ir.h"
 
 namespace rdmaflow::graph {

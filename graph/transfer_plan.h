@@ -27,10 +27,10 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "graph/ir.h"
 #include "graph/liveness.h"
 #include "graph/partition.h"
-#include "transport/dtype.h"
 
 namespace rdmaflow::graph {
 

@@ -2,7 +2,7 @@
 // with the name of the op or tensor and what is wrong with it.
 #pragma once
 
-#include "allocator/status.h"
+#include "common/status.h"
 #include "graph/ir.h"
 #include "graph/placement.h"
 

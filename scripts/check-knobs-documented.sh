@@ -10,7 +10,7 @@
 # Which variables the code reads. Lookups go through std::getenv and the
 # helpers around it (env_string / env_int in allocator/env.h, and the local
 # wrappers env_or, env_mib, bounded, knob), but some names reach a lookup
-# through a table (runtime/rank_info.cc's launchers, collective_algo_env() in
+# through a table (runtime/rendezvous/rank_info.cc's launchers, collective_algo_env() in
 # collectives/types.cc). So the script:
 #   1. takes every C++ string literal that starts with "RDMAFLOW_ in the source
 #      dirs as a variable name (lookups, the tables feeding them, and messages
@@ -66,7 +66,7 @@ KNOWN_INDIRECT=(
   # RDMAFLOW_<OP>_ALGO: the literals are in collectives/types.cc.
   "collectives/communicator.cc|env_string(collective_algo_env"
   # kLaunchers: RDMAFLOW_RANK ... and the launchers' variables, literals in place.
-  "runtime/rank_info.cc|getenv(name"
+  "runtime/rendezvous/rank_info.cc|getenv(name"
   # Saves and restores UCX_TLS / UCX_NET_DEVICES around make_transport.
   "bench/p2p.cc|getenv(k.c_str"
   # OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK.

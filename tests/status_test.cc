@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "allocator/status.h"
+#include "common/status.h"
 #include "transport/remote_key.h"
 
 namespace rdmaflow {

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "allocator/status.h"
+#include "common/status.h"
 #include "transport/remote_key.h"
 
 namespace rdmaflow {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "allocator/status.h"
+#include "common/status.h"
 
 namespace rdmaflow {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "allocator/registrar.h"
-#include "allocator/status.h"
+#include "common/status.h"
 #include "transport/channel.h"
 #include "transport/remote_key.h"
 
@@ -28,7 +28,7 @@ struct TransportConfig {
 };
 
 // What a backend can tell about how it reaches peers, for per-peer selection
-// (runtime/transport_select.h). A backend with nothing to say keeps the default.
+// (runtime/selection/transport_select.h). A backend with nothing to say keeps the default.
 struct TransportCapabilities {
   // The lower-level transports the backend may use, as the backend names them.
   // UCX: its context's resources after UCX_TLS ("posix", "sysv", "cma", "tcp",
@@ -38,7 +38,7 @@ struct TransportCapabilities {
   std::string device;
   // What the device reaches (verbs: "ib <subnet prefix>", "roce <IPv4 subnet>",
   // or "roce" when the subnet is unknown); fabrics_reach() in
-  // runtime/transport_select.h says whether two ranks' devices reach each other.
+  // runtime/selection/transport_select.h says whether two ranks' devices reach each other.
   std::string fabric;
 };
 

@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "runtime/bootstrap.h"
+#include "runtime/rendezvous/bootstrap.h"
 #include "transport/transport.h"
 
 using namespace rdmaflow;

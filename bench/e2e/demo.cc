@@ -20,7 +20,7 @@
 
 #include "bench/e2e/job.h"
 #include "bench/e2e/launch.h"
-#include "runtime/executor/trainer.h"
+#include "examples/trainer/trainer.h"
 
 namespace rdmaflow::e2e {
 namespace {

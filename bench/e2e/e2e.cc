@@ -25,7 +25,7 @@
 
 #include "bench/e2e/job.h"
 #include "bench/e2e/launch.h"
-#include "runtime/session.h"
+#include "runtime/session/session.h"
 #include "transport/transport.h"
 
 namespace rdmaflow::e2e {
@@ -54,7 +54,7 @@ std::vector<std::string> split(const std::string& s) {
 
 // What RDMAFLOW_TRANSPORT=auto picks between two processes of this host (every
 // job this bench launches is local), with its reason: the per-peer rule of
-// runtime/transport_select.h applied to this process's own capabilities.
+// runtime/selection/transport_select.h applied to this process's own capabilities.
 struct AutoChoice {
   std::string transport = "tcp";
   std::string reason;

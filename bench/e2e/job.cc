@@ -10,12 +10,12 @@
 
 #include <unistd.h>
 
-#include "allocator/log.h"
 #include "bench/e2e/launch.h"
+#include "common/log.h"
+#include "examples/trainer/trainer.h"
 #include "graph/analyze.h"
-#include "runtime/bootstrap.h"
-#include "runtime/executor/trainer.h"
-#include "runtime/session.h"
+#include "runtime/rendezvous/bootstrap.h"
+#include "runtime/session/session.h"
 
 namespace rdmaflow::e2e {
 

@@ -4,7 +4,7 @@
 //   {"kind": "train", "mode": "ps", "widths": [784, 2048, 2048, 10], "batch": 48,
 //    "steps": 30, "servers": 1, "lr": 0.1, "seed": 1, "depth": 2,
 //    "progress": "auto", "weights_out": "/tmp/..."}
-//     trains the MLP (runtime/executor/trainer.h); rank 0 reports the loss
+//     trains the MLP (examples/trainer/trainer.h); rank 0 reports the loss
 //     curve, its step times, the bytes every rank sent and where each rank's
 //     step time went.
 //   {"kind": "transfer", "bytes": 16777216, "steps": 30, "depth": 2}
@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "allocator/status.h"
+#include "common/status.h"
 
 namespace rdmaflow::e2e {
 

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "allocator/env.h"
+#include "common/env.h"
 
 namespace rdmaflow::e2e {
 

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "allocator/status.h"
+#include "common/status.h"
 
 namespace rdmaflow::e2e {
 

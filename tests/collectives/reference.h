@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "collectives/types.h"
-#include "transport/dtype.h"
+#include "common/dtype.h"
 
 namespace rdmaflow::test {
 

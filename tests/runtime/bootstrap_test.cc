@@ -1,6 +1,6 @@
 // Bootstrap: rendezvous of real processes, barrier/allgather through the store,
 // the server's lifetime, misconfigurations, and the full channel mesh over TCP.
-#include "runtime/bootstrap.h"
+#include "runtime/rendezvous/bootstrap.h"
 
 #include <gtest/gtest.h>
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/bootstrap.h"
+#include "runtime/rendezvous/bootstrap.h"
 
 namespace {
 

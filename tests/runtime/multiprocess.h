@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "allocator/status.h"
-#include "runtime/tcp_store.h"
+#include "common/status.h"
+#include "runtime/rendezvous/tcp_store.h"
 
 namespace rdmaflow::testing {
 

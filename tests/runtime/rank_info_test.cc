@@ -1,5 +1,5 @@
 // Rank detection from each launcher's variables, and every malformed case.
-#include "runtime/rank_info.h"
+#include "runtime/rendezvous/rank_info.h"
 
 #include <gtest/gtest.h>
 

@@ -1,14 +1,14 @@
 // The rendezvous store: in-process and TCP, served by one real process with
 // several client processes; timeouts, late servers, malformed requests.
-#include "runtime/store.h"
+#include "runtime/rendezvous/store.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <thread>
 
-#include "runtime/tcp_store.h"
-#include "runtime/tcp_store_protocol.h"
+#include "runtime/rendezvous/tcp_store.h"
+#include "runtime/rendezvous/tcp_store_protocol.h"
 #include "tests/runtime/multiprocess.h"
 
 namespace rdmaflow {
@@ -324,7 +324,7 @@ std::optional<Bytes> read_reply(int fd) {
 }
 
 Bytes frame_of(const Bytes& body) {
-  wire::Writer w;
+  ByteWriter w;
   w.raw(body.data(), body.size());
   return w.frame();
 }
@@ -339,13 +339,13 @@ TEST(TcpStore, MalformedRequestsGetAnErrorAndNeverCrashTheServer) {
     bool expect_error;  // a kError reply follows
   };
   auto body = [](std::initializer_list<uint8_t> b) { return frame_of(Bytes(b)); };
-  wire::Writer huge_key;
+  ByteWriter huge_key;
   huge_key.u8(1).u32(1u << 30);  // key length far beyond the frame
-  wire::Writer wait_many;
+  ByteWriter wait_many;
   wait_many.u8(3).u32(10).u32(0xFFFFFFFF);
-  wire::Writer set_trailing;
+  ByteWriter set_trailing;
   set_trailing.u8(1).str("k").str("v").u8(0);
-  wire::Writer bye_bad_rank;
+  ByteWriter bye_bad_rank;
   bye_bad_rank.u8(5).i32(-3);
   std::vector<Case> cases = {
       {"empty frame", body({}), true},
@@ -371,7 +371,7 @@ TEST(TcpStore, MalformedRequestsGetAnErrorAndNeverCrashTheServer) {
     EXPECT_GT(reply->size(), 1u) << c.what << ": the error has no message";
   }
   // A valid request on the same connection still works.
-  wire::Writer set_ok;
+  ByteWriter set_ok;
   set_ok.u8(1).str("after/garbage").str("fine");
   ASSERT_TRUE(send_all(fd, set_ok.frame()));
   auto ok = read_reply(fd);

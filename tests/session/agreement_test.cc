@@ -12,7 +12,7 @@
 
 #include <cmath>
 
-#include "runtime/executor/trainer.h"
+#include "examples/trainer/trainer.h"
 #include "tests/session/session_test_util.h"
 
 namespace rdmaflow::exec {

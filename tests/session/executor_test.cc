@@ -1,17 +1,17 @@
 // The reference executor on one rank: the MLP's gradients against finite
 // differences of its loss, training lowers the loss, and every distributed
 // setting's graph computes the same step as the single-replica graph.
-#include "runtime/executor/executor.h"
+#include "examples/trainer/graph_executor.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "examples/trainer/mlp_model.h"
+#include "examples/trainer/synthetic_data.h"
+#include "examples/trainer/trainer.h"
 #include "graph/analyze.h"
 #include "graph/partition.h"
-#include "runtime/executor/mlp_model.h"
-#include "runtime/executor/synthetic_data.h"
-#include "runtime/executor/trainer.h"
 
 namespace rdmaflow::exec {
 namespace {

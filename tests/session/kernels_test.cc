@@ -5,7 +5,7 @@
 #include <cmath>
 #include <random>
 
-#include "runtime/executor/kernel.h"
+#include "examples/trainer/kernel.h"
 
 namespace rdmaflow::exec {
 namespace {

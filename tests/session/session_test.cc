@@ -3,7 +3,7 @@
 // from overwriting a slot the receiver still reads, dynamic tensors take the
 // header-then-read path, and failures (timeouts, plan mismatch, a dead peer)
 // come back as errors that name the transfer and the peer.
-#include "runtime/session.h"
+#include "runtime/session/session.h"
 
 #include <gtest/gtest.h>
 

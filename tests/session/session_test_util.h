@@ -13,7 +13,7 @@
 
 #include "graph/analyze.h"
 #include "graph/graph_json.h"
-#include "runtime/bootstrap.h"
+#include "runtime/rendezvous/bootstrap.h"
 #include "tests/harness/process_harness.h"
 
 namespace rdmaflow::testing {

@@ -1,11 +1,11 @@
-// Per-peer transport selection (runtime/transport_select.h): the pair rule on
+// Per-peer transport selection (runtime/selection/transport_select.h): the pair rule on
 // hand-made capability records, then real forked processes on this host, where
 // auto must pick UCX (shared memory) for every peer, RDMAFLOW_TRANSPORT=tcp must
 // give TCP, RDMAFLOW_TRANSPORT=verbs must fail with the reason (no RDMA here),
 // and a job where one rank's UCX has no shared memory (UCX_TLS=tcp) must mix
 // UCX and TCP and still run a Session with static and dynamic transfers over
 // every pair.
-#include "runtime/transport_select.h"
+#include "runtime/selection/transport_select.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -13,8 +13,8 @@
 #include <chrono>
 #include <cstring>
 
-#include "runtime/executor/data_parallel.h"
-#include "runtime/session.h"
+#include "examples/trainer/data_parallel.h"
+#include "runtime/session/session.h"
 #include "tests/session/session_test_util.h"
 
 namespace rdmaflow {

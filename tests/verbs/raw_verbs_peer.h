@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "allocator/status.h"
+#include "common/status.h"
 
 namespace rdmaflow::testing {
 

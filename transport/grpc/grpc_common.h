@@ -7,7 +7,7 @@
 #include <source_location>
 #include <string>
 
-#include "allocator/status.h"
+#include "common/status.h"
 
 namespace rdmaflow::grpc_common {
 

@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "allocator/env.h"
+#include "common/env.h"
 #include "transport/grpc/grpc_common.h"
 #include "transport/grpc/grpc_tensor.h"
 

@@ -32,9 +32,9 @@
 #include <string>
 #include <vector>
 
-#include "allocator/status.h"
+#include "common/dtype.h"
+#include "common/status.h"
 #include "transport/channel.h"
-#include "transport/dtype.h"
 
 namespace rdmaflow {
 

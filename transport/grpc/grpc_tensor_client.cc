@@ -13,7 +13,7 @@
 #include <map>
 #include <mutex>
 
-#include "allocator/log.h"
+#include "common/log.h"
 #include "transport/grpc/grpc_common.h"
 #include "transport/grpc/grpc_tensor.h"
 #include "transport/grpc/tensor_service.pb.h"

@@ -23,8 +23,8 @@
 #include <set>
 #include <thread>
 
-#include "allocator/env.h"
-#include "allocator/log.h"
+#include "common/env.h"
+#include "common/log.h"
 #include "transport/grpc/grpc_common.h"
 #include "transport/grpc/grpc_tensor.h"
 #include "transport/grpc/tensor_service.grpc.pb.h"

@@ -16,7 +16,7 @@
 #include <span>
 #include <string>
 
-#include "allocator/status.h"
+#include "common/status.h"
 #include "transport/grpc/grpc_tensor.h"
 
 namespace google::protobuf::io {

@@ -16,7 +16,7 @@
 #include <unordered_map>
 
 #include "allocator/registrar.h"
-#include "allocator/status.h"
+#include "common/status.h"
 #include "transport/remote_key.h"
 
 namespace rdmaflow::tcp {

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <optional>
 
-#include "allocator/env.h"
+#include "common/env.h"
 
 namespace rdmaflow::tcp {
 

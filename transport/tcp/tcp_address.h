@@ -4,7 +4,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <string>
 
-#include "allocator/status.h"
+#include "common/status.h"
 
 namespace rdmaflow::tcp {
 

@@ -14,7 +14,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "allocator/log.h"
+#include "common/log.h"
 
 namespace rdmaflow::tcp {
 

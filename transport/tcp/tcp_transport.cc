@@ -13,8 +13,8 @@
 #include <cstring>
 #include <thread>
 
-#include "allocator/env.h"
-#include "allocator/log.h"
+#include "common/env.h"
+#include "common/log.h"
 #include "transport/tcp/tcp_address.h"
 
 namespace rdmaflow {

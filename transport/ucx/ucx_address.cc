@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/bytes.h"
+
 namespace rdmaflow::ucx {
 
 namespace {
@@ -45,14 +47,6 @@ bool parse_number(std::string_view s, T& out) {
   return ec == std::errc() && p == s.data() + s.size() && !s.empty();
 }
 
-// FNV-1a over the worker address: catches truncated or altered addresses, which
-// UCX itself may accept (it ignores trailing bytes) and then reach the wrong worker.
-uint64_t checksum(std::span<const uint8_t> bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (uint8_t b : bytes) h = (h ^ b) * 1099511628211ull;
-  return h;
-}
-
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -78,9 +72,11 @@ const ProcessIdentity& self_identity() {
 
 std::string encode_address(const ProcessIdentity& identity, std::span<const uint8_t> worker) {
   static const char* kHex = "0123456789abcdef";
+  // The checksum catches truncated or altered addresses, which UCX itself may
+  // accept (it ignores trailing bytes) and then reach the wrong worker.
   std::string out = kPrefix + identity.boot_id + ":" + std::to_string(identity.pid_ns) + ":" +
                     std::to_string(identity.pid) + ":" + std::to_string(identity.start_time) + ":" +
-                    std::to_string(checksum(worker)) + ":";
+                    std::to_string(fnv1a(worker)) + ":";
   out.reserve(out.size() + 2 * worker.size());
   for (uint8_t b : worker) {
     out.push_back(kHex[b >> 4]);
@@ -121,7 +117,7 @@ Result<PeerAddress> decode_address(const std::string& text) {
     a.worker.push_back(static_cast<uint8_t>(hi << 4 | lo));
   }
   uint64_t sum = 0;
-  if (!parse_number(parts[4], sum) || sum != checksum(a.worker)) {
+  if (!parse_number(parts[4], sum) || sum != fnv1a(a.worker)) {
     return bad("checksum mismatch: truncated or altered");
   }
   return a;

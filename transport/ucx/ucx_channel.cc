@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "allocator/log.h"
+#include "common/log.h"
 #include "transport/ucx/ucx_shm.h"
 
 namespace rdmaflow::ucx {

@@ -12,8 +12,8 @@
 #include <cstring>
 #include <random>
 
-#include "allocator/env.h"
-#include "allocator/log.h"
+#include "common/env.h"
+#include "common/log.h"
 #include "transport/ucx/ucx_channel.h"
 #include "transport/ucx/ucx_ring.h"
 #include "transport/ucx/ucx_shm.h"

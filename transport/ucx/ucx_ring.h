@@ -25,7 +25,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "allocator/status.h"
+#include "common/status.h"
 #include "transport/channel.h"
 
 namespace rdmaflow::ucx {

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "common/bytes.h"
+
 namespace rdmaflow::ucx {
 
 constexpr uint16_t kAmId = 0x52;  // 'R'
@@ -84,35 +86,27 @@ constexpr size_t kMaxReason = 512;
 // FNV-1a of a packed rkey: lets the initiator check the blob in a RemoteKey is the
 // one the owner packed before handing it to ucp_ep_rkey_unpack.
 inline uint64_t rkey_checksum(std::span<const uint8_t> blob) {
-  uint64_t h = 1469598103934665603ull;
-  for (uint8_t b : blob) h = (h ^ b) * 1099511628211ull;
-  return h;
+  return fnv1a(blob);
 }
 
+// Each refusal: u64 seq | u16 code | u16 reason length | reason.
 inline void append_refusal(std::vector<uint8_t>& out, const Refusal& r) {
-  const uint16_t n = static_cast<uint16_t>(std::min(r.reason.size(), kMaxReason));
-  const size_t at = out.size();
-  out.resize(at + 12 + n);
-  std::memcpy(out.data() + at, &r.seq, 8);
-  std::memcpy(out.data() + at + 8, &r.code, 2);
-  std::memcpy(out.data() + at + 10, &n, 2);
-  std::memcpy(out.data() + at + 12, r.reason.data(), n);
+  const auto n = static_cast<uint16_t>(std::min(r.reason.size(), kMaxReason));
+  ByteWriter w(12 + n);
+  w.u64(r.seq).put(r.code).u16(n).raw(r.reason.data(), n);
+  out.insert(out.end(), w.body().begin(), w.body().end());
 }
 
 // False on a malformed list.
 inline bool parse_refusals(std::span<const uint8_t> in, std::vector<Refusal>& out) {
-  size_t pos = 0;
-  while (pos < in.size()) {
-    if (in.size() - pos < 12) return false;
+  ByteReader rd(in);
+  while (!rd.done()) {
     Refusal r;
     uint16_t n = 0;
-    std::memcpy(&r.seq, in.data() + pos, 8);
-    std::memcpy(&r.code, in.data() + pos + 8, 2);
-    std::memcpy(&n, in.data() + pos + 10, 2);
-    if (in.size() - pos - 12 < n) return false;
-    r.reason.assign(reinterpret_cast<const char*>(in.data() + pos + 12), n);
+    std::span<const uint8_t> reason;
+    if (!rd.get(r.seq) || !rd.get(r.code) || !rd.get(n) || !rd.view(n, reason)) return false;
+    r.reason.assign(reinterpret_cast<const char*>(reason.data()), reason.size());
     out.push_back(std::move(r));
-    pos += 12 + n;
   }
   return true;
 }

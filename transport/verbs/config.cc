@@ -1,6 +1,6 @@
 #include "transport/verbs/config.h"
 
-#include "allocator/env.h"
+#include "common/env.h"
 #include "transport/verbs/flow_control.h"
 #include "transport/verbs/wire.h"
 

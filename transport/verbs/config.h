@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "allocator/status.h"
+#include "common/status.h"
 
 namespace rdmaflow::verbs {
 

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "allocator/log.h"
+#include "common/log.h"
 
 namespace rdmaflow::verbs {
 

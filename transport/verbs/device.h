@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "allocator/status.h"
+#include "common/status.h"
 #include "transport/verbs/config.h"
 #include "transport/verbs/gid.h"
 

@@ -24,7 +24,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "allocator/status.h"
+#include "common/status.h"
 
 namespace rdmaflow::verbs {
 

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <unordered_set>
 
-#include "allocator/env.h"
-#include "allocator/log.h"
+#include "common/env.h"
+#include "common/log.h"
 
 namespace rdmaflow::verbs {
 

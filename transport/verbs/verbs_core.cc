@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "allocator/log.h"
+#include "common/log.h"
 #include "transport/verbs/verbs_channel.h"
 
 namespace rdmaflow::verbs {

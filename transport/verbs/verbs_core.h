@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "allocator/registrar.h"
-#include "allocator/status.h"
+#include "common/status.h"
 #include "transport/channel.h"
 #include "transport/remote_key.h"
 #include "transport/verbs/config.h"

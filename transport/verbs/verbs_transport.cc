@@ -12,7 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "allocator/log.h"
+#include "common/log.h"
 #include "transport/verbs/address.h"
 #include "transport/verbs/device.h"
 

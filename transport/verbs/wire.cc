@@ -4,40 +4,21 @@
 #include <cstring>
 #include <string>
 
+#include "common/bytes.h"
+
 namespace rdmaflow::verbs {
 
 namespace {
-template <typename T>
-void put(std::vector<uint8_t>& out, T v) {
-  uint8_t b[sizeof(T)];
-  std::memcpy(b, &v, sizeof(T));  // supported hosts are little endian
-  out.insert(out.end(), b, b + sizeof(T));
-}
-template <typename T>
-T get(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-
 Status bad_hello(const std::string& why) {
   return RDMAFLOW_ERROR(Code::kProtocolError, "read connection hello", -1, why);
 }
 }  // namespace
 
 std::vector<uint8_t> Hello::encode() const {
-  std::vector<uint8_t> out;
-  out.reserve(kHelloSize);
-  put<uint32_t>(out, kHelloMagic);
-  put<uint16_t>(out, kHelloVersion);
-  put<uint16_t>(out, 0);
-  put<int32_t>(out, rank);
-  put<uint32_t>(out, credits);
-  put<uint32_t>(out, msg_size);
-  put<uint32_t>(out, ring_slots);
-  put<uint32_t>(out, ring_rkey);
-  put<uint64_t>(out, ring_addr);
-  return out;
+  ByteWriter w(kHelloSize);
+  w.u32(kHelloMagic).u16(kHelloVersion).u16(0).i32(rank).u32(credits).u32(msg_size);
+  w.u32(ring_slots).u32(ring_rkey).u64(ring_addr);
+  return w.take();
 }
 
 Result<Hello> Hello::decode(std::span<const uint8_t> bytes) {
@@ -46,21 +27,21 @@ Result<Hello> Hello::decode(std::span<const uint8_t> bytes) {
                      std::to_string(kHelloSize) + " (is the peer an rdmaflow verbs transport?)");
   }
   const uint8_t* p = bytes.data();
-  if (get<uint32_t>(p) != kHelloMagic) {
+  if (load_le<uint32_t>(p) != kHelloMagic) {
     return bad_hello("bad magic: the peer is not an rdmaflow verbs transport");
   }
-  uint16_t version = get<uint16_t>(p + 4);
+  uint16_t version = load_le<uint16_t>(p + 4);
   if (version != kHelloVersion) {
     return bad_hello("peer speaks hello version " + std::to_string(version) + ", this build " +
                      std::to_string(kHelloVersion));
   }
   Hello h;
-  h.rank = get<int32_t>(p + 8);
-  h.credits = get<uint32_t>(p + 12);
-  h.msg_size = get<uint32_t>(p + 16);
-  h.ring_slots = get<uint32_t>(p + 20);
-  h.ring_rkey = get<uint32_t>(p + 24);
-  h.ring_addr = get<uint64_t>(p + 28);
+  h.rank = load_le<int32_t>(p + 8);
+  h.credits = load_le<uint32_t>(p + 12);
+  h.msg_size = load_le<uint32_t>(p + 16);
+  h.ring_slots = load_le<uint32_t>(p + 20);
+  h.ring_rkey = load_le<uint32_t>(p + 24);
+  h.ring_addr = load_le<uint64_t>(p + 28);
   if (h.rank < 0) return bad_hello("negative rank " + std::to_string(h.rank));
   if (h.credits < 4) {
     return bad_hello("peer grants " + std::to_string(h.credits) + " receive credits (minimum 4)");
@@ -124,37 +105,30 @@ Status bad_control(const char* what, size_t size, int peer) {
 }  // namespace
 
 std::vector<uint8_t> KeyCheck::encode() const {
-  std::vector<uint8_t> out;
-  out.reserve(44);
-  put<uint64_t>(out, request);
-  put<uint64_t>(out, claim.key_id);
-  put<uint64_t>(out, claim.secret);
-  put<uint64_t>(out, claim.addr);
-  put<uint64_t>(out, claim.length);
-  put<uint32_t>(out, claim.rkey);
-  return out;
+  ByteWriter w(44);
+  w.u64(request).u64(claim.key_id).u64(claim.secret).u64(claim.addr).u64(claim.length);
+  w.u32(claim.rkey);
+  return w.take();
 }
 
 Result<KeyCheck> KeyCheck::decode(std::span<const uint8_t> payload, int peer) {
   if (payload.size() != 44) return bad_control("key check", payload.size(), peer);
   const uint8_t* p = payload.data();
   KeyCheck k;
-  k.request = get<uint64_t>(p);
-  k.claim.key_id = get<uint64_t>(p + 8);
-  k.claim.secret = get<uint64_t>(p + 16);
-  k.claim.addr = get<uint64_t>(p + 24);
-  k.claim.length = get<uint64_t>(p + 32);
-  k.claim.rkey = get<uint32_t>(p + 40);
+  k.request = load_le<uint64_t>(p);
+  k.claim.key_id = load_le<uint64_t>(p + 8);
+  k.claim.secret = load_le<uint64_t>(p + 16);
+  k.claim.addr = load_le<uint64_t>(p + 24);
+  k.claim.length = load_le<uint64_t>(p + 32);
+  k.claim.rkey = load_le<uint32_t>(p + 40);
   return k;
 }
 
 std::vector<uint8_t> KeyVerdict::encode() const {
-  std::vector<uint8_t> out;
-  put<uint64_t>(out, request);
-  put<uint8_t>(out, static_cast<uint8_t>(code));
-  size_t n = std::min(reason.size(), kMaxVerdictReason);
-  out.insert(out.end(), reason.begin(), reason.begin() + static_cast<std::ptrdiff_t>(n));
-  return out;
+  ByteWriter w;
+  w.u64(request).u8(static_cast<uint8_t>(code));
+  w.raw(reason.data(), std::min(reason.size(), kMaxVerdictReason));
+  return w.take();
 }
 
 Result<KeyVerdict> KeyVerdict::decode(std::span<const uint8_t> payload, int peer) {
@@ -162,7 +136,7 @@ Result<KeyVerdict> KeyVerdict::decode(std::span<const uint8_t> payload, int peer
     return bad_control("key verdict", payload.size(), peer);
   }
   KeyVerdict v;
-  v.request = get<uint64_t>(payload.data());
+  v.request = load_le<uint64_t>(payload.data());
   uint8_t code = payload[8];
   if (code > static_cast<uint8_t>(Code::kInternal)) {
     return bad_control("key verdict", payload.size(), peer);
@@ -173,14 +147,12 @@ Result<KeyVerdict> KeyVerdict::decode(std::span<const uint8_t> payload, int peer
 }
 
 std::vector<uint8_t> KeyRevoked::encode() const {
-  std::vector<uint8_t> out;
-  put<uint64_t>(out, key_id);
-  return out;
+  return ByteWriter(8).u64(key_id).take();
 }
 
 Result<KeyRevoked> KeyRevoked::decode(std::span<const uint8_t> payload, int peer) {
   if (payload.size() != 8) return bad_control("key revocation", payload.size(), peer);
-  return KeyRevoked{get<uint64_t>(payload.data())};
+  return KeyRevoked{load_le<uint64_t>(payload.data())};
 }
 
 std::vector<std::pair<size_t, size_t>> plan_fragments(size_t total, size_t max_payload) {

@@ -31,7 +31,7 @@
 #include <utility>
 #include <vector>
 
-#include "allocator/status.h"
+#include "common/status.h"
 
 namespace rdmaflow::verbs {
 

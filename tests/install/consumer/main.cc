@@ -1,7 +1,7 @@
 // An outside project using an installed rdmaflow.
 #include <cstdio>
 
-#include "allocator/status.h"
+#include "common/status.h"
 #include "runtime/version.h"
 #include "transport/transport.h"
 

@@ -1,0 +1,68 @@
+#include "examples/trainer/data_parallel.h"
+
+#include "collectives/communicator.h"
+#include "common/env.h"
+#include "common/log.h"
+#include "runtime/selection/transport_select.h"
+
+namespace rdmaflow::exec {
+
+namespace {
+
+class CommunicatorDataParallel final : public DataParallel {
+ public:
+  CommunicatorDataParallel(std::string name, std::unique_ptr<TransportSelection> selection,
+                           std::unique_ptr<Communicator> comm)
+      : name_(std::move(name)), selection_(std::move(selection)), comm_(std::move(comm)) {}
+  ~CommunicatorDataParallel() override {
+    comm_.reset();  // before the transports its channels belong to
+    selection_->shutdown();
+  }
+  const std::string& transport_name() const override { return name_; }
+  ExecutorHooks::AllReduce allreduce_hook() override {
+    return [c = comm_.get()](const graph::Op& op, uint64_t, const TensorView& t) -> Status {
+      if (t.dtype != DataType::kF32) {
+        return RDMAFLOW_ERROR(Code::kInvalidArgument, "allreduce '" + op.name + "'", -1,
+                              "only f32 gradients are averaged");
+      }
+      return c->allreduce(t.data, t.data, static_cast<size_t>(t.elements()), DataType::kF32,
+                          ReduceOp::kAvg);
+    };
+  }
+
+ private:
+  std::string name_;
+  std::unique_ptr<TransportSelection> selection_;
+  std::unique_ptr<Communicator> comm_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<DataParallel>> connect_data_parallel(Bootstrap& boot,
+                                                            const SessionOptions& options) {
+  const Millis timeout = options.timeout.value_or(default_timeout());
+  const std::string requested = requested_transport(options.transport);
+  if (requested == "grpc") {
+    return RDMAFLOW_ERROR(Code::kNotViable, "set up data parallelism", -1,
+                          "the gRPC baseline has no allreduce; use a one-sided transport");
+  }
+  // A transport per peer (runtime/selection/transport_select.h); the communicator's fabric
+  // registers its slots with each and exports every key through the peer's own.
+  RDMAFLOW_ASSIGN_OR_RETURN(SelectedMesh mesh, connect_selected_mesh(boot, requested, timeout));
+  RDMAFLOW_LOG_INFO("data parallel: transport {} (requested {}): {}", mesh.selection->name(),
+                    requested, mesh.selection->summary());
+  CommunicatorSetup setup;
+  setup.rank = boot.rank();
+  setup.world = boot.world_size();
+  setup.channels = std::move(mesh.channels);
+  setup.transports = mesh.selection->per_peer();
+  CommunicatorOptions co;
+  co.timeout = timeout;
+  RDMAFLOW_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                            Communicator::create(std::move(setup), co));
+  const std::string name = mesh.selection->name();
+  return std::unique_ptr<DataParallel>(
+      new CommunicatorDataParallel(name, std::move(mesh.selection), std::move(comm)));
+}
+
+}  // namespace rdmaflow::exec

@@ -1,0 +1,765 @@
+#include "runtime/session/session_one_sided.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/log.h"
+#include "runtime/session/session_dynamic.h"
+
+namespace rdmaflow::session_detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kCtrlStride = 64;
+
+// The full step whose low 32 bits are `low`, nearest to `ref` (within 2^31).
+int64_t widen_step(int64_t ref, uint32_t low) {
+  const auto delta = static_cast<int32_t>(low - static_cast<uint32_t>(ref));
+  return ref + delta;
+}
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+OneSidedEngine::OneSidedEngine(std::vector<Transport*> transports, ChannelMesh channels, int rank,
+                               int world)
+    : transports_(std::move(transports)), rank_(rank), world_(world) {
+  transports_.resize(static_cast<size_t>(world), nullptr);
+  for (Transport* t : transports_) {
+    if (t && std::find(distinct_.begin(), distinct_.end(), t) == distinct_.end()) {
+      distinct_.push_back(t);
+    }
+  }
+  core_->peers.resize(static_cast<size_t>(world));
+  for (int p = 0; p < world && p < static_cast<int>(channels.size()); ++p) {
+    core_->peers[static_cast<size_t>(p)].channel = channels[static_cast<size_t>(p)];
+  }
+}
+
+OneSidedEngine::~OneSidedEngine() {
+  {
+    Lock lock(core_->mu);
+    core_->stop = true;
+    core_->bump();
+  }
+  if (progress_.joinable()) progress_.join();
+  for (auto& peer : core_->peers) {
+    if (peer.channel) peer.channel->inbox().set_notify_listener(nullptr);
+  }
+  // Operations still in flight read or write the arena: wait for them briefly,
+  // then cancel them by closing their channels, before the memory goes away.
+  bool idle = false;
+  {
+    Lock lock(core_->mu);
+    auto busy = [&] {
+      if (core_->credits_in_flight) return true;
+      for (const auto& p : core_->pending)
+        if (!p.empty()) return true;
+      return false;
+    };
+    idle = core_->cv.wait_for(lock, std::min(timeout_, Millis(2000)), [&] { return !busy(); });
+  }
+  if (!idle) {
+    RDMAFLOW_LOG_WARN("session: closing channels with operations still in flight");
+    for (auto& peer : core_->peers) {
+      if (peer.channel) peer.channel->close();
+    }
+  }
+  if (arena_) {
+    // Peers still hold keys to the frames, the control words and the overflow
+    // buffers, and a peer that is idle itself may still be writing (a credit, say).
+    // Detaching revokes every grant in the arena's regions and waits out accesses
+    // already in flight; only then is the memory freed.
+    for (Transport* t : attached_) (void)arena_->detach(t);
+    for (auto& [t, in] : core_->in)
+      for (auto& slot : in.slots)
+        if (slot.overflow) (void)arena_->free(*slot.overflow);
+    for (auto& [k, o] : out_overflow_) {
+      o.keys.clear();  // revoked with their regions
+      if (o.alloc) (void)arena_->free(*o.alloc);
+    }
+    if (frame_alloc_.ptr) (void)arena_->free(frame_alloc_);
+    if (ctrl_alloc_.ptr) (void)arena_->free(ctrl_alloc_);
+  }
+}
+
+std::string OneSidedEngine::name() const {
+  if (distinct_.empty()) return "local";
+  // Best first, as the registry orders the backends ("ucx+tcp").
+  std::string out;
+  for (const auto& n : transport_backend_names()) {
+    for (Transport* t : distinct_) {
+      if (t->name() == n) out += (out.empty() ? "" : "+") + n;
+    }
+  }
+  for (Transport* t : distinct_) {  // a backend the registry does not know
+    if (out.find(t->name()) == std::string::npos) out += (out.empty() ? "" : "+") + t->name();
+  }
+  return out;
+}
+
+Transport* OneSidedEngine::transport_for(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(transports_.size())) return nullptr;
+  return transports_[static_cast<size_t>(peer)];
+}
+
+void OneSidedEngine::revoke(OutOverflow& o) {
+  for (auto& [t, key] : o.keys) (void)t->revoke_key(key);
+  o.keys.clear();
+}
+
+uint8_t* OneSidedEngine::slot_ptr(graph::TransferId t, uint32_t frame) const {
+  const auto& s = layout_->spec(t);
+  return frames_ + s.recv_slot.offset + frame * s.slot_stride;
+}
+
+uint8_t* OneSidedEngine::send_ptr(graph::TransferId t, uint32_t frame) const {
+  const auto& s = layout_->spec(t);
+  return frames_ + s.send_buffer.offset + frame * s.send_stride;
+}
+
+Status OneSidedEngine::setup(const SessionLayout& layout, const AllGather& allgather,
+                             Millis timeout) {
+  const char* op = "set up session";
+  layout_ = &layout;
+  timeout_ = timeout;
+  const uint32_t copies = layout.copies;
+  core_->pending.resize(copies);
+  header_step_.assign(layout.me->buffers.size() * copies, -1);
+
+  for (int p : layout.senders) {
+    if (!core_->peers[static_cast<size_t>(p)].channel) {
+      return RDMAFLOW_ERROR(Code::kInvalidArgument, op, p,
+                            "no channel to a rank this one receives from");
+    }
+    if (!transport_for(p)) {
+      return RDMAFLOW_ERROR(
+          Code::kInvalidArgument, op, p,
+          "rank " + std::to_string(rank_) + " receives from this rank but has no transport for it");
+    }
+  }
+  for (int p : layout.receivers) {
+    if (!core_->peers[static_cast<size_t>(p)].channel) {
+      return RDMAFLOW_ERROR(Code::kInvalidArgument, op, p,
+                            "no channel to a rank this one sends to");
+    }
+    if (!transport_for(p)) {
+      return RDMAFLOW_ERROR(
+          Code::kInvalidArgument, op, p,
+          "rank " + std::to_string(rank_) + " sends to this rank but has no transport for it");
+    }
+  }
+
+  // Frames and the control words, in one registered arena.
+  ArenaOptions ao;
+  ao.name = "session rank " + std::to_string(rank_);
+  RDMAFLOW_ASSIGN_OR_RETURN(arena_, RegisteredArena::create(ao));
+  for (Transport* t : distinct_) {  // every slab is registered with each of them
+    RDMAFLOW_RETURN_IF_ERROR(arena_->attach(t).with_op(op));
+    attached_.push_back(t);
+  }
+  const size_t align =
+      std::clamp<size_t>(layout.plan->options.alignment, RegisteredArena::kMinAlignment,
+                         RegisteredArena::kMaxAlignment);
+  RDMAFLOW_ASSIGN_OR_RETURN(frame_alloc_, arena_->allocate(layout.total_bytes(), align));
+  frames_ = static_cast<uint8_t*>(frame_alloc_.ptr);
+  std::memset(frames_, 0, layout.total_bytes());
+  RDMAFLOW_ASSIGN_OR_RETURN(ctrl_alloc_,
+                            arena_->allocate(2 * kCtrlStride * static_cast<size_t>(world_)));
+  std::memset(ctrl_alloc_.ptr, 0, ctrl_alloc_.size);
+  auto* ctrl = static_cast<uint8_t*>(ctrl_alloc_.ptr);
+
+  // Listen for notifies before any peer can hold a key to write with.
+  for (int p = 0; p < world_; ++p) {
+    auto& peer = core_->peers[static_cast<size_t>(p)];
+    if (!peer.channel) continue;
+    std::weak_ptr<Core> weak = core_;
+    peer.channel->inbox().set_notify_listener([weak] {
+      if (auto core = weak.lock()) {
+        std::lock_guard<std::mutex> lock(core->mu);
+        core->bump();
+      }
+    });
+  }
+  for (graph::TransferId t : layout.recvs) {
+    InTransfer in;
+    in.id = t;
+    in.peer = layout.spec(t).src_rank;
+    in.slots.resize(copies);
+    core_->in.emplace(t, std::move(in));
+  }
+
+  // What this rank grants: every slot of every transfer it receives (one key
+  // per frame) and, to each rank it sends to, the word that rank's credits
+  // land in.
+  ByteWriter w;
+  w.u32(static_cast<uint32_t>(layout.recvs.size() * copies));
+  for (graph::TransferId t : layout.recvs) {
+    const auto& s = layout.spec(t);
+    for (uint32_t f = 0; f < copies; ++f) {
+      RDMAFLOW_ASSIGN_OR_RETURN(
+          RemoteKey key, transport_for(s.src_rank)->export_key(slot_ptr(t, f), s.recv_slot.size));
+      w.u32(t).u32(f).bytes(key.serialize());
+    }
+  }
+  w.u32(static_cast<uint32_t>(layout.receivers.size()));
+  for (int p : layout.receivers) {
+    RDMAFLOW_ASSIGN_OR_RETURN(RemoteKey key, transport_for(p)->export_key(
+                                                 ctrl + static_cast<size_t>(p) * kCtrlStride, 8));
+    w.u32(static_cast<uint32_t>(p)).bytes(key.serialize());
+  }
+  RDMAFLOW_ASSIGN_OR_RETURN(std::vector<Bytes> all, allgather(w.out()));
+  if (all.size() != static_cast<size_t>(world_)) {
+    return RDMAFLOW_ERROR(Code::kProtocolError, op, -1, "key exchange returned the wrong count");
+  }
+
+  // Keep the slot keys of the transfers this rank sends, and the credit words
+  // its senders granted it.
+  for (graph::TransferId t : layout.sends) {
+    OutTransfer o;
+    o.id = t;
+    o.peer = layout.spec(t).dst_rank;
+    o.output_index = layout.output_by_tensor.at(layout.spec(t).tensor);
+    o.slot_keys.resize(copies);
+    out_.emplace(t, std::move(o));
+  }
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank_) continue;
+    ByteReader r(all[static_cast<size_t>(p)]);
+    auto bad = [&](const std::string& why) {
+      return RDMAFLOW_ERROR(Code::kProtocolError, op, p, "malformed setup record: " + why);
+    };
+    uint32_t n = 0;
+    if (!r.u32(n)) return bad("truncated");
+    for (uint32_t i = 0; i < n; ++i) {
+      uint32_t t = 0, f = 0;
+      std::vector<uint8_t> kb;
+      if (!r.u32(t) || !r.u32(f) || !r.bytes(kb) || f >= copies) return bad("slot key");
+      auto it = out_.find(t);
+      if (it == out_.end() || layout.spec(t).dst_rank != p) continue;  // not ours to write
+      auto key = RemoteKey::deserialize(kb);
+      if (!key) return bad(key.status().reason());
+      it->second.slot_keys[f] = std::move(*key);
+    }
+    if (!r.u32(n)) return bad("truncated");
+    for (uint32_t i = 0; i < n; ++i) {
+      uint32_t who = 0;
+      std::vector<uint8_t> kb;
+      if (!r.u32(who) || !r.bytes(kb)) return bad("credit key");
+      if (static_cast<int>(who) != rank_) continue;
+      auto key = RemoteKey::deserialize(kb);
+      if (!key) return bad(key.status().reason());
+      core_->peers[static_cast<size_t>(p)].credit_key = std::move(*key);
+    }
+  }
+  for (const auto& [t, o] : out_) {
+    for (uint32_t f = 0; f < copies; ++f) {
+      if (o.slot_keys[f].length == 0) {
+        return RDMAFLOW_ERROR(
+            Code::kProtocolError, op, o.peer,
+            layout.describe(t) + ": the receiver sent no key for slot " + std::to_string(f));
+      }
+    }
+  }
+  for (int p : layout.senders) {
+    if (!core_->peers[static_cast<size_t>(p)].credit_key) {
+      return RDMAFLOW_ERROR(Code::kProtocolError, op, p,
+                            "the sender granted no word for this rank's credits");
+    }
+  }
+  progress_ = std::thread([this] { progress_loop(); });
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------- progress
+
+void OneSidedEngine::progress_loop() {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      Lock lock(core_->mu);
+      core_->cv.wait_for(lock, Millis(50), [&] { return core_->stop || core_->events != seen; });
+      if (core_->stop) return;
+      seen = core_->events;
+      note_channel_errors();
+    }
+    pump();
+    send_due_credits();
+  }
+}
+
+void OneSidedEngine::note_channel_errors() {
+  for (size_t p = 0; p < core_->peers.size(); ++p) {
+    auto& peer = core_->peers[p];
+    if (!peer.channel || !peer.error.is_ok()) continue;
+    Status st = peer.channel->error();
+    if (!st.is_ok()) {
+      peer.error = st;
+      core_->cv.notify_all();
+    }
+  }
+}
+
+void OneSidedEngine::pump() {
+  std::vector<std::pair<int, uint64_t>> got;
+  for (int p = 0; p < world_; ++p) {
+    const auto& ch = core_->peers[static_cast<size_t>(p)].channel;
+    if (!ch) continue;
+    while (auto v = ch->inbox().poll_notify()) got.emplace_back(p, *v);
+  }
+  if (got.empty()) return;
+  std::vector<ReadAction> reads;
+  {
+    Lock lock(core_->mu);
+    for (const auto& [p, v] : got) apply_notify(p, v, reads);
+    core_->bump();
+  }
+  issue_reads(reads);
+}
+
+void OneSidedEngine::apply_notify(int p, uint64_t value, std::vector<ReadAction>& reads) {
+  const graph::TransferId t = graph::notify_transfer(value);
+  const uint32_t low = graph::notify_step(value);
+  auto& peer = core_->peers[static_cast<size_t>(p)];
+  if (t == kCreditTransfer) {
+    peer.credited = std::max(peer.credited, widen_step(peer.credited + 1, low));
+    return;
+  }
+  auto it = core_->in.find(t);
+  if (it == core_->in.end() || it->second.peer != p) {
+    peer.error = RDMAFLOW_ERROR(Code::kProtocolError, "receive", p,
+                                "notify for transfer " + std::to_string(t) +
+                                    ", which this rank does not receive from that peer");
+    return;
+  }
+  InTransfer& in = it->second;
+  const int64_t wide = widen_step(static_cast<int64_t>(in.next_arrival), low);
+  if (wide < 0) {
+    peer.error = RDMAFLOW_ERROR(Code::kProtocolError, "receive", p,
+                                "notify for a step before the first one");
+    return;
+  }
+  const auto step = static_cast<uint64_t>(wide);
+  in.next_arrival = std::max(in.next_arrival, step + 1);
+  const uint32_t f = layout_->frame_of(step);
+  InSlot& slot = in.slots[f];
+  const auto& spec = layout_->spec(t);
+  if (slot.state != SlotState::kEmpty) {
+    slot.state = SlotState::kFailed;
+    slot.error = RDMAFLOW_ERROR(Code::kProtocolError, "receive", p,
+                                layout_->describe(t) + " " + step_text(step) +
+                                    " arrived before the slot was released (step " +
+                                    std::to_string(slot.step) + " still holds it)");
+    slot.step = static_cast<int64_t>(step);
+    return;
+  }
+  slot.step = static_cast<int64_t>(step);
+  uint8_t* base = slot_ptr(t, f);
+  if (!spec.dynamic) {
+    slot.view = RecvView{base, spec.bytes, spec.dtype, spec.shape};
+    slot.state = SlotState::kReady;
+    core_->stats.bytes_received += spec.bytes;
+    return;
+  }
+  auto header = decode_dynamic_header({base, spec.meta_bytes});
+  Status bad;
+  if (!header) {
+    bad = header.status();
+  } else if (header->step != step) {
+    bad = RDMAFLOW_ERROR(Code::kProtocolError, "receive", p,
+                         "header is for step " + std::to_string(header->step));
+  } else if (header->dtype != spec.dtype || header->dims.size() != spec.shape.size()) {
+    bad = RDMAFLOW_ERROR(Code::kProtocolError, "receive", p,
+                         "header dtype or rank does not match the plan");
+  } else if (header->inline_payload && header->bytes > spec.recv_slot.size - spec.meta_bytes) {
+    bad = RDMAFLOW_ERROR(Code::kProtocolError, "receive", p, "inline payload overflows the slot");
+  }
+  if (!bad.is_ok()) {
+    slot.state = SlotState::kFailed;
+    slot.error = RDMAFLOW_ERROR(Code::kProtocolError, "receive", p,
+                                layout_->describe(t) + " " + step_text(step) + ": " + bad.reason());
+    return;
+  }
+  slot.view = RecvView{base + spec.meta_bytes, header->bytes, header->dtype, header->dims};
+  if (header->inline_payload) {
+    slot.state = SlotState::kReady;
+    core_->stats.bytes_received += header->bytes;
+    return;
+  }
+  // Metadata, then read: the payload stays on the sender until this rank reads it.
+  if (!slot.overflow || slot.overflow->capacity < header->bytes) {
+    if (slot.overflow) (void)arena_->free(*slot.overflow);
+    slot.overflow.reset();
+    auto a = arena_->allocate(header->bytes);
+    if (!a) {
+      slot.state = SlotState::kFailed;
+      slot.error = a.status().with_op("receive " + layout_->describe(t) + " " + step_text(step));
+      return;
+    }
+    slot.overflow = *a;
+  }
+  // The key for this peer's channel (one per transport when readers differ).
+  const std::string backend = peer.channel->backend();
+  const RemoteKey* key = &*header->key;
+  for (const auto& k : header->more_keys) {
+    if (key->backend != backend && k.backend == backend) key = &k;
+  }
+  if (key->backend != backend) {
+    slot.state = SlotState::kFailed;
+    slot.error = RDMAFLOW_ERROR(Code::kProtocolError, "receive", p,
+                                layout_->describe(t) + " " + step_text(step) +
+                                    ": the header has no key for a " + backend + " channel");
+    return;
+  }
+  slot.view.data = slot.overflow->ptr;
+  slot.state = SlotState::kReading;
+  core_->pending[f].push_back({t, p, "read of a dynamic payload"});
+  reads.push_back({t, step, p, slot.overflow->ptr, header->bytes, *key});
+}
+
+void OneSidedEngine::issue_reads(std::vector<ReadAction>& reads) {
+  for (auto& r : reads) {
+    const uint32_t f = layout_->frame_of(r.step);
+    std::weak_ptr<Core> weak = core_;
+    auto done = [weak, t = r.t, step = r.step, f, peer = r.peer, bytes = r.bytes,
+                 what = layout_->describe(r.t)](const Status& st) {
+      auto core = weak.lock();
+      if (!core) return;
+      std::lock_guard<std::mutex> lock(core->mu);
+      auto& pend = core->pending[f];
+      auto it = std::find_if(pend.begin(), pend.end(),
+                             [&](const Pending& x) { return x.transfer == t && x.peer == peer; });
+      if (it != pend.end()) pend.erase(it);
+      auto& slot = core->in.at(t).slots[f];
+      if (slot.step == static_cast<int64_t>(step) && slot.state == SlotState::kReading) {
+        if (st.is_ok()) {
+          slot.state = SlotState::kReady;
+          core->stats.bytes_received += bytes;
+          ++core->stats.reads;
+        } else {
+          slot.state = SlotState::kFailed;
+          slot.error = st.with_op("read " + what + " " + step_text(step));
+        }
+        if (core->last_ended && *core->last_ended >= step) {  // nobody will take it now
+          slot.state = SlotState::kEmpty;
+          slot.step = -1;
+        }
+      }
+      core->bump();
+    };
+    auto& ch = core_->peers[static_cast<size_t>(r.peer)].channel;
+    ch->read(r.dst, r.bytes, r.key, 0, std::move(done), timeout_);
+  }
+  reads.clear();
+}
+
+void OneSidedEngine::send_due_credits() {
+  // One thread at a time, so credits leave in step order.
+  std::lock_guard<std::mutex> serial(credit_mu_);
+  std::vector<uint64_t> steps;
+  {
+    Lock lock(core_->mu);
+    if (!core_->last_ended) return;
+    while (core_->next_credit <= *core_->last_ended &&
+           core_->pending[layout_->frame_of(core_->next_credit)].empty()) {
+      steps.push_back(core_->next_credit++);
+    }
+    core_->credits_in_flight += steps.size() * layout_->senders.size();
+  }
+  auto* ctrl = static_cast<uint8_t*>(ctrl_alloc_.ptr);
+  for (uint64_t step : steps) {
+    for (int p : layout_->senders) {
+      auto* src = ctrl + (static_cast<size_t>(world_) + static_cast<size_t>(p)) * kCtrlStride;
+      std::memcpy(src, &step, 8);
+      std::weak_ptr<Core> weak = core_;
+      auto done = [weak, p, step](const Status& st) {
+        auto core = weak.lock();
+        if (!core) return;
+        std::lock_guard<std::mutex> lock(core->mu);
+        --core->credits_in_flight;
+        auto& peer = core->peers[static_cast<size_t>(p)];
+        if (!st.is_ok() && peer.error.is_ok()) {
+          peer.error = st.with_op("send credit for " + step_text(step));
+        }
+        if (st.is_ok()) ++core->stats.credits_sent;
+        core->bump();
+      };
+      auto& peer = core_->peers[static_cast<size_t>(p)];
+      peer.channel->write(src, 8, *peer.credit_key, 0, graph::make_notify(kCreditTransfer, step),
+                          std::move(done), timeout_);
+    }
+  }
+}
+
+Callback OneSidedEngine::op_callback(uint32_t frame, Pending who, uint64_t bytes_on_success) {
+  std::weak_ptr<Core> weak = core_;
+  return [weak, frame, who, bytes_on_success](const Status& st) {
+    auto core = weak.lock();
+    if (!core) return;
+    std::lock_guard<std::mutex> lock(core->mu);
+    auto& pend = core->pending[frame];
+    auto it = std::find_if(pend.begin(), pend.end(), [&](const Pending& x) {
+      return x.transfer == who.transfer && x.peer == who.peer;
+    });
+    if (it != pend.end()) pend.erase(it);
+    auto& peer = core->peers[static_cast<size_t>(who.peer)];
+    if (st.is_ok()) {
+      core->stats.bytes_sent += bytes_on_success;
+      ++core->stats.writes;
+    } else if (peer.error.is_ok()) {
+      peer.error = st.with_op(std::string("write of transfer ") + std::to_string(who.transfer));
+    }
+    core->bump();
+  };
+}
+
+template <typename Pred>
+bool OneSidedEngine::wait(Lock& lock, Deadline deadline, int peer, Pred ready) {
+  for (;;) {
+    note_channel_errors();
+    if (ready()) return true;
+    if (peer >= 0 && !core_->peers[static_cast<size_t>(peer)].error.is_ok()) return false;
+    if (Clock::now() >= deadline) return false;
+    const uint64_t seen = core_->events;
+    lock.unlock();
+    pump();  // a waiting thread makes progress itself: no hop through the session thread
+    lock.lock();
+    if (ready()) return true;
+    core_->cv.wait_until(lock, std::min(deadline, Clock::now() + Millis(50)),
+                         [&] { return core_->events != seen || ready(); });
+  }
+}
+
+// ---------------------------------------------------------------- steps
+
+Status OneSidedEngine::begin_step(uint64_t step) {
+  const uint32_t f = layout_->frame_of(step);
+  Lock lock(core_->mu);
+  if (!core_->first_step) {
+    core_->first_step = step;
+    core_->next_credit = step;
+    for (auto& [t, in] : core_->in) in.next_arrival = std::max(in.next_arrival, step);
+    for (auto& peer : core_->peers) {
+      peer.credited = std::max(peer.credited, static_cast<int64_t>(step) - 1);
+    }
+  }
+  const auto deadline = Clock::now() + timeout_;
+  if (!wait(lock, deadline, -1, [&] { return core_->pending[f].empty(); })) {
+    const Pending& p = core_->pending[f].front();
+    return RDMAFLOW_ERROR(Code::kTimeout, "begin step", p.peer,
+                          step_text(step) + ": the " + p.what + " of " +
+                              layout_->describe(p.transfer) + " from " +
+                              step_text(step - layout_->copies) + " has not completed within " +
+                              std::to_string(timeout_.count()) + " ms");
+  }
+  return Status::ok();
+}
+
+Result<SessionBuffer> OneSidedEngine::overflow_buffer(size_t output_index, uint64_t step,
+                                                      size_t bytes) {
+  const uint32_t f = layout_->frame_of(step);
+  const auto& buffer = layout_->me->buffers[output_index];
+  // The readers of step - copies may still be reading this buffer: wait for
+  // their credits, which come after their reads completed.
+  if (step >= *core_->first_step + layout_->copies) {
+    const int64_t need = static_cast<int64_t>(step - layout_->copies);
+    for (graph::TransferId t : buffer.transfers) {
+      const int p = layout_->spec(t).dst_rank;
+      Lock lock(core_->mu);
+      const auto t0 = Clock::now();
+      bool ok = wait(lock, t0 + timeout_, p,
+                     [&] { return core_->peers[static_cast<size_t>(p)].credited >= need; });
+      core_->stats.credit_wait_ms += ms_between(t0, Clock::now());
+      if (!ok) {
+        const Status& err = core_->peers[static_cast<size_t>(p)].error;
+        if (!err.is_ok()) return err;
+        return RDMAFLOW_ERROR(Code::kTimeout, "allocate output", p,
+                              layout_->describe(t) + " " + step_text(step) +
+                                  ": the receiver has not released " + step_text(need) +
+                                  " within " + std::to_string(timeout_.count()) + " ms");
+      }
+    }
+  }
+  auto& o = out_overflow_[{output_index, f}];
+  if (!o.alloc || o.alloc->capacity < bytes) {
+    if (o.alloc) {
+      revoke(o);
+      (void)arena_->free(*o.alloc);
+      o.alloc.reset();
+    }
+    RDMAFLOW_ASSIGN_OR_RETURN(Allocation a, arena_->allocate(bytes));
+    // Every receiver reads it through its own channel's transport: one key each.
+    for (graph::TransferId t : buffer.transfers) {
+      Transport* tr = transport_for(layout_->spec(t).dst_rank);
+      if (std::any_of(o.keys.begin(), o.keys.end(), [&](const auto& k) { return k.first == tr; })) {
+        continue;
+      }
+      auto key = tr->export_key(a.ptr, a.capacity);
+      if (!key) {
+        revoke(o);
+        (void)arena_->free(a);
+        return key.status();
+      }
+      o.keys.emplace_back(tr, std::move(*key));
+    }
+    o.alloc = a;
+  }
+  return SessionBuffer{o.alloc->ptr, o.alloc->capacity};
+}
+
+Status OneSidedEngine::send(graph::TransferId t, uint64_t step, const void* payload, size_t bytes,
+                            const std::vector<int64_t>& dims) {
+  const OutTransfer& o = out_.at(t);
+  const auto& spec = layout_->spec(t);
+  const uint32_t f = layout_->frame_of(step);
+  Lock lock(core_->mu);
+  Peer& peer = core_->peers[static_cast<size_t>(o.peer)];
+  if (!peer.error.is_ok()) return peer.error.with_op("send " + layout_->describe(t));
+  // Flow control: the receiver must have finished step - copies, whose data
+  // this write replaces.
+  if (step >= *core_->first_step + layout_->copies) {
+    const int64_t need = static_cast<int64_t>(step - layout_->copies);
+    const auto t0 = Clock::now();
+    bool ok = wait(lock, t0 + timeout_, o.peer, [&] { return peer.credited >= need; });
+    core_->stats.credit_wait_ms += ms_between(t0, Clock::now());
+    if (!ok) {
+      if (!peer.error.is_ok()) return peer.error.with_op("send " + layout_->describe(t));
+      return RDMAFLOW_ERROR(Code::kTimeout, "send", o.peer,
+                            layout_->describe(t) + " " + step_text(step) +
+                                ": the receiver has not released " + step_text(need) + " within " +
+                                std::to_string(timeout_.count()) + " ms");
+    }
+  }
+  const uint8_t* src = static_cast<const uint8_t*>(payload);
+  size_t len = bytes;
+  if (spec.dynamic) {
+    uint8_t* base = send_ptr(t, f);
+    const bool inline_payload = payload == base + spec.meta_bytes;
+    int64_t& written = header_step_[o.output_index * layout_->copies + f];
+    if (written != static_cast<int64_t>(step)) {  // once per output, however many receivers
+      DynamicHeader h;
+      h.dtype = spec.dtype;
+      h.inline_payload = inline_payload;
+      h.step = step;
+      h.bytes = bytes;
+      h.dims = dims;
+      if (!inline_payload) {
+        for (const auto& [tr, key] : out_overflow_.at({o.output_index, f}).keys) {
+          if (!h.key) {
+            h.key = key;
+          } else {
+            h.more_keys.push_back(key);
+          }
+        }
+      }
+      RDMAFLOW_RETURN_IF_ERROR(encode_dynamic_header(h, {base, spec.meta_bytes})
+                                   .with_op("send " + layout_->describe(t)));
+      written = static_cast<int64_t>(step);
+    }
+    src = base;
+    len = inline_payload ? spec.meta_bytes + bytes : spec.meta_bytes;
+  }
+  core_->pending[f].push_back({t, o.peer, "write"});
+  lock.unlock();
+  peer.channel->write(src, len, o.slot_keys[f], 0, graph::make_notify(t, step),
+                      op_callback(f, {t, o.peer, "write"}, bytes), timeout_);
+  return Status::ok();
+}
+
+Result<RecvView> OneSidedEngine::recv(graph::TransferId t, uint64_t step) {
+  const uint32_t f = layout_->frame_of(step);
+  Lock lock(core_->mu);
+  InTransfer& in = core_->in.at(t);
+  InSlot& slot = in.slots[f];
+  const auto t0 = Clock::now();
+  bool ok = wait(lock, t0 + timeout_, in.peer, [&] {
+    return slot.step == static_cast<int64_t>(step) &&
+           (slot.state == SlotState::kReady || slot.state == SlotState::kFailed);
+  });
+  core_->stats.recv_wait_ms += ms_between(t0, Clock::now());
+  if (ok && slot.state == SlotState::kReady) return slot.view;
+  if (ok) return slot.error;
+  const Status& err = core_->peers[static_cast<size_t>(in.peer)].error;
+  if (!err.is_ok()) return err.with_op("recv " + layout_->describe(t) + " " + step_text(step));
+  return RDMAFLOW_ERROR(Code::kTimeout, "recv", in.peer,
+                        layout_->describe(t) + " " + step_text(step) + ": no data within " +
+                            std::to_string(timeout_.count()) + " ms");
+}
+
+Status OneSidedEngine::end_step(uint64_t step) {
+  const uint32_t f = layout_->frame_of(step);
+  {
+    Lock lock(core_->mu);
+    for (auto& [t, in] : core_->in) {
+      InSlot& slot = in.slots[f];
+      if (slot.step == static_cast<int64_t>(step) && slot.state != SlotState::kReading) {
+        slot.state = SlotState::kEmpty;
+        slot.step = -1;
+      }
+    }
+    core_->last_ended = step;
+    ++core_->stats.steps;
+  }
+  send_due_credits();
+  return Status::ok();
+}
+
+Status OneSidedEngine::finish(const AllGather& allgather) {
+  Status first;
+  if (core_->first_step) {
+    send_due_credits();
+    Lock lock(core_->mu);
+    const auto deadline = Clock::now() + timeout_;
+    auto drained = [&] {
+      if (core_->credits_in_flight) return false;
+      if (core_->last_ended && core_->next_credit <= *core_->last_ended) return false;
+      for (const auto& p : core_->pending)
+        if (!p.empty()) return false;
+      return true;
+    };
+    for (;;) {
+      if (wait(lock, std::min(deadline, Clock::now() + Millis(20)), -1, drained)) break;
+      if (Clock::now() >= deadline) {
+        first = RDMAFLOW_ERROR(Code::kTimeout, "finish session", -1,
+                               "writes, reads or credits still in flight after " +
+                                   std::to_string(timeout_.count()) + " ms");
+        break;
+      }
+      lock.unlock();
+      send_due_credits();  // a read that just completed may free a credit
+      lock.lock();
+    }
+    for (const auto& peer : core_->peers) {
+      if (first.is_ok() && !peer.error.is_ok()) first = peer.error;
+    }
+  }
+  // Meet every rank, so no channel closes while a peer still writes to it.
+  auto met = allgather(Bytes{first.is_ok() ? uint8_t{1} : uint8_t{0}});
+  if (first.is_ok() && !met) first = met.status().with_op("finish session");
+  {
+    Lock lock(core_->mu);
+    core_->stop = true;
+    core_->bump();
+  }
+  if (progress_.joinable()) progress_.join();
+  return first;
+}
+
+void OneSidedEngine::add_stats(SessionStats& stats) const {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  const SessionStats& s = core_->stats;
+  stats.steps = s.steps;
+  stats.bytes_sent += s.bytes_sent;
+  stats.bytes_received += s.bytes_received;
+  stats.writes += s.writes;
+  stats.reads += s.reads;
+  stats.credits_sent += s.credits_sent;
+  stats.recv_wait_ms += s.recv_wait_ms;
+  stats.credit_wait_ms += s.credit_wait_ms;
+}
+
+}  // namespace rdmaflow::session_detail
