@@ -187,10 +187,10 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--ranks", ranks, "number of ranks; required when the graph has no placement")
       ->check(CLI::Range(1, rg::kMaxRanks))
-      ->default_str("1 + the highest rank the graph's own placement names");
+      ->default_str("1 + the placement's highest rank");
   app.add_option("--placement", placement_path,
-                 "placement document; otherwise the graph's own per-op ranks, otherwise the "
-                 "topological order cut into N contiguous blocks of equal op count")
+                 "placement document (default: the graph's own, else the topological\n"
+                 "order cut into N contiguous blocks of equal op count)")
       ->type_name("FILE");
   app.add_flag("--json", json, "machine-readable summary on stdout");
   app.add_option("--depth", options.pipeline_depth, "slots per transfer / registered frames")
@@ -198,13 +198,14 @@ int main(int argc, char** argv) {
   rdmaflow::cli::add_size(app, "--alignment", options.alignment, "alignment of every buffer");
   rdmaflow::cli::add_size(app, "--dynamic-hint", options.dynamic_size_hint,
                           "payload reserved for dynamic tensors without size_hint");
-  app.add_flag("--no-reuse{false}", options.reuse, "give every buffer its own bytes")
-      ->default_str("");
+  bool no_reuse = false;
+  app.add_flag("--no-reuse", no_reuse, "give every buffer its own bytes");
   app.add_option("--list", list, "list at most N transfers per rank and direction");
   app.add_option("--write-plan", plan_out, "write the full plan (JSON) to FILE")->type_name("FILE");
   app.add_option("--write-placement", placement_out, "write the placement used to FILE")
       ->type_name("FILE");
   if (auto exit_code = rdmaflow::cli::parse(app, argc, argv)) return *exit_code;
+  options.reuse = !no_reuse;
   auto usage_error = [&](const std::string& msg) {
     std::fprintf(stderr, "rdmaflow-plan: %s\n\n%s", msg.c_str(), app.help().c_str());
     return rdmaflow::cli::kUsageError;
