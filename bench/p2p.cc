@@ -713,13 +713,13 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
   app.add_flag("--json", o.json, "the report as JSON on stdout");
   app.add_flag("--spin", o.spin, "busy-wait for notifies instead of blocking");
   auto* seconds = app.add_option("--seconds", o.seconds, "measuring time per size and contender")
-                      ->check(CLI::PositiveNumber);
+                      ->check(cli::at_least(0.001));
   cli::add_size(app, "--lat-min", o.lat_min, "smallest latency message");
   cli::add_size(app, "--lat-max", o.lat_max, "largest latency message");
   cli::add_size(app, "--bw-min", o.bw_min, "smallest bandwidth message");
   cli::add_size(app, "--bw-max", o.bw_max, "largest bandwidth message");
   app.add_option("--rank", o.rank, "this process's rank (0 or 1; others exit at once)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(cli::at_least(0))
       ->default_str("fork both ranks here");
   app.add_option("--rendezvous", o.rendezvous, "HOST:PORT rank 0 listens on (with --rank)");
   if (auto exit_code = cli::parse(app, argc, argv)) return exit_code;

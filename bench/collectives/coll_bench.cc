@@ -105,10 +105,10 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
   app.add_option("-f,--factor", a.factor, "each size this many times the previous")
       ->check(CLI::Range(2, 1024));
   app.add_option("-n,--iters", a.iters, "timed iterations per size")
-      ->check(CLI::NonNegativeNumber)
+      ->check(cli::at_least(0))
       ->default_str("0: by size");
   app.add_option("-w,--warmup", a.warmup, "untimed iterations per size first")
-      ->check(CLI::NonNegativeNumber);
+      ->check(cli::at_least(0));
   app.add_option("--vs", vs, "a reference to run beside rdmaflow: gloo or mpi; repeat for both")
       ->allow_extra_args(false)
       ->check(CLI::IsMember({"gloo", "mpi"}))

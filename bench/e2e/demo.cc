@@ -47,14 +47,14 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
       "transport rdmaflow picks and over the gRPC baseline, checked against a single-process run.",
       "rdmaflow-demo"};
   cli::configure(app);
-  app.add_option("--steps", o.steps, "training steps")->check(CLI::PositiveNumber);
+  app.add_option("--steps", o.steps, "training steps")->check(cli::at_least(1));
   app.add_option("--widths", o.widths, "layer widths of the MLP, input first")
       ->delimiter(',')
       ->type_name("N,...")
       ->default_str("784,2048,2048,10")
-      ->check(CLI::PositiveNumber);
+      ->check(cli::at_least(1));
   app.add_option("--batch", o.batch, "rows per step, split among the workers")
-      ->check(CLI::PositiveNumber);
+      ->check(cli::at_least(1));
   app.add_option("--transports", o.transports, "comma-separated transports, one run each")
       ->delimiter(',')
       ->type_name("NAME,...")

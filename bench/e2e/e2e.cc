@@ -73,7 +73,7 @@ int run(int argc, char** argv) {
       "(docs/benchmarks.md, \"End to end\").",
       "e2e"};
   cli::configure(app);
-  app.add_option("--steps", steps, "training steps per configuration")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "training steps per configuration")->check(cli::at_least(1));
   app.add_option("--transports", transports, "comma-separated transports to run")
       ->delimiter(',')
       ->type_name("NAME,...")

@@ -73,11 +73,11 @@ int main(int argc, char** argv) {
       "(docs/graph-plans.md, \"Planning time\").",
       "plan_bench"};
   rdmaflow::cli::configure(app);
-  app.add_option("--ops", ops, "ops in the layered graph")->check(CLI::PositiveNumber);
-  app.add_option("--ranks", ranks, "ranks to place it on")->check(CLI::PositiveNumber);
-  app.add_option("--width", width, "ops per layer")->check(CLI::PositiveNumber);
+  app.add_option("--ops", ops, "ops in the layered graph")->check(rdmaflow::cli::at_least(1));
+  app.add_option("--ranks", ranks, "ranks to place it on")->check(rdmaflow::cli::at_least(1));
+  app.add_option("--width", width, "ops per layer")->check(rdmaflow::cli::at_least(1));
   app.add_option("--repeat", repeat, "runs per phase; the best is reported")
-      ->check(CLI::PositiveNumber);
+      ->check(rdmaflow::cli::at_least(1));
   app.add_flag("--random-placement", random_placement,
                "every op on a random rank (most edges cross ranks) instead of contiguous blocks");
   app.add_flag("--json", json, "the timings as JSON");

@@ -115,6 +115,19 @@ TEST(ToolsCli, BadSizeIsRefusedNamingTheOption) {
   }
 }
 
+// plan_bench --ops abc used to be atoi'd to 0.
+TEST(ToolsCli, BadNumberIsRefusedNamingTheOption) {
+  const Tool& t = tool("plan_bench");
+  SKIP_IF_NOT_BUILT(t);
+  Outcome r = run_tool(t.path, "--ops abc");
+  EXPECT_EQ(r.exit_code, rdmaflow::cli::kUsageError) << r.output;
+  EXPECT_NE(r.output.find("--ops"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("abc"), std::string::npos) << r.output;
+  r = run_tool(t.path, "--ops 0");
+  EXPECT_EQ(r.exit_code, rdmaflow::cli::kUsageError) << r.output;
+  EXPECT_NE(r.output.find("--ops: must be at least 1, not 0"), std::string::npos) << r.output;
+}
+
 // p2p --bw-min 16M used to measure from 16 bytes up: one bandwidth row of
 // 16 MiB now, the latency rows bounded the same way.
 TEST(ToolsCli, P2pReadsSizeSuffixes) {

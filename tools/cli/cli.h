@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,22 @@ inline CLI::Validator as_bytes() {
         return "";
       },
       "", "size");
+}
+
+// Refuses a number below `min`, naming it. A value that is no number at all
+// passes here and is refused by the conversion to the option's type, which
+// names it too (CLI11's own PositiveNumber reports it as out of a range up to
+// the largest double).
+inline CLI::Validator at_least(double min) {
+  return CLI::Validator(
+      [min](std::string& value) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(value, v) || v >= min) return "";
+        std::ostringstream text;
+        text << "must be at least " << min << ", not " << value;
+        return text.str();
+      },
+      "", "at least");
 }
 
 // Adds an option taking a size; its default is shown as a size.
