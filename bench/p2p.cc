@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "runtime/selection/transport_select.h"
+#include "tools/cli/cli.h"
 #include "transport/channel.h"
 #include "transport/transport.h"
 
@@ -693,55 +694,43 @@ int run(int rank, Oob& oob, const Options& o) {
   return 0;
 }
 
-void usage() {
-  std::printf(
-      "usage: p2p [--transport NAME]... [--quick] [--json] [--spin] [--seconds S]\n"
-      "           [--lat-min/--lat-max BYTES] [--bw-min/--bw-max BYTES] [--rank R --rendezvous "
-      "HOST:PORT]\n"
-      "NAME: tcp, ucx_shm, ucx_tcp, ucx, verbs, all (default: every backend built in).\n"
-      "Forks its two processes unless --rank (or OMPI_COMM_WORLD_RANK / PMI_RANK) is given;\n"
-      "then rank 0 listens on the rendezvous port and rank 1 connects to it.\n");
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) die("missing value after " + a);
-      return argv[++i];
-    };
-    if (a == "--transport") {
-      std::string v = next();
-      if (v != "all") o.transports.push_back(v);
-    } else if (a == "--quick") {
-      o.quick = true;
-      o.seconds = 0.05;
-    } else if (a == "--json") {
-      o.json = true;
-    } else if (a == "--spin") {
-      o.spin = true;
-    } else if (a == "--seconds") {
-      o.seconds = std::stod(next());
-    } else if (a == "--lat-max") {
-      o.lat_max = std::stoull(next());
-    } else if (a == "--lat-min") {
-      o.lat_min = std::stoull(next());
-    } else if (a == "--bw-min") {
-      o.bw_min = std::stoull(next());
-    } else if (a == "--bw-max") {
-      o.bw_max = std::stoull(next());
-    } else if (a == "--rank") {
-      o.rank = std::stoi(next());
-    } else if (a == "--rendezvous") {
-      o.rendezvous = next();
-    } else if (a == "--help" || a == "-h") {
-      usage();
-      std::exit(0);
-    } else {
-      usage();
-      die("unknown argument " + a);
-    }
+// Returns the exit status when the command line says not to run (--help, or a
+// bad command line).
+std::optional<int> parse(int argc, char** argv, Options& o) {
+  CLI::App app{
+      "Point-to-point latency and bandwidth of each transport beside a plain-socket reference\n"
+      "measured in the same run. Forks its two processes unless --rank (or OMPI_COMM_WORLD_RANK /\n"
+      "PMI_RANK / PMIX_RANK) is given; then rank 0 listens on the rendezvous port and rank 1\n"
+      "connects to it.",
+      "p2p"};
+  cli::configure(app);
+  std::vector<std::string> transports;
+  app.add_option("--transport", transports,
+                 "tcp, ucx_shm, ucx_tcp, ucx, verbs or all; repeat for several")
+      ->allow_extra_args(false)
+      ->default_str("all: every backend built in");
+  app.add_flag("--quick", o.quick, "a handful of sizes, 0.05 s each unless --seconds is given");
+  app.add_flag("--json", o.json, "the report as JSON on stdout");
+  app.add_flag("--spin", o.spin, "busy-wait for notifies instead of blocking");
+  auto* seconds = app.add_option("--seconds", o.seconds, "measuring time per size and contender")
+                      ->check(cli::at_least(0.001));
+  cli::add_size(app, "--lat-min", o.lat_min, "smallest latency message");
+  cli::add_size(app, "--lat-max", o.lat_max, "largest latency message");
+  cli::add_size(app, "--bw-min", o.bw_min, "smallest bandwidth message");
+  cli::add_size(app, "--bw-max", o.bw_max, "largest bandwidth message");
+  app.add_option("--rank", o.rank, "this process's rank (0 or 1; others exit at once)")
+      ->check(cli::at_least(0))
+      ->default_str("fork both ranks here");
+  app.add_option("--rendezvous", o.rendezvous, "HOST:PORT rank 0 listens on (with --rank)");
+  if (auto exit_code = cli::parse(app, argc, argv)) return exit_code;
+  for (const auto& t : transports) {
+    if (t != "all") o.transports.push_back(t);
+  }
+  if (o.quick && seconds->count() == 0) o.seconds = 0.05;
+  if (o.lat_min == 0 || o.bw_min == 0 || o.lat_min > o.lat_max || o.bw_min > o.bw_max) {
+    std::fprintf(stderr,
+                 "p2p: sizes must be at least 1 byte and each minimum at most its maximum\n");
+    return cli::kUsageError;
   }
   if (o.rank < 0) {
     for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
@@ -749,7 +738,7 @@ Options parse(int argc, char** argv) {
     }
   }
   if (!o.rendezvous.empty()) o.host = o.rendezvous.substr(0, o.rendezvous.rfind(':'));
-  return o;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -757,7 +746,8 @@ Options parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   using namespace rdmaflow::bench;
-  Options o = parse(argc, argv);
+  Options o;
+  if (auto exit_code = parse(argc, argv, o)) return *exit_code;
   Oob oob;
   if (o.rank >= 0) {
     if (o.rank > 1) return 0;  // only two ranks take part

@@ -8,6 +8,7 @@ PACKAGES=(
   libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils
   libucx-dev ucx-utils
   libboost-dev libeigen3-dev libgtest-dev libgmock-dev libspdlog-dev nlohmann-json3-dev
+  libcli11-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libgloo-dev libopenmpi-dev openmpi-bin
   clang libclang-rt-14-dev clang-format

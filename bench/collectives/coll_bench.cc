@@ -34,11 +34,14 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "collectives/communicator.h"
 #include "runtime/rendezvous/bootstrap.h"
+#include "tools/cli/cli.h"
 #include "transport/transport.h"
 
 using namespace rdmaflow;
@@ -61,94 +64,76 @@ struct Args {
   Algorithm algo = Algorithm::kAuto;
 };
 
-size_t parse_size(const std::string& s) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  std::string unit(end);
-  if (unit == "K" || unit == "k" || unit == "KiB") v *= 1024;
-  if (unit == "M" || unit == "m" || unit == "MiB") v *= 1024 * 1024;
-  if (unit == "G" || unit == "g" || unit == "GiB") v *= 1024.0 * 1024 * 1024;
-  return static_cast<size_t>(v);
+// The name each accepted spelling of --op, --type, --redop and --algo parses to;
+// refused by CLI11 with the option's name when `parse` finds nothing.
+template <typename Parse>
+CLI::Validator named(const std::string& what, Parse parse) {
+  return CLI::Validator(
+      [what, parse](std::string& v) -> std::string {
+        return parse(v) ? "" : "unknown " + what + " '" + v + "'";
+      },
+      "", what);
 }
 
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "%s\nusage: rdmaflow_coll_bench [--op allreduce|reduce_scatter|allgather|"
-               "broadcast|reduce|alltoall] [--type f32|f64|f16|bf16|i32|i64|u8] "
-               "[--redop sum|prod|min|max|avg] [--sizes 8,1M,...] [--min B --max B --factor F] "
-               "[--iters N] [--warmup N] [--vs gloo] [--vs mpi] [--json FILE] "
-               "[--transport ucx|tcp] [--algo NAME]\n",
-               why);
-  std::exit(2);
+std::optional<CollectiveKind> parse_op(std::string_view name) {
+  for (CollectiveKind c : kAllCollectives) {
+    if (c != CollectiveKind::kBarrier && collective_name(c) == name) return c;
+  }
+  return std::nullopt;
 }
 
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) usage(("missing value for " + k).c_str());
-      return argv[++i];
-    };
-    if (k == "--op") {
-      std::string v = val();
-      bool ok = false;
-      for (CollectiveKind c : kAllCollectives) {
-        if (collective_name(c) == v) a.op = c, ok = true;
-      }
-      if (!ok || a.op == CollectiveKind::kBarrier) usage("unknown --op");
-    } else if (k == "--type") {
-      auto t = parse_dtype(val());
-      if (!t) usage("unknown --type");
-      a.type = *t;
-    } else if (k == "--redop") {
-      auto r = parse_reduce_op(val());
-      if (!r) usage("unknown --redop");
-      a.redop = *r;
-    } else if (k == "--sizes") {
-      std::string v = val();
-      size_t pos = 0;
-      while (pos <= v.size()) {
-        size_t comma = v.find(',', pos);
-        if (comma == std::string::npos) comma = v.size();
-        a.sizes.push_back(parse_size(v.substr(pos, comma - pos)));
-        pos = comma + 1;
-      }
-    } else if (k == "--min" || k == "-b") {
-      a.min_bytes = parse_size(val());
-    } else if (k == "--max" || k == "-e") {
-      a.max_bytes = parse_size(val());
-    } else if (k == "--factor" || k == "-f") {
-      a.factor = std::max(2, std::atoi(val().c_str()));
-    } else if (k == "--iters" || k == "-n") {
-      a.iters = std::atoi(val().c_str());
-    } else if (k == "--warmup" || k == "-w") {
-      a.warmup = std::atoi(val().c_str());
-    } else if (k == "--vs") {
-      std::string v = val();
-      if (v == "gloo") {
-        a.vs_gloo = true;
-      } else if (v == "mpi") {
-        a.vs_mpi = true;
-      } else {
-        usage("--vs takes gloo or mpi");
-      }
-    } else if (k == "--json") {
-      a.json = val();
-    } else if (k == "--transport") {
-      a.transport = val();
-    } else if (k == "--algo") {
-      auto al = parse_algorithm(val());
-      if (!al) usage("unknown --algo");
-      a.algo = *al;
-    } else {
-      usage(("unknown argument " + k).c_str());
-    }
+// Returns the exit status when the command line says not to run (--help, or a
+// bad command line).
+std::optional<int> parse(int argc, char** argv, Args& a) {
+  CLI::App app{
+      "rdmaflow collectives in the nccl-tests convention, with Gloo and Open MPI run on the same\n"
+      "processes, buffers and sizes for a reference. Start under mpirun.",
+      "rdmaflow_coll_bench"};
+  cli::configure(app);
+  std::string op = "allreduce", type = "f32", redop = "sum", algo = "auto";
+  std::vector<std::string> vs;
+  app.add_option("--op", op, "allreduce, reduce_scatter, allgather, broadcast, reduce or alltoall")
+      ->check(named("collective", parse_op));
+  app.add_option("--type", type, "f32, f64, f16, bf16, i32, i64 or u8")
+      ->check(named("type", parse_dtype));
+  app.add_option("--redop", redop, "sum, prod, min, max or avg")
+      ->check(named("reduction", parse_reduce_op));
+  cli::add_sizes(app, "--sizes", a.sizes, "the sizes to run (bytes of the largest buffer)")
+      ->default_str("--min to --max");
+  cli::add_size(app, "-b,--min", a.min_bytes, "smallest size when no --sizes");
+  cli::add_size(app, "-e,--max", a.max_bytes, "largest size when no --sizes");
+  app.add_option("-f,--factor", a.factor, "each size this many times the previous")
+      ->check(CLI::Range(2, 1024));
+  app.add_option("-n,--iters", a.iters, "timed iterations per size")
+      ->check(cli::at_least(0))
+      ->default_str("0: by size");
+  app.add_option("-w,--warmup", a.warmup, "untimed iterations per size first")
+      ->check(cli::at_least(0));
+  app.add_option("--vs", vs, "a reference to run beside rdmaflow: gloo or mpi; repeat for both")
+      ->allow_extra_args(false)
+      ->check(CLI::IsMember({"gloo", "mpi"}))
+      ->default_str("none");
+  app.add_option("--json", a.json, "also write every field to FILE")->type_name("FILE");
+  app.add_option("--transport", a.transport, "rdmaflow's transport: ucx or tcp");
+  app.add_option("--algo", algo, "rdmaflow's algorithm; wins over RDMAFLOW_<OP>_ALGO")
+      ->check(named("algorithm", parse_algorithm));
+  if (auto exit_code = cli::parse(app, argc, argv)) return exit_code;
+  a.op = *parse_op(op);
+  a.type = *parse_dtype(type);
+  a.redop = *parse_reduce_op(redop);
+  a.algo = *parse_algorithm(algo);
+  for (const auto& v : vs) {
+    if (v == "gloo") a.vs_gloo = true;
+    if (v == "mpi") a.vs_mpi = true;
   }
   if (a.sizes.empty()) {
+    if (a.min_bytes == 0 || a.min_bytes > a.max_bytes) {
+      std::fprintf(stderr, "rdmaflow_coll_bench: --min must be at least 1 and at most --max\n");
+      return cli::kUsageError;
+    }
     for (size_t s = a.min_bytes; s <= a.max_bytes; s *= a.factor) a.sizes.push_back(s);
   }
-  return a;
+  return std::nullopt;
 }
 
 double busbw_factor(CollectiveKind k, int n) {
@@ -435,11 +420,13 @@ double pct(std::vector<double> v, double p) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before MPI_Init: --help and a bad command line need no MPI runtime.
+  Args a;
+  if (auto exit_code = parse(argc, argv, a)) return *exit_code;
   MPI_Init(&argc, &argv);
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  Args a = parse(argc, argv);
 
   // rdmaflow: bootstrap (rendezvous on a free port rank 0 picked), mesh, communicator.
   int port = rank == 0 ? free_port() : 0;

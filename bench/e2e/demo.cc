@@ -15,12 +15,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/e2e/job.h"
 #include "bench/e2e/launch.h"
 #include "examples/trainer/trainer.h"
+#include "tools/cli/cli.h"
 
 namespace rdmaflow::e2e {
 namespace {
@@ -37,46 +39,37 @@ struct Options {
   bool json_out = false;
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t end = s.find(',', start);
-    if (end == std::string::npos) end = s.size();
-    if (end > start) out.push_back(s.substr(start, end - start));
-    start = end + 1;
+// Returns the exit status when the command line says not to run (--help, or a
+// bad command line).
+std::optional<int> parse(int argc, char** argv, Options& o) {
+  CLI::App app{
+      "The end-to-end demo: parameter-server training of an MLP on local processes over the\n"
+      "transport rdmaflow picks and over the gRPC baseline, checked against a single-process run.",
+      "rdmaflow-demo"};
+  cli::configure(app);
+  app.add_option("--steps", o.steps, "training steps")->check(cli::at_least(1));
+  app.add_option("--widths", o.widths, "layer widths of the MLP, input first")
+      ->delimiter(',')
+      ->type_name("N,...")
+      ->default_str("784,2048,2048,10")
+      ->check(cli::at_least(1));
+  app.add_option("--batch", o.batch, "rows per step, split among the workers")
+      ->check(cli::at_least(1));
+  app.add_option("--transports", o.transports, "comma-separated transports, one run each")
+      ->delimiter(',')
+      ->type_name("NAME,...")
+      ->default_str("auto,grpc");
+  app.add_option("--ranks", o.ranks, "local processes (rank 0 holds the weights)")
+      ->check(CLI::Range(2, 1024));
+  app.add_option("--lr", o.lr, "SGD learning rate");
+  app.add_flag("--json", o.json_out, "also print the results as JSON");
+  if (auto exit_code = cli::parse(app, argc, argv)) return exit_code;
+  if (o.widths.size() < 2 || o.transports.empty()) {
+    std::fprintf(stderr,
+                 "rdmaflow-demo: --widths needs at least two layers, --transports one name\n");
+    return cli::kUsageError;
   }
-  return out;
-}
-
-bool parse(int argc, char** argv, Options& o) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--steps") {
-      o.steps = std::atoi(next().c_str());
-    } else if (a == "--batch") {
-      o.batch = std::atoll(next().c_str());
-    } else if (a == "--ranks") {
-      o.ranks = std::atoi(next().c_str());
-    } else if (a == "--lr") {
-      o.lr = std::atof(next().c_str());
-    } else if (a == "--widths") {
-      o.widths.clear();
-      for (const auto& w : split(next())) o.widths.push_back(std::atoll(w.c_str()));
-    } else if (a == "--transports") {
-      o.transports = split(next());
-    } else if (a == "--json") {
-      o.json_out = true;
-    } else {
-      std::fprintf(stderr,
-                   "usage: %s [--steps N] [--widths 784,2048,2048,10] [--batch 48] "
-                   "[--transports auto,grpc] [--ranks 4] [--lr 0.1] [--json]\n",
-                   argv[0]);
-      return false;
-    }
-  }
-  return o.steps > 0 && o.ranks >= 2 && o.widths.size() >= 2 && !o.transports.empty();
+  return std::nullopt;
 }
 
 std::string widths_text(const std::vector<int64_t>& w) {
@@ -221,6 +214,6 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--e2e-worker") == 0) return rdmaflow::e2e::worker_main();
   rdmaflow::e2e::Options o;
-  if (!rdmaflow::e2e::parse(argc, argv, o)) return 2;
+  if (auto exit_code = rdmaflow::e2e::parse(argc, argv, o)) return *exit_code;
   return rdmaflow::e2e::run(o);
 }

@@ -26,6 +26,7 @@
 #include "bench/e2e/job.h"
 #include "bench/e2e/launch.h"
 #include "runtime/session/session.h"
+#include "tools/cli/cli.h"
 #include "transport/transport.h"
 
 namespace rdmaflow::e2e {
@@ -39,18 +40,6 @@ struct Config {
   json job;
   int ranks = 4;
 };
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t end = s.find(',', start);
-    if (end == std::string::npos) end = s.size();
-    if (end > start) out.push_back(s.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
-}
 
 // What RDMAFLOW_TRANSPORT=auto picks between two processes of this host (every
 // job this bench launches is local), with its reason: the per-peer rule of
@@ -79,23 +68,19 @@ int run(int argc, char** argv) {
   bool quick = false;
   std::string json_path;
   std::vector<std::string> transports;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--steps" && i + 1 < argc) {
-      steps = std::atoi(argv[++i]);
-    } else if (a == "--transports" && i + 1 < argc) {
-      transports = split(argv[++i]);
-    } else if (a == "--quick") {
-      quick = true;
-    } else if (a == "--json" && i + 1 < argc) {
-      json_path = argv[++i];
-    } else {
-      std::fprintf(stderr,
-                   "usage: %s [--steps N] [--transports grpc,tcp,...] [--quick] [--json FILE]\n",
-                   argv[0]);
-      return 2;
-    }
-  }
+  CLI::App app{
+      "Training step time per transport against the gRPC baseline measured in the same run\n"
+      "(docs/benchmarks.md, \"End to end\").",
+      "e2e"};
+  cli::configure(app);
+  app.add_option("--steps", steps, "training steps per configuration")->check(cli::at_least(1));
+  app.add_option("--transports", transports, "comma-separated transports to run")
+      ->delimiter(',')
+      ->type_name("NAME,...")
+      ->default_str("grpc and every backend built in");
+  app.add_flag("--quick", quick, "smaller comm-heavy layers, for a short run");
+  app.add_option("--json", json_path, "also write the results to FILE")->type_name("FILE");
+  if (auto exit_code = cli::parse(app, argc, argv)) return *exit_code;
   const AutoChoice auto_choice = auto_transport();
   const std::string& chosen = auto_choice.transport;
   // A backend this machine cannot run (verbs without an RDMA device) is reported

@@ -25,6 +25,7 @@
 #include "graph/plan_json.h"
 #include "graph/synthetic.h"
 #include "graph/validate.h"
+#include "tools/cli/cli.h"
 
 namespace rg = rdmaflow::graph;
 
@@ -67,32 +68,20 @@ Timing best_of(int repeat, const std::function<void()>& fn) {
 int main(int argc, char** argv) {
   int ops = 100000, ranks = 8, width = 64, repeat = 3;
   bool json = false, random_placement = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };
-    if (a == "--ops") {
-      ops = next();
-    } else if (a == "--ranks") {
-      ranks = next();
-    } else if (a == "--width") {
-      width = next();
-    } else if (a == "--repeat") {
-      repeat = next();
-    } else if (a == "--random-placement") {
-      random_placement = true;
-    } else if (a == "--json") {
-      json = true;
-    } else {
-      std::fprintf(stderr,
-                   "usage: plan_bench [--ops N] [--ranks R] [--width W] [--repeat K]\n             "
-                   "     [--random-placement] [--json]\n");
-      return 2;
-    }
-  }
-  if (ops < 1 || ranks < 1 || width < 1 || repeat < 1) {
-    std::fprintf(stderr, "plan_bench: --ops, --ranks, --width and --repeat must be >= 1\n");
-    return 2;
-  }
+  CLI::App app{
+      "How long planning a large graph takes, as a ratio to parsing the same graph's JSON\n"
+      "(docs/graph-plans.md, \"Planning time\").",
+      "plan_bench"};
+  rdmaflow::cli::configure(app);
+  app.add_option("--ops", ops, "ops in the layered graph")->check(rdmaflow::cli::at_least(1));
+  app.add_option("--ranks", ranks, "ranks to place it on")->check(rdmaflow::cli::at_least(1));
+  app.add_option("--width", width, "ops per layer")->check(rdmaflow::cli::at_least(1));
+  app.add_option("--repeat", repeat, "runs per phase; the best is reported")
+      ->check(rdmaflow::cli::at_least(1));
+  app.add_flag("--random-placement", random_placement,
+               "every op on a random rank (most edges cross ranks) instead of contiguous blocks");
+  app.add_flag("--json", json, "the timings as JSON");
+  if (auto exit_code = rdmaflow::cli::parse(app, argc, argv)) return *exit_code;
 
   const rg::Graph g = rg::synthetic::layered(ops, width);
   auto placement = rg::default_placement(g, ranks);

@@ -6,14 +6,18 @@
 
 #include "graph/graph_json.h"
 #include "graph/synthetic.h"
+#include "tools/cli/cli.h"
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: rdmaflow-make-examples OUT_DIR\n");
-    return 2;
-  }
+  std::string dir;
+  CLI::App app{"Writes the shipped example graphs from their generators in graph/synthetic.h.",
+               "rdmaflow-make-examples"};
+  rdmaflow::cli::configure(app);
+  app.add_option("out_dir", dir, "where to write them (graph/examples)")
+      ->type_name("OUT_DIR")
+      ->required();
+  if (auto exit_code = rdmaflow::cli::parse(app, argc, argv)) return *exit_code;
   namespace syn = rdmaflow::graph::synthetic;
-  const std::string dir = argv[1];
   const std::pair<const char*, rdmaflow::graph::GraphFile> examples[] = {
       {"mlp_model_parallel.json", syn::mlp_model_parallel()},
       {"parameter_server.json", syn::parameter_server()},

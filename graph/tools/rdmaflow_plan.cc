@@ -15,48 +15,11 @@
 #include "graph/json_util.h"
 #include "graph/partition.h"
 #include "graph/plan_json.h"
+#include "tools/cli/cli.h"
 
 namespace rg = rdmaflow::graph;
 
 namespace {
-
-constexpr const char* kUsage =
-    "usage: rdmaflow-plan GRAPH.json [--ranks N] [--placement FILE] [--json]\n"
-    "                     [--depth D] [--alignment BYTES] [--dynamic-hint BYTES] [--no-reuse]\n"
-    "                     [--list N] [--write-plan FILE] [--write-placement FILE]\n"
-    "\n"
-    "Plans every cross-rank transfer of GRAPH.json and prints, per rank, the transfers\n"
-    "in and out, the bytes moved per step, static and dynamic counts, and the\n"
-    "registered memory with and without reuse.\n"
-    "\n"
-    "  --ranks N             number of ranks (default: 1 + the highest rank the graph's\n"
-    "                        own placement names; required when it has none)\n"
-    "  --placement FILE      placement document; otherwise the graph's own per-op ranks,\n"
-    "                        otherwise the default: the topological order cut into N\n"
-    "                        contiguous blocks of equal op count\n"
-    "  --json                machine-readable summary on stdout\n"
-    "  --depth D             slots per transfer / registered frames (default 2)\n"
-    "  --alignment BYTES     alignment of every buffer (default 64)\n"
-    "  --dynamic-hint BYTES  payload reserved for dynamic tensors without size_hint\n"
-    "                        (default 65536)\n"
-    "  --no-reuse            give every buffer its own bytes\n"
-    "  --list N              list at most N transfers per rank and direction (default 32)\n"
-    "  --write-plan FILE     write the full plan (JSON) to FILE\n"
-    "  --write-placement FILE  write the placement used to FILE\n";
-
-int usage_error(const std::string& msg) {
-  std::fprintf(stderr, "rdmaflow-plan: %s\n\n%s", msg.c_str(), kUsage);
-  return 2;
-}
-
-bool parse_u64(const char* s, uint64_t* out) {
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(s, &end, 10);
-  if (errno || !end || *end || s[0] == '-' || s[0] == '\0') return false;
-  *out = v;
-  return true;
-}
 
 std::string human_bytes(uint64_t b) {
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
@@ -213,64 +176,40 @@ int main(int argc, char** argv) {
   bool json = false;
   size_t list = 32;
   rg::PlanOptions options;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      if (i + 1 >= argc) return nullptr;
-      (void)name;
-      return argv[++i];
-    };
-    uint64_t v = 0;
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "--json") {
-      json = true;
-    } else if (a == "--no-reuse") {
-      options.reuse = false;
-    } else if (a == "--ranks") {
-      const char* s = value("--ranks");
-      if (!s || !parse_u64(s, &v) || v < 1 || v > rg::kMaxRanks) {
-        return usage_error("--ranks needs a number in 1.." + std::to_string(rg::kMaxRanks));
-      }
-      ranks = static_cast<int>(v);
-    } else if (a == "--placement") {
-      const char* s = value("--placement");
-      if (!s) return usage_error("--placement needs a file");
-      placement_path = s;
-    } else if (a == "--depth") {
-      const char* s = value("--depth");
-      if (!s || !parse_u64(s, &v) || v < 1 || v > 64) return usage_error("--depth needs 1..64");
-      options.pipeline_depth = static_cast<uint32_t>(v);
-    } else if (a == "--alignment") {
-      const char* s = value("--alignment");
-      if (!s || !parse_u64(s, &v)) return usage_error("--alignment needs a number");
-      options.alignment = v;
-    } else if (a == "--dynamic-hint") {
-      const char* s = value("--dynamic-hint");
-      if (!s || !parse_u64(s, &v)) return usage_error("--dynamic-hint needs a number");
-      options.dynamic_size_hint = v;
-    } else if (a == "--list") {
-      const char* s = value("--list");
-      if (!s || !parse_u64(s, &v)) return usage_error("--list needs a number");
-      list = static_cast<size_t>(v);
-    } else if (a == "--write-plan") {
-      const char* s = value("--write-plan");
-      if (!s) return usage_error("--write-plan needs a file");
-      plan_out = s;
-    } else if (a == "--write-placement") {
-      const char* s = value("--write-placement");
-      if (!s) return usage_error("--write-placement needs a file");
-      placement_out = s;
-    } else if (!a.empty() && a[0] == '-') {
-      return usage_error("unknown option " + a);
-    } else if (graph_path.empty()) {
-      graph_path = a;
-    } else {
-      return usage_error("more than one graph file given");
-    }
-  }
-  if (graph_path.empty()) return usage_error("no graph file given");
+  CLI::App app{
+      "Plans every cross-rank transfer of GRAPH.json and prints, per rank, the transfers\n"
+      "in and out, the bytes moved per step, static and dynamic counts, and the\n"
+      "registered memory with and without reuse.",
+      "rdmaflow-plan"};
+  rdmaflow::cli::configure(app);
+  app.add_option("graph", graph_path, "the graph (docs/graph-format.md)")
+      ->type_name("GRAPH.json")
+      ->required();
+  app.add_option("--ranks", ranks, "number of ranks; required when the graph has no placement")
+      ->check(CLI::Range(1, rg::kMaxRanks))
+      ->default_str("1 + the placement's highest rank");
+  app.add_option("--placement", placement_path,
+                 "placement document (default: the graph's own, else the topological\n"
+                 "order cut into N contiguous blocks of equal op count)")
+      ->type_name("FILE");
+  app.add_flag("--json", json, "machine-readable summary on stdout");
+  app.add_option("--depth", options.pipeline_depth, "slots per transfer / registered frames")
+      ->check(CLI::Range(1, 64));
+  rdmaflow::cli::add_size(app, "--alignment", options.alignment, "alignment of every buffer");
+  rdmaflow::cli::add_size(app, "--dynamic-hint", options.dynamic_size_hint,
+                          "payload reserved for dynamic tensors without size_hint");
+  bool no_reuse = false;
+  app.add_flag("--no-reuse", no_reuse, "give every buffer its own bytes");
+  app.add_option("--list", list, "list at most N transfers per rank and direction");
+  app.add_option("--write-plan", plan_out, "write the full plan (JSON) to FILE")->type_name("FILE");
+  app.add_option("--write-placement", placement_out, "write the placement used to FILE")
+      ->type_name("FILE");
+  if (auto exit_code = rdmaflow::cli::parse(app, argc, argv)) return *exit_code;
+  options.reuse = !no_reuse;
+  auto usage_error = [&](const std::string& msg) {
+    std::fprintf(stderr, "rdmaflow-plan: %s\n\n%s", msg.c_str(), app.help().c_str());
+    return rdmaflow::cli::kUsageError;
+  };
 
   auto file = rg::load_graph_file(graph_path);
   if (!file) {

@@ -1,0 +1,179 @@
+// The tools' command lines, checked by running the built binaries.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tools/cli/cli.h"
+
+namespace {
+
+struct Tool {
+  const char* name;
+  const char* path;  // empty when this build has no such tool
+  std::vector<std::string> options;
+  std::string operands = "";  // what a command line needs besides options
+};
+
+const std::vector<Tool>& tools() {
+  static const std::vector<Tool> kTools = {
+      {"p2p",
+       RDMAFLOW_TOOL_P2P,
+       {"--transport", "--quick", "--json", "--spin", "--seconds", "--lat-min", "--lat-max",
+        "--bw-min", "--bw-max", "--rank", "--rendezvous"}},
+      {"rdmaflow_coll_bench",
+       RDMAFLOW_TOOL_RDMAFLOW_COLL_BENCH,
+       {"--op", "--type", "--redop", "--sizes", "--min", "--max", "--factor", "--iters", "--warmup",
+        "--vs", "--json", "--transport", "--algo"}},
+      {"e2e", RDMAFLOW_TOOL_E2E, {"--steps", "--transports", "--quick", "--json"}},
+      {"rdmaflow-demo",
+       RDMAFLOW_TOOL_RDMAFLOW_DEMO,
+       {"--steps", "--widths", "--batch", "--transports", "--ranks", "--lr", "--json"}},
+      {"plan_bench",
+       RDMAFLOW_TOOL_PLAN_BENCH,
+       {"--ops", "--ranks", "--width", "--repeat", "--random-placement", "--json"}},
+      {"rdmaflow-plan",
+       RDMAFLOW_TOOL_RDMAFLOW_PLAN,
+       {"GRAPH.json", "--ranks", "--placement", "--json", "--depth", "--alignment",
+        "--dynamic-hint", "--no-reuse", "--list", "--write-plan", "--write-placement"},
+       "graph.json"},
+      {"rdmaflow-make-examples", RDMAFLOW_TOOL_RDMAFLOW_MAKE_EXAMPLES, {"OUT_DIR"}, "out"},
+  };
+  return kTools;
+}
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;
+};
+
+// Runs `path args` through the shell; `merge_stderr` adds stderr to the output.
+Outcome run_tool(const std::string& path, const std::string& args, bool merge_stderr = true) {
+  const std::string cmd = "'" + path + "' " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  Outcome r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+const Tool& tool(const std::string& name) {
+  for (const auto& t : tools()) {
+    if (name == t.name) return t;
+  }
+  throw std::runtime_error("no tool " + name);
+}
+
+#define SKIP_IF_NOT_BUILT(t) \
+  if (std::string((t).path).empty()) GTEST_SKIP() << (t).name << " is not part of this build"
+
+TEST(ToolsCli, HelpNamesEveryOption) {
+  for (const auto& t : tools()) {
+    if (std::string(t.path).empty()) continue;
+    SCOPED_TRACE(t.name);
+    Outcome r = run_tool(t.path, "--help");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("Usage:"), std::string::npos) << r.output;
+    for (const auto& o : t.options) EXPECT_NE(r.output.find(o), std::string::npos) << o;
+  }
+}
+
+TEST(ToolsCli, UnknownArgumentListsTheValidOptions) {
+  for (const auto& t : tools()) {
+    if (std::string(t.path).empty()) continue;
+    SCOPED_TRACE(t.name);
+    Outcome r = run_tool(t.path, t.operands + " --no-such-option");
+    EXPECT_EQ(r.exit_code, rdmaflow::cli::kUsageError) << r.output;
+    EXPECT_NE(r.output.find("--no-such-option"), std::string::npos) << r.output;
+    for (const auto& o : t.options) EXPECT_NE(r.output.find(o), std::string::npos) << o;
+  }
+}
+
+TEST(ToolsCli, HelpShowsSizeDefaultsAsSizes) {
+  const Tool& t = tool("p2p");
+  SKIP_IF_NOT_BUILT(t);
+  Outcome r = run_tool(t.path, "--help");
+  EXPECT_NE(r.output.find("--bw-max SIZE=256M"), std::string::npos) << r.output;
+}
+
+TEST(ToolsCli, BadSizeIsRefusedNamingTheOption) {
+  const Tool& t = tool("p2p");
+  SKIP_IF_NOT_BUILT(t);
+  for (const char* bad : {"16Q", "-5", "1.5M", "M"}) {
+    Outcome r = run_tool(t.path, std::string("--bw-min ") + bad);
+    EXPECT_EQ(r.exit_code, rdmaflow::cli::kUsageError) << r.output;
+    EXPECT_NE(r.output.find(std::string("--bw-min: '") + bad + "' is not a size"),
+              std::string::npos)
+        << r.output;
+  }
+}
+
+// plan_bench --ops abc used to be atoi'd to 0.
+TEST(ToolsCli, BadNumberIsRefusedNamingTheOption) {
+  const Tool& t = tool("plan_bench");
+  SKIP_IF_NOT_BUILT(t);
+  Outcome r = run_tool(t.path, "--ops abc");
+  EXPECT_EQ(r.exit_code, rdmaflow::cli::kUsageError) << r.output;
+  EXPECT_NE(r.output.find("--ops"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("abc"), std::string::npos) << r.output;
+  r = run_tool(t.path, "--ops 0");
+  EXPECT_EQ(r.exit_code, rdmaflow::cli::kUsageError) << r.output;
+  EXPECT_NE(r.output.find("--ops: must be at least 1, not 0"), std::string::npos) << r.output;
+}
+
+// p2p --bw-min 16M used to measure from 16 bytes up: one bandwidth row of
+// 16 MiB now, the latency rows bounded the same way.
+TEST(ToolsCli, P2pReadsSizeSuffixes) {
+  const Tool& t = tool("p2p");
+  SKIP_IF_NOT_BUILT(t);
+  Outcome r =
+      run_tool(t.path,
+               "--transport tcp --lat-min 8 --lat-max 8 --bw-min 16M --bw-max 16M --seconds 0.01 "
+               "--json",
+               /*merge_stderr=*/false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.output;
+  ASSERT_EQ(j["rows"].size(), 1u) << r.output;
+  const auto& row = j["rows"][0];
+  ASSERT_EQ(row["bandwidth_MBps"].size(), 1u) << r.output;
+  EXPECT_EQ(row["bandwidth_MBps"][0]["size"].get<uint64_t>(), 16u << 20);
+  ASSERT_EQ(row["latency_us"].size(), 1u) << r.output;
+  EXPECT_EQ(row["latency_us"][0]["size"].get<uint64_t>(), 8u);
+}
+
+TEST(ToolsCli, PlanReadsSizeSuffixes) {
+  const Tool& t = tool("rdmaflow-plan");
+  SKIP_IF_NOT_BUILT(t);
+  Outcome r = run_tool(t.path, std::string(RDMAFLOW_GRAPH_EXAMPLES) + "/mlp_model_parallel.json " +
+                                   "--alignment 4K --dynamic-hint 1M --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"alignment\": 4096"), std::string::npos) << r.output;
+}
+
+TEST(ToolsCli, ParseSize) {
+  using rdmaflow::cli::parse_size;
+  EXPECT_EQ(parse_size("4096"), 4096u);
+  EXPECT_EQ(parse_size("16M"), 16u << 20);
+  EXPECT_EQ(parse_size("16m"), 16u << 20);
+  EXPECT_EQ(parse_size("64K"), 64u << 10);
+  EXPECT_EQ(parse_size("64KiB"), 64u << 10);
+  EXPECT_EQ(parse_size("2GB"), uint64_t{2} << 30);
+  EXPECT_EQ(parse_size("0"), 0u);
+  for (const char* bad :
+       {"", "K", "-1", "1.5M", "16Q", "16MM", "1 M", "99999999999999999999", "17179869184G"}) {
+    EXPECT_FALSE(parse_size(bad).has_value()) << bad;
+  }
+  EXPECT_EQ(rdmaflow::cli::size_text(256u << 20), "256M");
+  EXPECT_EQ(rdmaflow::cli::size_text(1024), "1K");
+  EXPECT_EQ(rdmaflow::cli::size_text(4097), "4097");
+}
+
+}  // namespace
