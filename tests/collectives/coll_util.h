@@ -1,6 +1,6 @@
 // Helpers for the collectives process tests: a rank's transport, channels to
-// every peer and Communicator, over a backend row (tests/support/backends.h); and a checker that
-// caches expected results so big matrices stay fast.
+// every peer and Communicator, over a backend row (tests/support/backends.h);
+// and a checker that caches expected results so big matrices stay fast.
 #pragma once
 
 #include <cstdlib>

@@ -510,7 +510,10 @@ namespace {
   ::dup2(output, STDOUT_FILENO);
   ::dup2(output, STDERR_FILENO);
   ::close(output);
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // A buffer of our own: glibc keeps a stream that has already been written
+  // fully buffered when setvbuf is given none.
+  static char line_buffer[1 << 16];
+  std::setvbuf(stdout, line_buffer, _IOLBF, sizeof line_buffer);
   ::signal(SIGPIPE, SIG_IGN);
   g_rank = rank;
   Exchange ex(rank, world, to_parent, from_parent);
