@@ -45,7 +45,7 @@
 #include <vector>
 
 #include "runtime/selection/transport_select.h"
-#include "tools/cli/cli.h"
+#include "tools/cli.h"
 #include "transport/channel.h"
 #include "transport/transport.h"
 
@@ -379,31 +379,26 @@ struct Contender {
   }
 };
 
-// A row of the report: a backend, possibly restricted to some of its transports
-// through the environment it is created in (UCX reads UCX_TLS at creation).
-struct Spec {
-  std::string label;
-  std::string backend;
-  std::vector<std::pair<std::string, std::string>> env;
-  bool shared_memory = false;  // compare with memcpy too
-};
+// A row of the report: a backend as the transport registry lists it, possibly
+// pinned to one medium through the environment it is created in.
+using Spec = TransportVariant;
 
+// The registry's row named `name`; any other name is passed to make_transport()
+// as it is, which names the backends this build has when it does not know it.
 std::vector<Spec> expand(const std::string& name) {
-  if (name == "ucx_shm") return {{name, "ucx", {{"UCX_TLS", "posix,sysv,cma,self"}}, true}};
-  if (name == "ucx_tcp") {
-    return {{name, "ucx", {{"UCX_TLS", "tcp,self"}, {"UCX_NET_DEVICES", "lo"}}, false}};
+  for (const Spec& v : transport_variants()) {
+    if (v.label == name) return {v};
   }
-  return {{name, name, {}, name == "ucx"}};
+  Spec unknown;
+  unknown.label = unknown.backend = name;
+  return {unknown};
 }
 
+// A row per medium of every backend built in.
 std::vector<Spec> default_specs() {
   std::vector<Spec> out;
-  for (const std::string& n : transport_backend_names()) {
-    if (n == "ucx") {
-      for (const char* v : {"ucx_shm", "ucx_tcp"}) out.push_back(expand(v)[0]);
-    } else {
-      out.push_back(expand(n)[0]);
-    }
+  for (const Spec& v : transport_variants()) {
+    if (v.built && v.per_medium) out.push_back(v);
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "allocator/registrar.h"
@@ -92,6 +93,31 @@ struct TransportBackendInfo {
 
 void register_transport_backend(TransportBackendInfo info);
 std::vector<std::string> transport_backend_names();  // by descending priority
+
+// One way to run a backend, for callers that want a row per medium (the
+// conformance suite, benchmarks): the backend as it is, or pinned to one medium
+// through the environment it is created in (UCX reads UCX_TLS at creation).
+struct TransportVariant {
+  std::string label;    // "ucx_shm"; the backend's name for the backend as it is
+  std::string backend;  // the name make_transport() takes
+  // Set before make_transport().
+  std::vector<std::pair<std::string, std::string>> env;
+  // env restricts the backend to one medium.
+  bool pinned = false;
+  // One of the rows that name each medium once: the pinned rows of a backend
+  // that has some, else the backend as it is.
+  bool per_medium = false;
+  // On one host, data moves through memory.
+  bool shared_memory = false;
+  // False: this source tree has the backend, this build left it out.
+  bool built = true;
+};
+
+// Every registered backend as it is and pinned to each medium it names, by
+// descending priority; then the backends this build left out (built = false),
+// so that callers can say "not built" instead of "unknown". The pinned rows are
+// meant for ranks on one host (ucx_tcp stays on lo).
+std::vector<TransportVariant> transport_variants();
 Result<std::unique_ptr<Transport>> make_transport(const std::string& name,
                                                   const TransportConfig& config);
 

@@ -41,7 +41,8 @@
 
 #include "collectives/communicator.h"
 #include "runtime/rendezvous/bootstrap.h"
-#include "tools/cli/cli.h"
+#include "tools/cli.h"
+#include "tools/free_port.h"
 #include "transport/transport.h"
 
 using namespace rdmaflow;
@@ -397,19 +398,6 @@ void die(const std::string& what) {
   std::exit(1);
 }
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  sa.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-  socklen_t len = sizeof(sa);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  close(fd);
-  return ntohs(sa.sin_port);
-}
-
 double pct(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   size_t i = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
@@ -429,7 +417,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
 
   // rdmaflow: bootstrap (rendezvous on a free port rank 0 picked), mesh, communicator.
-  int port = rank == 0 ? free_port() : 0;
+  int port = rank == 0 ? dev::free_port() : 0;
   MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
   BootstrapOptions bo;
   bo.rendezvous = "127.0.0.1:" + std::to_string(port);

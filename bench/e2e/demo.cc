@@ -22,7 +22,7 @@
 #include "bench/e2e/job.h"
 #include "bench/e2e/launch.h"
 #include "examples/trainer/trainer.h"
-#include "tools/cli/cli.h"
+#include "tools/cli.h"
 
 namespace rdmaflow::e2e {
 namespace {

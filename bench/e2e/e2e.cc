@@ -26,7 +26,7 @@
 #include "bench/e2e/job.h"
 #include "bench/e2e/launch.h"
 #include "runtime/session/session.h"
-#include "tools/cli/cli.h"
+#include "tools/cli.h"
 #include "transport/transport.h"
 
 namespace rdmaflow::e2e {

@@ -1,9 +1,6 @@
 #include "bench/e2e/launch.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,25 +13,11 @@
 #include <vector>
 
 #include "common/env.h"
+#include "tools/free_port.h"
 
 namespace rdmaflow::e2e {
 
 namespace {
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
 
 std::string self_exe() {
   std::vector<char> buf(4096);
@@ -46,7 +29,7 @@ std::string self_exe() {
 
 Result<nlohmann::json> launch(const LaunchSpec& spec) {
   const char* op = "launch job";
-  const int port = free_port();
+  const int port = dev::free_port();
   char out_template[] = "/tmp/rdmaflow-e2e-XXXXXX";
   int fd = ::mkstemp(out_template);
   if (fd < 0 || port < 0) {

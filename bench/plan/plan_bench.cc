@@ -25,7 +25,7 @@
 #include "graph/plan_json.h"
 #include "graph/synthetic.h"
 #include "graph/validate.h"
-#include "tools/cli/cli.h"
+#include "tools/cli.h"
 
 namespace rg = rdmaflow::graph;
 

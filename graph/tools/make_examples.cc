@@ -6,7 +6,7 @@
 
 #include "graph/graph_json.h"
 #include "graph/synthetic.h"
-#include "tools/cli/cli.h"
+#include "tools/cli.h"
 
 int main(int argc, char** argv) {
   std::string dir;

@@ -15,7 +15,7 @@
 #include "graph/json_util.h"
 #include "graph/partition.h"
 #include "graph/plan_json.h"
-#include "tools/cli/cli.h"
+#include "tools/cli.h"
 
 namespace rg = rdmaflow::graph;
 

@@ -1,6 +1,6 @@
 // Helpers for the collectives process tests: a rank's transport, channels to
-// every peer and Communicator, over a named backend; and a checker that
-// caches expected results so big matrices stay fast.
+// every peer and Communicator, over a backend row (tests/support/backends.h);
+// and a checker that caches expected results so big matrices stay fast.
 #pragma once
 
 #include <cstdlib>
@@ -13,31 +13,11 @@
 
 #include "collectives/communicator.h"
 #include "tests/collectives/reference.h"
-#include "tests/harness/process_harness.h"
+#include "tests/support/backends.h"
+#include "tests/support/process.h"
 #include "transport/transport.h"
 
 namespace rdmaflow::testing {
-
-struct CollBackend {
-  const char* label;
-  const char* name;
-  std::vector<std::pair<const char*, const char*>> env;
-  int max_world = 8;  // the largest world the full matrix runs
-};
-inline std::ostream& operator<<(std::ostream& os, const CollBackend& b) {
-  return os << b.label;
-}
-
-inline const std::vector<CollBackend>& coll_backends() {
-  static const std::vector<CollBackend> kBackends = {
-      {"tcp", "tcp", {}},
-      {"ucx", "ucx", {}},
-      // Skipped without an RDMA device; scripts/softroce-vm runs it on rxe in an
-      // emulated guest, where 4 ranks take 5 minutes of the full matrix.
-      {"verbs", "verbs", {}, 4},
-  };
-  return kBackends;
-}
 
 struct CommNode {
   std::unique_ptr<Transport> transport;
@@ -51,31 +31,14 @@ struct CommNode {
 };
 
 // Builds the mesh over `backend` and the communicator; skips the rank (and so
-// the test) when the backend is not viable here.
-inline Status make_comm_node(const CollBackend& backend, int rank, int world, Exchange& ex,
+// the test) when the backend is not built or not viable here.
+inline Status make_comm_node(const BackendRow& backend, int rank, int world, Exchange& ex,
                              CommNode& node, CommunicatorOptions options = {}) {
-  for (auto& [k, v] : backend.env) setenv(k, v, 1);
   TransportConfig cfg;
   cfg.rank = rank;
   cfg.world_size = world;
-  auto t = make_transport(backend.name, cfg);
-  if (!t.is_ok()) {
-    if (t.status().code() == Code::kNotViable || t.status().code() == Code::kNotFound) {
-      ex.skip(std::string(backend.label) + " not available: " + t.status().to_string());
-    }
-    return t.status();
-  }
-  node.transport = std::move(t).value();
-  RDMAFLOW_ASSIGN_OR_RETURN(std::string address, node.transport->listen());
-  RDMAFLOW_ASSIGN_OR_RETURN(auto addresses, ex.allgather(address));
-  node.peers.assign(static_cast<size_t>(world), nullptr);
-  for (int p = rank + 1; p < world; ++p) {
-    RDMAFLOW_ASSIGN_OR_RETURN(node.peers[p],
-                              node.transport->connect(p, addresses[p], Millis(20000)));
-  }
-  for (int p = 0; p < rank; ++p) {
-    RDMAFLOW_ASSIGN_OR_RETURN(node.peers[p], node.transport->accept(p, Millis(20000)));
-  }
+  RDMAFLOW_ASSIGN_OR_RETURN(node.transport, make_row_transport(backend, cfg, ex));
+  RDMAFLOW_ASSIGN_OR_RETURN(node.peers, connect_mesh(*node.transport, rank, world, ex));
   CommunicatorSetup setup;
   setup.rank = rank;
   setup.world = world;

@@ -13,9 +13,9 @@
 namespace rdmaflow::testing {
 namespace {
 
-class Collectives : public ::testing::TestWithParam<CollBackend> {
+class Collectives : public ::testing::TestWithParam<BackendRow> {
  protected:
-  const CollBackend& backend() const { return GetParam(); }
+  const BackendRow& backend() const { return GetParam(); }
 };
 
 struct AlgoOf {
@@ -253,7 +253,7 @@ TEST_P(Collectives, DirectPathOnSharedMemoryAndItsKnob) {
       if (mode == 2) co.direct = false;
       CommNode node;
       RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node, co));
-      const bool direct = mode == 1 && std::string(backend().name) == "ucx";
+      const bool direct = mode == 1 && backend().backend == "ucx";
       EXPECT_EQ(node.comm->stats().direct_peers, direct ? 1 : 0);
       for (size_t count : {size_t{2}, size_t{1000}, size_t{300000}}) {
         for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
@@ -286,7 +286,7 @@ TEST_P(Collectives, DirectAndChannelPeersMix) {
     if (rank == 2) setenv("RDMAFLOW_COLL_DIRECT", "0", 1);
     CommNode node;
     RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node));
-    const bool ucx = std::string(backend().name) == "ucx";
+    const bool ucx = backend().backend == "ucx";
     EXPECT_EQ(node.comm->stats().direct_peers, ucx && rank != 2 ? 1 : 0);
     for (size_t count : {size_t{3}, size_t{5000}, size_t{300001}}) {
       for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kRabenseifner,
@@ -354,7 +354,7 @@ TEST_P(Collectives, PeerKilledMidAllreduceFailsTheSurvivor) {
             failed_at - std::chrono::steady_clock::time_point(
                             std::chrono::steady_clock::duration(killed_at.load()));
         EXPECT_LT(since_kill, std::chrono::milliseconds(5000)) << st.to_string();
-        if (std::string(backend().name) == "ucx") {
+        if (backend().backend == "ucx") {
           EXPECT_EQ(node.comm->stats().direct_peers, 1);
         }
         EXPECT_FALSE(node.comm->barrier().is_ok());
@@ -386,8 +386,8 @@ TEST_P(Collectives, BadArgumentsAreRefused) {
   ASSERT_TRUE(r.ok) << r.message;
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Collectives, ::testing::ValuesIn(coll_backends()),
-                         [](const auto& info) { return std::string(info.param.label); });
+INSTANTIATE_TEST_SUITE_P(Backends, Collectives, ::testing::ValuesIn(backend_rows()),
+                         [](const auto& info) { return info.param.label; });
 
 }  // namespace
 }  // namespace rdmaflow::testing

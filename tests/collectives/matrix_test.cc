@@ -13,7 +13,7 @@ namespace rdmaflow::testing {
 namespace {
 
 struct MatrixCase {
-  CollBackend backend;
+  BackendRow backend;
   int world;
 };
 
@@ -114,14 +114,14 @@ TEST_P(Matrix, EveryAlgorithmTypeReductionAndCount) {
 
 std::vector<MatrixCase> cases() {
   std::vector<MatrixCase> out;
-  for (const CollBackend& b : coll_backends()) {
+  for (const BackendRow& b : backend_rows()) {
     for (int w = 1; w <= b.max_world; ++w) out.push_back({b, w});
   }
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Full, Matrix, ::testing::ValuesIn(cases()), [](const auto& info) {
-  return std::string(info.param.backend.label) + "_world" + std::to_string(info.param.world);
+  return info.param.backend.label + "_world" + std::to_string(info.param.world);
 });
 
 }  // namespace

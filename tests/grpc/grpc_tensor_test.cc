@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/harness/process_harness.h"
+#include "tests/support/process.h"
 #include "transport/grpc/grpc_common.h"
 #include "transport/grpc/grpc_tensor.h"
 #include "transport/grpc/tensor_service.grpc.pb.h"

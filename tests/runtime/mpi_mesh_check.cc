@@ -6,9 +6,6 @@
 //     mpirun -np <np> --allow-run-as-root --oversubscribe
 //            -x RDMAFLOW_RENDEZVOUS=127.0.0.1:<port> <this executable>
 //   mpi_mesh_check            (as one rank under mpirun)
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,29 +16,15 @@
 #include <vector>
 
 #include "runtime/rendezvous/bootstrap.h"
+#include "tools/free_port.h"
 
 namespace {
 
 using namespace std::chrono_literals;
 using namespace rdmaflow;
 
-int free_tcp_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
 int launch(const char* mpirun, const char* np, const char* self) {
-  const int port = free_tcp_port();
+  const int port = dev::free_port();
   if (port <= 0) {
     std::fprintf(stderr, "mpi_mesh_check: no free loopback port\n");
     return 1;

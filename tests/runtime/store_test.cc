@@ -9,15 +9,18 @@
 
 #include "runtime/rendezvous/tcp_store.h"
 #include "runtime/rendezvous/tcp_store_protocol.h"
-#include "tests/runtime/multiprocess.h"
+#include "tests/support/process.h"
+#include "tools/free_port.h"
 
 namespace rdmaflow {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::free_tcp_port;
-using testing::run_processes;
-using testing::ServerProcess;
+using dev::free_port;
+using testing::Exchange;
+using testing::RankGroup;
+using testing::run_ranks;
+using testing::start_ranks;
 using Clock = std::chrono::steady_clock;
 namespace wire = store_wire;
 
@@ -33,6 +36,48 @@ std::unique_ptr<TcpStore> connect_or_die(const HostPort& hp, Millis timeout = 50
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
+
+// A TcpStoreServer in a process of its own (the test process stays free of
+// threads, so it can still fork), serving until stop().
+class ServerProcess {
+ public:
+  explicit ServerProcess(int port = 0)
+      : rank_(start_ranks(1, [port](int, int, Exchange& ex) -> int {
+          auto server =
+              TcpStoreServer::start(HostPort{"127.0.0.1", static_cast<uint16_t>(port)}, 64);
+          RF_ASSERT_OK(server);
+          RF_ASSERT_OK(ex.publish(std::to_string((*server)->address().port)));
+          ex.wait_released();
+          RF_ASSERT_OK(ex.publish(std::to_string((*server)->rejected_requests())));
+          (*server)->stop();
+          return 0;
+        })) {
+    port_ = std::stoi(rank_.published(0).value_or("-1"));
+  }
+
+  ~ServerProcess() { stop(); }
+
+  int port() const { return port_; }
+  HostPort address() const { return HostPort{"127.0.0.1", static_cast<uint16_t>(port_)}; }
+
+  // Stops the server; returns its exit code (0 = healthy to the end).
+  int stop() {
+    if (!stopped_) {
+      rank_.release(0);
+      result_ = rank_.wait();
+      stopped_ = true;
+    }
+    return result_.exit_codes[0];
+  }
+  // Requests the server refused, reported when it stopped.
+  uint64_t rejected() const { return stopped_ ? std::stoull("0" + result_.published[0]) : 0; }
+
+ private:
+  RankGroup rank_;
+  int port_ = -1;
+  bool stopped_ = false;
+  testing::RunResult result_;
+};
 
 // ---- address parsing ----
 
@@ -111,40 +156,40 @@ TEST(TcpStore, ServerProcessWithSeveralClientProcesses) {
   ServerProcess server;
   ASSERT_GT(server.port(), 0);
   constexpr int kClients = 5;
-  auto codes = run_processes(kClients, [&](int i) -> int {
+  auto run = run_ranks(kClients, [&](int i, int, Exchange&) -> int {
     auto store = connect_or_die(server.address());
-    CHILD_CHECK(store != nullptr);
+    RF_ASSERT(store != nullptr);
     // Each client publishes a value, then reads everyone's.
-    CHILD_OK(store->set("value/" + std::to_string(i), to_bytes("from " + std::to_string(i))));
+    RF_ASSERT_OK(store->set("value/" + std::to_string(i), to_bytes("from " + std::to_string(i))));
     std::vector<std::string> keys;
     for (int j = 0; j < kClients; ++j) keys.push_back("value/" + std::to_string(j));
-    CHILD_OK(store->wait(keys));
+    RF_ASSERT_OK(store->wait(keys));
     for (int j = 0; j < kClients; ++j) {
       auto v = store->get(keys[j]);
-      CHILD_OK(v);
-      CHILD_CHECK(as_string(*v) == "from " + std::to_string(j));
+      RF_ASSERT_OK(v);
+      RF_ASSERT(as_string(*v) == "from " + std::to_string(j));
     }
     // A counter barrier, twice.
     for (int round = 0; round < 2; ++round) {
       const std::string key = "arrived/" + std::to_string(round);
       auto n = store->add(key, 1);
-      CHILD_OK(n);
-      CHILD_CHECK(*n >= 1 && *n <= kClients);
-      if (*n == kClients) CHILD_OK(store->set(key + "/done", to_bytes("")));
-      CHILD_OK(store->wait({key + "/done"}));
+      RF_ASSERT_OK(n);
+      RF_ASSERT(*n >= 1 && *n <= kClients);
+      if (*n == kClients) RF_ASSERT_OK(store->set(key + "/done", to_bytes("")));
+      RF_ASSERT_OK(store->wait({key + "/done"}));
     }
     // Big values go through intact.
     if (i == 0) {
       Bytes big(3 << 20);
       for (size_t k = 0; k < big.size(); ++k) big[k] = static_cast<uint8_t>(k * 7);
-      CHILD_OK(store->set("big", big));
+      RF_ASSERT_OK(store->set("big", big));
     }
     auto big = store->get("big");
-    CHILD_OK(big);
-    CHILD_CHECK(big->size() == (3u << 20) && (*big)[12345] == static_cast<uint8_t>(12345 * 7));
+    RF_ASSERT_OK(big);
+    RF_ASSERT(big->size() == (3u << 20) && (*big)[12345] == static_cast<uint8_t>(12345 * 7));
     return 0;
   });
-  for (int i = 0; i < kClients; ++i) EXPECT_EQ(codes[i], 0) << "client " << i;
+  RF_EXPECT_RUN_OK(run);
 
   auto store = connect_or_die(server.address());
   ASSERT_NE(store, nullptr);
@@ -158,12 +203,12 @@ TEST(TcpStore, ServerProcessWithSeveralClientProcesses) {
 TEST(TcpStore, GetWaitsForAnotherProcessToSet) {
   ServerProcess server;
   ASSERT_GT(server.port(), 0);
-  auto pids = testing::spawn(1, [&](int) -> int {
+  RankGroup child = start_ranks(1, [&](int, int, Exchange&) -> int {
     auto store = connect_or_die(server.address());
-    CHILD_CHECK(store != nullptr);
-    CHILD_OK(store->get("parent/ready"));  // the parent's get is being issued now
+    RF_ASSERT(store != nullptr);
+    RF_ASSERT_OK(store->get("parent/ready"));  // the parent's get is being issued now
     std::this_thread::sleep_for(100ms);
-    CHILD_OK(store->set("later", to_bytes("here")));
+    RF_ASSERT_OK(store->set("later", to_bytes("here")));
     return 0;
   });
   auto store = connect_or_die(server.address());
@@ -175,7 +220,7 @@ TEST(TcpStore, GetWaitsForAnotherProcessToSet) {
   ASSERT_TRUE(v.is_ok()) << v.status().to_string();
   EXPECT_EQ(as_string(*v), "here");
   EXPECT_LT(waited, 5000ms);
-  EXPECT_EQ(testing::wait_all(pids)[0], 0);
+  RF_EXPECT_RUN_OK(child.wait());
 }
 
 TEST(TcpStore, TimesOutWhenAKeyNeverAppears) {
@@ -223,28 +268,26 @@ TEST(TcpStore, TimesOutWhenAKeyNeverAppears) {
 }
 
 TEST(TcpStore, ClientRetriesUntilTheServerIsUp) {
-  const int port = free_tcp_port();
+  const int port = free_port();
   ASSERT_GT(port, 0);
   const HostPort hp{"127.0.0.1", static_cast<uint16_t>(port)};
-  auto pids = testing::spawn(2, [&](int i) -> int {
+  RankGroup clients = start_ranks(2, [&](int i, int, Exchange&) -> int {
     auto store = connect_or_die(hp, 10000ms);  // nobody listens yet
-    CHILD_CHECK(store != nullptr);
-    CHILD_OK(store->set("early/" + std::to_string(i), to_bytes("bird")));
+    RF_ASSERT(store != nullptr);
+    RF_ASSERT_OK(store->set("early/" + std::to_string(i), to_bytes("bird")));
     return 0;
   });
   std::this_thread::sleep_for(300ms);
   ServerProcess server(port);
   ASSERT_EQ(server.port(), port);
-  auto codes = testing::wait_all(pids);
-  EXPECT_EQ(codes[0], 0);
-  EXPECT_EQ(codes[1], 0);
+  RF_EXPECT_RUN_OK(clients.wait());
   auto store = connect_or_die(hp);
   ASSERT_NE(store, nullptr);
   EXPECT_TRUE(store->wait({"early/0", "early/1"}, 1000ms).is_ok());
 }
 
 TEST(TcpStore, ConnectGivesUpAfterItsTimeoutNamingTheAddress) {
-  const int port = free_tcp_port();
+  const int port = free_port();
   const auto t0 = Clock::now();
   auto store = TcpStore::connect(HostPort{"127.0.0.1", static_cast<uint16_t>(port)}, 250ms, 250ms);
   const auto waited = Clock::now() - t0;
@@ -393,11 +436,11 @@ TEST(TcpStore, MalformedRequestsGetAnErrorAndNeverCrashTheServer) {
   ::close(fd);
 
   // Random garbage, half frames and abrupt disconnects from several processes.
-  auto codes = run_processes(4, [&](int i) -> int {
+  auto run = run_ranks(4, [&](int i, int, Exchange&) -> int {
     uint64_t x = 0x9E3779B97F4A7C15ull * (i + 1);
     for (int round = 0; round < 20; ++round) {
       int c = raw_connect(server.port());
-      CHILD_CHECK(c >= 0);
+      RF_ASSERT(c >= 0);
       Bytes junk(1 + round * 13 % 200);
       for (auto& b : junk) {
         x ^= x << 13;
@@ -415,7 +458,7 @@ TEST(TcpStore, MalformedRequestsGetAnErrorAndNeverCrashTheServer) {
     }
     return 0;
   });
-  for (int c : codes) EXPECT_EQ(c, 0);
+  RF_EXPECT_RUN_OK(run);
 
   // The server still serves a proper client.
   auto store = connect_or_die(server.address());

@@ -19,8 +19,8 @@ namespace rdmaflow::exec {
 namespace {
 
 using namespace std::chrono_literals;
+using rdmaflow::dev::free_port;
 using rdmaflow::testing::boot_rank;
-using rdmaflow::testing::free_port;
 using rdmaflow::testing::run_ranks;
 
 constexpr int kWorld = 4;

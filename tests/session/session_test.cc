@@ -17,8 +17,8 @@ namespace rdmaflow {
 namespace {
 
 using namespace std::chrono_literals;
+using dev::free_port;
 using testing::boot_rank;
-using testing::free_port;
 using testing::pattern;
 using testing::ping_pong_graph;
 using testing::plan_of;

@@ -2,11 +2,6 @@
 // small plans to drive the session with.
 #pragma once
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <memory>
 #include <string>
@@ -14,25 +9,10 @@
 #include "graph/analyze.h"
 #include "graph/graph_json.h"
 #include "runtime/rendezvous/bootstrap.h"
-#include "tests/harness/process_harness.h"
+#include "tests/support/process.h"
+#include "tools/free_port.h"
 
 namespace rdmaflow::testing {
-
-// A port that was free on 127.0.0.1 a moment ago, for rank 0's rendezvous.
-inline int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
 
 inline Result<std::unique_ptr<Bootstrap>> boot_rank(int rank, int world, int port,
                                                     Millis timeout = Millis(20000)) {

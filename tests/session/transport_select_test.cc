@@ -21,8 +21,8 @@ namespace rdmaflow {
 namespace {
 
 using namespace std::chrono_literals;
+using dev::free_port;
 using testing::boot_rank;
-using testing::free_port;
 using testing::pattern;
 using testing::run_ranks;
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/cli/cli.h"
+#include "tools/cli.h"
 
 namespace {
 

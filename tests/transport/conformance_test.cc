@@ -1,7 +1,8 @@
 // The channel contract (transport/channel.h, docs/architecture.md), checked for
-// every backend in real processes over real connections. A backend joins the
-// suite with one line in kBackends; when make_transport() reports kNotViable on
-// this machine its rows are skipped with the reason.
+// every backend in real processes over real connections. A row per medium of
+// every backend (tests/support/backends.h, from the transport registry); when
+// make_transport() reports kNotViable on this machine its rows are skipped with
+// the reason.
 #include <signal.h>
 #include <sys/mman.h>
 
@@ -20,17 +21,9 @@
 namespace rdmaflow::testing {
 namespace {
 
-const Backend kBackends[] = {
-    {"tcp", "tcp", {}},
-    // UCX over shared memory (AM + rendezvous/CMA data path) and over loopback TCP (rkey path).
-    {"ucx_shm", "ucx", {{"UCX_TLS", "posix,sysv,cma,self"}}},
-    {"ucx_tcp", "ucx", {{"UCX_TLS", "tcp,self"}, {"UCX_NET_DEVICES", "lo"}}},
-    {"verbs", "verbs", {}},
-};
-
-class Conformance : public ::testing::TestWithParam<Backend> {
+class Conformance : public ::testing::TestWithParam<BackendRow> {
  protected:
-  const Backend& backend() const { return GetParam(); }
+  const BackendRow& backend() const { return GetParam(); }
   RunOptions opts(int seconds = 40) const {
     RunOptions o;
     o.timeout = Millis(seconds * 1000);
@@ -448,7 +441,7 @@ using MakeFenceStream = std::function<FenceStream(Node&, Channel&, const RemoteK
 
 using CheckStatus = std::function<void(const Status&)>;
 
-RunResult run_revoke_fence(const Backend& backend, int prot, const CheckStatus& end_error,
+RunResult run_revoke_fence(const BackendRow& backend, int prot, const CheckStatus& end_error,
                            const CheckStatus& owner_error, const MakeFenceStream& make) {
   return run_ranks(2, [&](int rank, int world, Exchange& ex) {
     Node node;
@@ -804,8 +797,8 @@ TEST_P(Conformance, CloseAndShutdownCompleteEveryPendingOperationOnce) {
   RF_EXPECT_RUN_OK(r);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::ValuesIn(kBackends),
-                         [](const auto& info) { return std::string(info.param.label); });
+INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::ValuesIn(medium_rows()),
+                         [](const auto& info) { return info.param.label; });
 
 }  // namespace
 }  // namespace rdmaflow::testing

@@ -1,4 +1,4 @@
-// Helpers for the transport conformance suite: backend rows, a per-rank Node
+// Helpers for the transport conformance suite: a per-rank Node
 // (transport + channels to every peer), plain aligned buffers, byte patterns,
 // blocking wrappers and a raw TCP socket for protocol attacks.
 #pragma once
@@ -20,7 +20,8 @@
 #include <utility>
 #include <vector>
 
-#include "tests/harness/process_harness.h"
+#include "tests/support/backends.h"
+#include "tests/support/process.h"
 #include "transport/channel.h"
 #include "transport/tcp/tcp_frame.h"
 #include "transport/transport.h"
@@ -29,17 +30,6 @@ namespace rdmaflow::testing {
 
 // How long a test waits for one operation, connection or notify.
 inline constexpr Millis kOpTimeout(20000);
-
-// One row of the backend matrix: a label for test names, the backend passed to
-// make_transport(), and environment variables each rank sets first.
-struct Backend {
-  const char* label;
-  const char* name;
-  std::vector<std::pair<const char*, const char*>> env;
-};
-inline std::ostream& operator<<(std::ostream& os, const Backend& b) {
-  return os << b.label;
-}
 
 // ------------------------------------------------------------------ memory
 
@@ -140,42 +130,23 @@ struct Node {
     if (transport) transport->shutdown();
   }
 
-  // Creates the transport; a backend that is not viable here skips the rank.
-  Status create(const Backend& b, int rank, int world, Exchange& ex,
+  // Creates the transport; a backend that is not built or not viable here skips the rank.
+  Status create(const BackendRow& b, int rank, int world, Exchange& ex,
                 const std::string& ifname = "") {
-    for (const auto& [k, v] : b.env) ::setenv(k, v, 1);
     TransportConfig config;
     config.rank = rank;
     config.world_size = world;
     config.ifname = ifname;
     config.connect_timeout = Millis(20000);
-    auto names = transport_backend_names();
-    if (std::find(names.begin(), names.end(), b.name) == names.end()) {
-      ex.skip(std::string("backend '") + b.name + "' is not built into this binary");
-    }
-    auto t = make_transport(b.name, config);
-    if (!t.is_ok() && t.status().code() == Code::kNotViable) ex.skip(t.status().to_string());
-    RDMAFLOW_RETURN_IF_ERROR(t.status());
-    transport = std::move(t).value();
+    RDMAFLOW_ASSIGN_OR_RETURN(transport, make_row_transport(b, config, ex));
     return Status::ok();
   }
 
-  // Creates the transport and connects every pair of ranks: each rank connects
-  // to the higher ranks, then accepts the lower ones.
-  Status connect_all(const Backend& b, int rank, int world, Exchange& ex,
+  // Creates the transport and connects every pair of ranks.
+  Status connect_all(const BackendRow& b, int rank, int world, Exchange& ex,
                      const std::string& ifname = "") {
     RDMAFLOW_RETURN_IF_ERROR(create(b, rank, world, ex, ifname));
-    RDMAFLOW_ASSIGN_OR_RETURN(std::string address, transport->listen());
-    RDMAFLOW_ASSIGN_OR_RETURN(auto addresses, ex.allgather(address));
-    peers.assign(static_cast<size_t>(world), nullptr);
-    for (int p = rank + 1; p < world; ++p) {
-      RDMAFLOW_ASSIGN_OR_RETURN(
-          peers[static_cast<size_t>(p)],
-          transport->connect(p, addresses[static_cast<size_t>(p)], Millis(20000)));
-    }
-    for (int p = 0; p < rank; ++p) {
-      RDMAFLOW_ASSIGN_OR_RETURN(peers[static_cast<size_t>(p)], transport->accept(p, Millis(20000)));
-    }
+    RDMAFLOW_ASSIGN_OR_RETURN(peers, connect_mesh(*transport, rank, world, ex));
     return Status::ok();
   }
 
@@ -204,7 +175,7 @@ struct RawPeerTarget {
   Buffer expected{1 << 16};
   RemoteKey key;
 
-  Status start(const Backend& b, int rank, int world, Exchange& ex);
+  Status start(const BackendRow& b, int rank, int world, Exchange& ex);
   // Accepts the connection of a raw peer that claims rank `claimed`; the
   // first wait on it must fail, not time out, naming that rank.
   Result<std::shared_ptr<Channel>> accept_failed(int claimed);
@@ -346,7 +317,7 @@ struct RawConn {
   }
 };
 
-inline Status RawPeerTarget::start(const Backend& b, int rank, int world, Exchange& ex) {
+inline Status RawPeerTarget::start(const BackendRow& b, int rank, int world, Exchange& ex) {
   RDMAFLOW_RETURN_IF_ERROR(node.create(b, rank, world, ex));
   RDMAFLOW_ASSIGN_OR_RETURN(address, node.transport->listen());
   fill_pattern(region.p, region.size, 11);
@@ -369,7 +340,7 @@ inline Result<std::shared_ptr<Channel>> RawPeerTarget::accept_failed(int claimed
 
 // Two ranks over `b` with every address bound to `ip` (an IPv6 address): each
 // reads the other's 1 MiB region byte for byte and writes 4 KiB back with notify 9.
-inline RunResult run_over_ipv6(const Backend& b, const std::string& ip) {
+inline RunResult run_over_ipv6(const BackendRow& b, const std::string& ip) {
   return run_ranks(2, [&](int rank, int world, Exchange& ex) {
     Node node;
     RF_ASSERT_OK(node.connect_all(b, rank, world, ex, ip));

@@ -11,7 +11,7 @@
 namespace rdmaflow::testing {
 namespace {
 
-const Backend kTcp{"tcp", "tcp", {}};
+const BackendRow kTcp = backend_row("tcp");
 
 TEST(TcpConformance, MalformedFramesFromARawSocketAreRefused) {
   using namespace rdmaflow::tcp;

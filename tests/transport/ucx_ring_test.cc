@@ -23,8 +23,8 @@ using ucx::RingSlot;
 
 constexpr Millis kOpTimeout(20000);
 
-Backend shm(std::vector<std::pair<const char*, const char*>> extra = {}) {
-  Backend b{"ucx_shm", "ucx", {{"UCX_TLS", "posix,sysv,cma,self"}}};
+BackendRow shm(std::vector<std::pair<std::string, std::string>> extra = {}) {
+  BackendRow b = backend_row("ucx_shm");
   for (auto& e : extra) b.env.push_back(e);
   return b;
 }
@@ -53,7 +53,7 @@ Kind kind_of(int i) {
 
 // Writer issues batches of mixed items; the receiver waits for the batch's last item
 // only and then finds every earlier item of the batch already there, in order.
-int order_rank(const Backend& b, bool ring_expected, int rank, int world, Exchange& ex) {
+int order_rank(const BackendRow& b, bool ring_expected, int rank, int world, Exchange& ex) {
   constexpr int kBatches = 150;
   constexpr int kBatch = 16;
   constexpr size_t kPage = 4096;
@@ -147,7 +147,7 @@ TEST(UcxRing, RingOffKeepsTheActiveMessagePath) {
 // ordered active message whenever the ring is full, and nothing is reordered.
 TEST(UcxRing, FullRingFallsBackWithoutReordering) {
   constexpr int kWrites = 6000;
-  const Backend b = shm({{"RDMAFLOW_UCX_NOTIFY_RING_SLOTS", "2"}});
+  const BackendRow b = shm({{"RDMAFLOW_UCX_NOTIFY_RING_SLOTS", "2"}});
   auto r = run_ranks(
       2,
       [&](int rank, int world, Exchange& ex) {
@@ -200,7 +200,7 @@ TEST(UcxRing, FullRingFallsBackWithoutReordering) {
 // thread itself, or with RDMAFLOW_UCX_WAIT_BLOCK=0 the progress thread); a notify
 // published in the ring must wake it at once. A lost wake-up would show as a delay
 // up to the sleeper's 100 ms timeout (about 80 ms here; over 20 ms fails).
-void sleeping_receiver_is_woken(const Backend& b) {
+void sleeping_receiver_is_woken(const BackendRow& b) {
   constexpr int kRounds = 10;
   auto r = run_ranks(
       2,

@@ -8,7 +8,7 @@
 #include <limits>
 #include <memory>
 
-#include "tests/harness/process_harness.h"
+#include "tests/support/process.h"
 #include "transport/transport.h"
 
 namespace rdmaflow {

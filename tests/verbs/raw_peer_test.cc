@@ -21,7 +21,7 @@
 namespace rdmaflow::testing {
 namespace {
 
-const Backend kVerbs{"verbs", "verbs", {}};
+const BackendRow kVerbs = backend_row("verbs");
 
 std::vector<uint8_t> hello_claiming(int rank) {
   verbs::Hello h;

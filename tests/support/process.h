@@ -12,12 +12,20 @@
 // The parent forks the ranks (call it before the test process starts any
 // thread), relays Exchange traffic over pipes, and reaps the ranks; a rank that
 // exits non-zero, dies of a signal or outlives the timeout fails the run.
+// Each rank's stdout and stderr reach the test's output line by line, prefixed
+// with "[rank N]", and a failing rank's last line is part of the message.
+//
+// When the parent has its own part to play while the ranks run (a client of a
+// server rank, a late server), start_ranks() returns at once and wait() reaps;
+// Exchange requests are answered only inside RankGroup's calls.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -47,10 +55,17 @@ class Exchange {
   // stopped; SIGKILL behaves like kill()).
   Status signal(int rank, int sig, Millis timeout = Millis(10000));
 
+  // Hands `value` to the test body (RankGroup::published, RunResult::published).
+  Status publish(const std::string& value);
+
+  // Returns when the test body calls RankGroup::release() for this rank, or
+  // when the parent is gone.
+  void wait_released();
+
   // Ends this rank as skipped (e.g. the backend is not viable here).
   [[noreturn]] void skip(const std::string& reason);
 
-  // Internal: set up by run_ranks in each child.
+  // Internal: set up by start_ranks in each child.
   Exchange(int rank, int world, int to_parent, int from_parent)
       : rank_(rank), world_(world), to_parent_(to_parent), from_parent_(from_parent) {}
 
@@ -72,12 +87,35 @@ struct RunOptions {
 struct RunResult {
   bool ok = false;
   bool skipped = false;
-  std::string message;          // what failed, or why the run was skipped
-  std::vector<int> exit_codes;  // per rank: exit code, or -signal
+  std::string message;                 // what failed, or why the run was skipped
+  std::vector<int> exit_codes;         // per rank: exit code, or -signal
+  std::vector<std::string> published;  // per rank: the last Exchange::publish value
 };
 
 using RankMain = std::function<int(int rank, int world, Exchange& ex)>;
 
+// Ranks started by start_ranks(). Destroying a group that was not waited for
+// kills its ranks.
+class RankGroup {
+ public:
+  struct State;
+  explicit RankGroup(std::unique_ptr<State> state);
+  RankGroup(RankGroup&&) noexcept;
+  ~RankGroup();
+
+  // Waits (relaying Exchange traffic) until `rank` publishes a value it has
+  // not returned before; nullopt if the rank exits first or time runs out.
+  std::optional<std::string> published(int rank, Millis timeout = Millis(30000));
+  // Lets `rank` return from Exchange::wait_released().
+  void release(int rank);
+  // Relays Exchange traffic until every rank has exited (or RunOptions::timeout).
+  RunResult wait();
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+RankGroup start_ranks(int world, const RankMain& main, const RunOptions& options = {});
 RunResult run_ranks(int world, const RankMain& main, const RunOptions& options = {});
 
 // The status carried by a Status or a Result<T>.

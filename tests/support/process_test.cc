@@ -1,7 +1,10 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "tests/harness/process_harness.h"
+#include <cstdio>
+#include <stdexcept>
+
+#include "tests/support/process.h"
 
 namespace rdmaflow::testing {
 namespace {
@@ -107,6 +110,61 @@ TEST(Harness, SkipIsReported) {
   });
   EXPECT_TRUE(r.skipped);
   EXPECT_EQ(r.message, "backend not viable here");
+}
+
+TEST(Harness, FailureNamesTheRanksLastLine) {
+  auto r = run_ranks(2, [](int rank, int, Exchange&) {
+    if (rank == 1) {
+      std::printf("about to fail\n");
+      std::fprintf(stderr, "the reason, on stderr");
+      return 2;
+    }
+    return 0;
+  });
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.message.find("rank 1 exited with code 2 (its last line: the reason, on stderr)"),
+            std::string::npos)
+      << r.message;
+}
+
+TEST(Harness, ReportsAThrowingRank) {
+  auto r = run_ranks(1, [](int, int, Exchange&) -> int { throw std::runtime_error("boom"); });
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.message.find("rank 0 exited with code 98 (its last line: rank 0 threw: boom)"),
+            std::string::npos)
+      << r.message;
+}
+
+TEST(Harness, StartedRanksPublishAndWaitToBeReleased) {
+  RankGroup group = start_ranks(2, [](int rank, int, Exchange& ex) {
+    RF_ASSERT_OK(ex.publish("ready " + std::to_string(rank)));
+    ex.wait_released();
+    RF_ASSERT_OK(ex.publish("done " + std::to_string(rank)));
+    return 0;
+  });
+  // The test body does its part while the ranks run.
+  EXPECT_EQ(group.published(1).value_or("nothing"), "ready 1");
+  EXPECT_EQ(group.published(0).value_or("nothing"), "ready 0");
+  EXPECT_FALSE(group.published(0, Millis(50)).has_value());  // still waiting to be released
+  group.release(0);
+  group.release(1);
+  RunResult r = group.wait();
+  RF_EXPECT_RUN_OK(r);
+  EXPECT_EQ(r.published, (std::vector<std::string>{"done 0", "done 1"}));
+}
+
+TEST(Harness, ADroppedGroupKillsItsRanks) {
+  pid_t pid = -1;
+  {
+    RankGroup group = start_ranks(1, [](int, int, Exchange& ex) {
+      RF_ASSERT_OK(ex.publish(std::to_string(::getpid())));
+      ::pause();
+      return 0;
+    });
+    pid = std::stoi(group.published(0).value_or("-1"));
+  }
+  ASSERT_GT(pid, 0);
+  EXPECT_NE(::kill(pid, 0), 0);  // reaped: no such process
 }
 
 }  // namespace
