@@ -11,7 +11,7 @@
 
 #include "allocator/env.h"
 #include "allocator/log.h"
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/registry.h"
 #include "collectives/executor.h"
 #include "collectives/program.h"
 #include "collectives/reduce_kernels.h"

@@ -12,7 +12,7 @@
 #include <set>
 #include <tuple>
 
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/registry.h"
 #include "collectives/cost_model.h"
 #include "collectives/reduce_kernels.h"
 #include "collectives/topology.h"

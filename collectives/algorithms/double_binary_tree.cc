@@ -5,7 +5,7 @@
 // busy at once: full bandwidth of a pipelined tree at log2(n) latency.
 #include <algorithm>
 
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/registry.h"
 #include "collectives/topology.h"
 
 namespace rdmaflow {

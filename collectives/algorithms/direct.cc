@@ -7,7 +7,7 @@
 //   allgather: the blocks land in place in out.
 //   allreduce: the contributions are combined in rank order,
 //              ((x0 op x1) op x2) ..., so every rank computes the same bits.
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/registry.h"
 
 namespace rdmaflow {
 

@@ -8,7 +8,7 @@
 // vector and receives the first half; each reduces its half; the even rank then
 // sends its reduced half to the odd one, which carries the pair through the
 // power-of-two phase and hands the result back at the end.
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/registry.h"
 #include "collectives/topology.h"
 
 namespace rdmaflow {

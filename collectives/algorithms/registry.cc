@@ -1,4 +1,4 @@
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/registry.h"
 
 #include <string>
 

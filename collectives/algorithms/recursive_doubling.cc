@@ -3,7 +3,7 @@
 // messages, so the choice for tiny buffers where latency is everything. A
 // world that is not a power of two is folded as in rabenseifner.cc (the even
 // rank of each of the first r pairs hands everything to its odd partner).
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/registry.h"
 #include "collectives/topology.h"
 
 namespace rdmaflow {

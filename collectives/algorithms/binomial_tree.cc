@@ -2,7 +2,7 @@
 // parent and log2 n children. The Program splits the buffer into pieces, so a
 // piece moves up (reduce) or down (broadcast) the tree while the next one is in
 // flight behind it: a pipelined tree.
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/registry.h"
 #include "collectives/topology.h"
 
 namespace rdmaflow {

@@ -4,7 +4,7 @@
 // 2(n-1) messages of count/n elements, the bandwidth-optimal schedule.
 // Blocks are split into pieces by the Program, and the executor forwards a
 // piece as soon as it is reduced, so transfer and reduction overlap.
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/registry.h"
 
 namespace rdmaflow {
 namespace {

@@ -1,6 +1,6 @@
 // Pairwise alltoall: at step s, send to rank+s and receive from rank-s, so
 // every rank has one partner in each direction per step.
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/registry.h"
 
 namespace rdmaflow {
 

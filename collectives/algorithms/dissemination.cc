@@ -2,7 +2,7 @@
 // signals rank+2^k and waits for rank-2^k. After ceil(log2 n) rounds every rank
 // has transitively heard from all others. The one-byte token a round sends is
 // the one the previous round received, which orders the rounds.
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/registry.h"
 
 namespace rdmaflow {
 
