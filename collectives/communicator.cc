@@ -315,7 +315,7 @@ Status Communicator::measure() {
   args.rank = rank_;
   args.world = world_;
   Program p(world_, DataType::kF64, ReduceOp::kMax, 4);
-  rd_allreduce(args, p);
+  RDMAFLOW_RETURN_IF_ERROR(build_program(args, Algorithm::kRecursiveDoubling, p));
   p.finalize();
   RDMAFLOW_RETURN_IF_ERROR(execute(*fabric_, p, 0, deadline, "agree on channel costs"));
   CostParams cp = model_.params();

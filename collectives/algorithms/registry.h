@@ -1,11 +1,26 @@
-// The algorithms, one per file, each emitting one rank's Program in the
-// vocabulary of program.h. They only decide who sends which elements to whom
-// at which step; the executor moves and reduces the bytes.
+// The algorithm registry. Every algorithm is one file in this folder and one
+// row of the table in registry.cc, in the manner of UCC's
+// ucc_tl_ucp_allreduce_algs[]: its id, name and aliases, the collectives it
+// implements (one program builder each), the scratch memory it needs and its
+// cost in the alpha-beta-gamma model. Parsing and naming (types.h), the
+// communicator's checks, the cost model's choice, the tests and the bench all
+// read this table, so nothing else lists algorithms.
+//
+// A builder emits one rank's Program in the vocabulary of program.h. It only
+// decides who sends which elements to whom at which step; the executor moves
+// and reduces the bytes.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <initializer_list>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "allocator/status.h"
+#include "collectives/cost_model.h"
 #include "collectives/program.h"
 #include "collectives/types.h"
 
@@ -36,38 +51,57 @@ struct CollArgs {
   std::byte* tmp_at(size_t elem) const { return tmp + elem * es(); }
 };
 
+// Emits one rank's program of one collective (not finalized).
+using BuildFn = void (*)(const CollArgs& a, Program& p);
+// One builder per collective kind, indexed by the kind; null where the
+// algorithm does not implement it.
+using Builders = std::array<BuildFn, std::size(kAllCollectives)>;
+
+constexpr Builders builders(std::initializer_list<std::pair<CollectiveKind, BuildFn>> impls) {
+  Builders out{};
+  for (const auto& [kind, fn] : impls) out[static_cast<size_t>(kind)] = fn;
+  return out;
+}
+
+struct AlgorithmInfo {
+  Algorithm id;
+  // What algorithm_name() returns; parse_algorithm() (so RDMAFLOW_<OP>_ALGO
+  // and CallOptions from strings) takes it and the aliases.
+  std::string_view name;
+  std::array<std::string_view, 2> aliases;
+  Builders build;
+  // Elements of CollArgs::tmp a call needs; null when it needs none.
+  size_t (*scratch)(const CollArgs& a);
+  // Dependent rounds: a rank waits for a partner once per round.
+  double (*rounds)(CollectiveKind kind, const CostTerms& t);
+  // Seconds on the wire and in reductions for a call of t.m bytes, for the
+  // kinds it implements.
+  double (*cost)(CollectiveKind kind, const CostTerms& t);
+
+  bool implements(CollectiveKind kind) const { return build[static_cast<size_t>(kind)] != nullptr; }
+};
+
+// Every algorithm, in the order of the Algorithm enum (kAuto, the cost model's
+// choice, has no row). The cost model tries them in this order, so of equal
+// estimates the earlier row wins.
+std::span<const AlgorithmInfo> algorithm_table();
+
+// The row of `algo`; null for kAuto.
+const AlgorithmInfo* find_algorithm(Algorithm algo);
+
+struct KindAlgorithm {
+  CollectiveKind kind;
+  Algorithm algo;
+};
+// Every (collective, algorithm) the table implements: kinds in kAllCollectives
+// order, algorithms in table order. Tests and benches iterate this.
+std::vector<KindAlgorithm> supported_pairs();
+
 // Elements of local temporary memory `algo` needs for `args`.
 size_t temp_elems(const CollArgs& args, Algorithm algo);
 
 // Emits the program of `algo` for `args` (not finalized). kInvalidArgument when
 // the algorithm does not implement the collective.
 Status build_program(const CollArgs& args, Algorithm algo, Program& program);
-
-// ---- one function per algorithm and collective (ring.cc, binomial_tree.cc, ...) ----
-void ring_allreduce(const CollArgs& a, Program& p);
-void ring_reduce_scatter(const CollArgs& a, Program& p);
-void ring_allgather(const CollArgs& a, Program& p);
-void ring_broadcast(const CollArgs& a, Program& p);  // pipelined chain
-void ring_reduce(const CollArgs& a, Program& p);     // ring reduce-scatter + gather to root
-
-void tree_allreduce(const CollArgs& a, Program& p);  // binomial reduce to 0 + broadcast
-void tree_broadcast(const CollArgs& a, Program& p);
-void tree_reduce(const CollArgs& a, Program& p);
-void tree_barrier(const CollArgs& a, Program& p);
-
-void dbtree_allreduce(const CollArgs& a, Program& p);
-
-void rabenseifner_allreduce(const CollArgs& a, Program& p);
-void rabenseifner_reduce_scatter(const CollArgs& a, Program& p);
-void rabenseifner_reduce(const CollArgs& a, Program& p);
-
-void rd_allreduce(const CollArgs& a, Program& p);
-void rd_allgather(const CollArgs& a, Program& p);
-void rd_reduce_scatter(const CollArgs& a, Program& p);
-
-void direct_allgather(const CollArgs& a, Program& p);
-void direct_allreduce(const CollArgs& a, Program& p);  // direct.cc
-void pairwise_alltoall(const CollArgs& a, Program& p);
-void dissemination_barrier(const CollArgs& a, Program& p);
 
 }  // namespace rdmaflow
