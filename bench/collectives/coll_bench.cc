@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/algorithms/registry.h"
 #include "collectives/communicator.h"
 #include "runtime/bootstrap.h"
 #include "transport/transport.h"
@@ -71,14 +72,21 @@ size_t parse_size(const std::string& s) {
   return static_cast<size_t>(v);
 }
 
+// "auto|ring|tree|...": the --algo choices, from the algorithm registry.
+std::string algo_choices() {
+  std::string s(algorithm_name(Algorithm::kAuto));
+  for (const AlgorithmInfo& info : algorithm_table()) s += "|" + std::string(info.name);
+  return s;
+}
+
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "%s\nusage: rdmaflow_coll_bench [--op allreduce|reduce_scatter|allgather|"
                "broadcast|reduce|alltoall] [--type f32|f64|f16|bf16|i32|i64|u8] "
                "[--redop sum|prod|min|max|avg] [--sizes 8,1M,...] [--min B --max B --factor F] "
                "[--iters N] [--warmup N] [--vs gloo] [--vs mpi] [--json FILE] "
-               "[--transport ucx|tcp] [--algo NAME]\n",
-               why);
+               "[--transport ucx|tcp] [--algo %s]\n",
+               why, algo_choices().c_str());
   std::exit(2);
 }
 
