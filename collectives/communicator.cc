@@ -9,7 +9,7 @@
 #include <cstring>
 #include <limits>
 
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/registry.h"
 #include "collectives/executor.h"
 #include "collectives/program.h"
 #include "collectives/reduce_kernels.h"
@@ -315,7 +315,7 @@ Status Communicator::measure() {
   args.rank = rank_;
   args.world = world_;
   Program p(world_, DataType::kF64, ReduceOp::kMax, 4);
-  rd_allreduce(args, p);
+  RDMAFLOW_RETURN_IF_ERROR(build_program(args, Algorithm::kRecursiveDoubling, p));
   p.finalize();
   RDMAFLOW_RETURN_IF_ERROR(execute(*fabric_, p, 0, deadline, "agree on channel costs"));
   CostParams cp = model_.params();

@@ -6,6 +6,8 @@
 // kernel. Every rank uses the maximum over ranks, so all pick the same.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -26,6 +28,23 @@ struct CostParams {
   std::string to_string() const;
 };
 
+// The quantities of one estimate, computed once by the model and handed to
+// the algorithm's cost and rounds functions (registry.h).
+struct CostTerms {
+  double n = 1;         // ranks
+  double m = 0;         // bytes of the call's largest buffer
+  double a = 0;         // alpha
+  double b = 0;         // beta
+  double g = 0;         // gamma
+  double p = 1;         // the largest power of two <= n
+  double lgp = 0;       // log2(p)
+  double lg = 0;        // ceil(log2(n))
+  bool folded = false;  // n is not a power of two: a fold step before and after
+  double k = 1;         // piece bytes
+  // Pieces add a message each; pipelines need their depth in pieces to fill.
+  double pieces(double msg) const { return std::max(1.0, std::ceil(msg / k)); }
+};
+
 class CostModel {
  public:
   CostModel() = default;
@@ -41,15 +60,15 @@ class CostModel {
   Algorithm choose(CollectiveKind kind, size_t bytes) const;
   const CostParams& params() const { return p_; }
   int world() const { return world_; }
+  // The terms of an estimate for a call moving `bytes`.
+  CostTerms terms(size_t bytes) const;
 
  private:
-  double wire_cost(CollectiveKind kind, Algorithm algo, size_t bytes) const;
-
   int world_ = 1;
   CostParams p_;
 };
 
-// The algorithms that implement `kind`, in a fixed order.
+// The algorithms that implement `kind`, in table order (registry.h).
 std::vector<Algorithm> algorithms_for(CollectiveKind kind);
 
 }  // namespace rdmaflow

@@ -2,9 +2,12 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "collectives/reduce_kernels.h"
@@ -41,179 +44,113 @@ std::string item_text(const Item& it, uint64_t seq) {
   return s;
 }
 
-}  // namespace
+// One execute() call. The phases, in order: prepare() turns the program's
+// dependency lists into a dependents graph and reads the lane's sequence
+// bases; the run loops (run_direct() for same-host direct peers, run_driven()
+// otherwise) call step() to start every ready item and, while nothing can
+// move, wait; complete() settles the lane afterwards.
+class Run {
+ public:
+  Run(Fabric& fabric, const Program& program, int lane, Clock::time_point deadline,
+      const std::string& what)
+      : fabric_(fabric),
+        program_(program),
+        items_(program.items()),
+        n_(items_.size()),
+        lane_(lane),
+        world_(program.world()),
+        es_(program.elem_size()),
+        cfg_(fabric.config()),
+        deadline_(deadline),
+        what_(what),
+        sig_(fabric.signal()),
+        yield_every_(fabric.yield_polls()),
+        scratch_(thread_scratch()) {}
 
-Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_point deadline,
-               const std::string& what) {
-  const auto& items = program.items();
-  const size_t n = items.size();
-  if (n == 0) return Status::ok();
-  if (Status st = fabric.detached_error(); !st.is_ok()) return st.with_op(what);
-  const int world = program.world();
-  const size_t es = program.elem_size();
-  const FabricConfig& cfg = fabric.config();
+  Status execute() {
+    prepare();
+    if (fabric_.direct_peers() > 0) {
+      run_direct();
+    } else {
+      spin_until_ = Clock::now() + cfg_.spin;
+    }
+    run_driven();
+    return complete();
+  }
 
-  // Scratch reused by the calls on this thread (no allocation per call).
-  thread_local struct Scratch {
+ private:
+  // Reused by the calls on this thread (no allocation per call).
+  struct Scratch {
     std::vector<uint32_t> remaining, dep_begin, dependents, cursor, ready, inflight, drained;
     std::vector<uint64_t> send_base, recv_base;
-  } scratch;
-  auto& remaining = scratch.remaining;
-  auto& dep_begin = scratch.dep_begin;  // dependents of i: [dep_begin[i], dep_begin[i + 1])
-  auto& dependents = scratch.dependents;
-  auto& ready = scratch.ready;
-  remaining.assign(n, 0);
-  dep_begin.assign(n + 1, 0);
-  ready.clear();
-  for (size_t i = 0; i < n; ++i) {
-    remaining[i] = static_cast<uint32_t>(program.deps(i).size());
-    for (uint32_t d : program.deps(i)) ++dep_begin[d + 1];
-    if (remaining[i] == 0) ready.push_back(static_cast<uint32_t>(i));
-  }
-  for (size_t i = 0; i < n; ++i) dep_begin[i + 1] += dep_begin[i];
-  scratch.cursor.assign(dep_begin.begin(), dep_begin.end() - 1);
-  dependents.resize(dep_begin[n]);
-  for (size_t i = 0; i < n; ++i) {
-    for (uint32_t d : program.deps(i)) dependents[scratch.cursor[d]++] = static_cast<uint32_t>(i);
-  }
-  auto& send_base = scratch.send_base;
-  auto& recv_base = scratch.recv_base;
-  send_base.assign(world, 0);
-  recv_base.assign(world, 0);
-  for (int p = 0; p < world; ++p) {
-    if (p == fabric.rank()) continue;
-    send_base[p] = fabric.peer(p).send_seq[lane];
-    recv_base[p] = fabric.peer(p).recv_seq[lane];
-  }
-
-  std::shared_ptr<Completions> comps;  // made by the first write that needs one
-  Signal& sig = fabric.signal();
-  size_t finished = 0;
-  Status failure;
-
-  auto finish = [&](uint32_t i) {
-    ++finished;
-    for (uint32_t k = dep_begin[i]; k < dep_begin[i + 1]; ++k) {
-      if (--remaining[dependents[k]] == 0) ready.push_back(dependents[k]);
-    }
   };
+  static Scratch& thread_scratch() {
+    thread_local Scratch scratch;
+    return scratch;
+  }
 
-  // Sends in flight per peer (their completions are awaited).
-  auto& inflight = scratch.inflight;
-  inflight.assign(world, 0);
-  auto& drained = scratch.drained;
-  drained.clear();
+  bool done() const { return finished_ == n_ || !failure_.is_ok(); }
+
+  // ---- prepare ----
+
+  // Dependents of item i: scratch_.dependents[dep_begin[i] .. dep_begin[i + 1]).
+  // Items without dependencies start ready. Sends and receives count from the
+  // lane's sequence numbers.
+  void prepare() {
+    auto& remaining = scratch_.remaining;
+    auto& dep_begin = scratch_.dep_begin;
+    auto& dependents = scratch_.dependents;
+    auto& ready = scratch_.ready;
+    remaining.assign(n_, 0);
+    dep_begin.assign(n_ + 1, 0);
+    ready.clear();
+    for (size_t i = 0; i < n_; ++i) {
+      remaining[i] = static_cast<uint32_t>(program_.deps(i).size());
+      for (uint32_t d : program_.deps(i)) ++dep_begin[d + 1];
+      if (remaining[i] == 0) ready.push_back(static_cast<uint32_t>(i));
+    }
+    for (size_t i = 0; i < n_; ++i) dep_begin[i + 1] += dep_begin[i];
+    scratch_.cursor.assign(dep_begin.begin(), dep_begin.end() - 1);
+    dependents.resize(dep_begin[n_]);
+    for (size_t i = 0; i < n_; ++i) {
+      for (uint32_t d : program_.deps(i)) {
+        dependents[scratch_.cursor[d]++] = static_cast<uint32_t>(i);
+      }
+    }
+    auto& send_base = scratch_.send_base;
+    auto& recv_base = scratch_.recv_base;
+    send_base.assign(world_, 0);
+    recv_base.assign(world_, 0);
+    for (int p = 0; p < world_; ++p) {
+      if (p == fabric_.rank()) continue;
+      send_base[p] = fabric_.peer(p).send_seq[lane_];
+      recv_base[p] = fabric_.peer(p).recv_seq[lane_];
+    }
+    // Sends in flight per peer (their completions are awaited).
+    scratch_.inflight.assign(world_, 0);
+    scratch_.drained.clear();
+  }
+
+  // ---- start items ----
+
+  void finish(uint32_t i) {
+    ++finished_;
+    const auto& dep_begin = scratch_.dep_begin;
+    auto& remaining = scratch_.remaining;
+    for (uint32_t k = dep_begin[i]; k < dep_begin[i + 1]; ++k) {
+      const uint32_t d = scratch_.dependents[k];
+      if (--remaining[d] == 0) scratch_.ready.push_back(d);
+    }
+  }
 
   // One pass: take write completions, start every ready item whose remote
   // condition holds. True when anything moved.
-  auto step = [&]() -> bool {
-    bool progressed = false;
-    if (comps && comps->pending.load(std::memory_order_acquire)) {
-      comps->pending.store(false, std::memory_order_relaxed);
-      std::lock_guard<std::mutex> lock(comps->mu);
-      drained.swap(comps->done);
-      if (!comps->error.is_ok()) failure = comps->error;
-    }
-    for (uint32_t i : drained) {
-      --inflight[items[i].peer];
-      finish(i);
-    }
-    progressed |= !drained.empty();
-    drained.clear();
-    if (!failure.is_ok()) return true;
+  bool step() {
+    bool progressed = drain_completions();
+    if (!failure_.is_ok()) return true;
+    auto& ready = scratch_.ready;
     for (size_t k = 0; k < ready.size();) {
-      const uint32_t i = ready[k];
-      const Item& it = items[i];
-      bool started = false;
-      switch (it.kind) {
-        case ItemKind::kSend: {
-          const uint64_t seq = send_base[it.peer] + it.ordinal;
-          if (seq >= static_cast<uint64_t>(cfg.slots) &&
-              !fabric.credit_arrived(it.peer, lane, seq - cfg.slots)) {
-            break;
-          }
-          Fabric::Peer& peer = fabric.peer(it.peer);
-          const size_t bytes = it.elems * es;
-          if (peer.direct) {
-            fabric.send_direct(it.peer, lane, seq, it.src, bytes);
-            started = true;
-            finish(i);
-            break;
-          }
-          if (bytes <= Fabric::kSmallBytes) {
-            fabric.send_small(it.peer, lane, seq, it.src, bytes);
-            started = true;
-            finish(i);
-            break;
-          }
-          const void* src = it.src;
-          if (peer.staged) {
-            std::byte* stage = peer.local + fabric.stage_offset() + fabric.slot_offset(lane, seq);
-            std::memcpy(stage, it.src, bytes);
-            src = stage;
-          }
-          if (!comps) comps = std::make_shared<Completions>();
-          {
-            std::lock_guard<std::mutex> lock(comps->mu);
-            ++comps->in_flight;
-          }
-          fabric.count_notify_piece();
-          const int p = it.peer;
-          Signal* s = &sig;
-          peer.channel->write(
-              src, bytes, peer.remote, fabric.slot_offset(lane, seq),
-              notify_code::encode(notify_code::kData, lane, seq),
-              [comps, i, p, s](const Status& st) {
-                {
-                  std::lock_guard<std::mutex> lock(comps->mu);
-                  --comps->in_flight;
-                  if (st.is_ok()) {
-                    comps->done.push_back(i);
-                  } else if (comps->error.is_ok()) {
-                    comps->error = st;
-                    comps->error_peer = p;
-                  }
-                  comps->pending.store(true, std::memory_order_release);
-                }
-                s->notify();
-              },
-              std::chrono::duration_cast<Millis>(deadline - Clock::now()) + Millis(1));
-          ++inflight[p];
-          started = true;  // finishes when the write completes
-          break;
-        }
-        case ItemKind::kRecv: {
-          const uint64_t seq = recv_base[it.peer] + it.ordinal;
-          if (!fabric.data_arrived(it.peer, lane, seq)) break;
-          Fabric::Peer& peer = fabric.peer(it.peer);
-          const std::byte* slot = peer.local + fabric.slot_offset(lane, seq);
-          if (it.reduce) {
-            reduce_buffers(program.type(), program.op(), it.dst, it.src, slot, it.elems);
-          } else {
-            std::memcpy(it.dst, slot, it.elems * es);
-          }
-          fabric.return_credit(it.peer, lane, seq);  // hand the slot back
-          started = true;
-          finish(i);
-          break;
-        }
-        case ItemKind::kCopy:
-          std::memmove(it.dst, it.src, it.elems * es);
-          started = true;
-          finish(i);
-          break;
-        case ItemKind::kScale:
-          scale_average(program.type(), it.dst, it.elems, world);
-          started = true;
-          finish(i);
-          break;
-        case ItemKind::kReduce:
-          reduce_buffers(program.type(), program.op(), it.dst, it.dst, it.src, it.elems);
-          started = true;
-          finish(i);
-          break;
-      }
-      if (started) {
+      if (start(ready[k])) {
         progressed = true;
         ready[k] = ready.back();
         ready.pop_back();
@@ -222,76 +159,188 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
       }
     }
     return progressed;
-  };
+  }
+
+  // Finishes the sends whose writes completed; records a write's failure.
+  bool drain_completions() {
+    auto& drained = scratch_.drained;
+    if (comps_ && comps_->pending.load(std::memory_order_acquire)) {
+      comps_->pending.store(false, std::memory_order_relaxed);
+      std::lock_guard<std::mutex> lock(comps_->mu);
+      drained.swap(comps_->done);
+      if (!comps_->error.is_ok()) failure_ = comps_->error;
+    }
+    for (uint32_t i : drained) {
+      --scratch_.inflight[items_[i].peer];
+      finish(i);
+    }
+    const bool progressed = !drained.empty();
+    drained.clear();
+    return progressed;
+  }
+
+  // Starts ready item i if its remote condition holds (a send needs the
+  // credit of its slot, a receive its piece's notify); false when it must wait.
+  bool start(uint32_t i) {
+    const Item& it = items_[i];
+    switch (it.kind) {
+      case ItemKind::kSend:
+        return start_send(i, it);
+      case ItemKind::kRecv:
+        return start_recv(i, it);
+      case ItemKind::kCopy:
+        std::memmove(it.dst, it.src, it.elems * es_);
+        break;
+      case ItemKind::kScale:
+        scale_average(program_.type(), it.dst, it.elems, world_);
+        break;
+      case ItemKind::kReduce:
+        reduce_buffers(program_.type(), program_.op(), it.dst, it.dst, it.src, it.elems);
+        break;
+    }
+    finish(i);
+    return true;
+  }
+
+  bool start_send(uint32_t i, const Item& it) {
+    const uint64_t seq = scratch_.send_base[it.peer] + it.ordinal;
+    if (seq >= static_cast<uint64_t>(cfg_.slots) &&
+        !fabric_.credit_arrived(it.peer, lane_, seq - cfg_.slots)) {
+      return false;
+    }
+    Fabric::Peer& peer = fabric_.peer(it.peer);
+    const size_t bytes = it.elems * es_;
+    if (peer.direct) {
+      fabric_.send_direct(it.peer, lane_, seq, it.src, bytes);
+      finish(i);
+      return true;
+    }
+    if (bytes <= Fabric::kSmallBytes) {
+      fabric_.send_small(it.peer, lane_, seq, it.src, bytes);
+      finish(i);
+      return true;
+    }
+    const void* src = it.src;
+    if (peer.staged) {
+      std::byte* stage = peer.local + fabric_.stage_offset() + fabric_.slot_offset(lane_, seq);
+      std::memcpy(stage, it.src, bytes);
+      src = stage;
+    }
+    if (!comps_) comps_ = std::make_shared<Completions>();
+    {
+      std::lock_guard<std::mutex> lock(comps_->mu);
+      ++comps_->in_flight;
+    }
+    fabric_.count_notify_piece();
+    const int p = it.peer;
+    Signal* s = &sig_;
+    peer.channel->write(
+        src, bytes, peer.remote, fabric_.slot_offset(lane_, seq),
+        notify_code::encode(notify_code::kData, lane_, seq),
+        [comps = comps_, i, p, s](const Status& st) {
+          {
+            std::lock_guard<std::mutex> lock(comps->mu);
+            --comps->in_flight;
+            if (st.is_ok()) {
+              comps->done.push_back(i);
+            } else if (comps->error.is_ok()) {
+              comps->error = st;
+              comps->error_peer = p;
+            }
+            comps->pending.store(true, std::memory_order_release);
+          }
+          s->notify();
+        },
+        std::chrono::duration_cast<Millis>(deadline_ - Clock::now()) + Millis(1));
+    ++scratch_.inflight[p];
+    return true;  // finishes when the write completes
+  }
+
+  bool start_recv(uint32_t i, const Item& it) {
+    const uint64_t seq = scratch_.recv_base[it.peer] + it.ordinal;
+    if (!fabric_.data_arrived(it.peer, lane_, seq)) return false;
+    Fabric::Peer& peer = fabric_.peer(it.peer);
+    const std::byte* slot = peer.local + fabric_.slot_offset(lane_, seq);
+    if (it.reduce) {
+      reduce_buffers(program_.type(), program_.op(), it.dst, it.src, slot, it.elems);
+    } else {
+      std::memcpy(it.dst, slot, it.elems * es_);
+    }
+    fabric_.return_credit(it.peer, lane_, seq);  // hand the slot back
+    finish(i);
+    return true;
+  }
+
+  // ---- wait ----
 
   // Nothing can move: fails the call when a peer we wait on failed or the
   // deadline passed (true); else names what we wait for.
-  int waiting_peer = -1;
-  std::string waiting_for;
-  auto blocked = [&](Clock::time_point now) -> bool {
-    waiting_peer = -1;
-    waiting_for = "write completions";
-    for (uint32_t i : ready) {
-      const Item& it = items[i];
+  bool blocked(Clock::time_point now) {
+    waiting_peer_ = -1;
+    waiting_for_ = "write completions";
+    for (uint32_t i : scratch_.ready) {
+      const Item& it = items_[i];
       if (it.peer < 0) continue;
-      Status st = fabric.peer_error(it.peer);
+      Status st = fabric_.peer_error(it.peer);
       if (!st.is_ok()) {
-        failure = st;
+        failure_ = st;
         return true;
       }
-      if (waiting_peer < 0) {
-        waiting_peer = it.peer;
+      if (waiting_peer_ < 0) {
+        waiting_peer_ = it.peer;
         const uint64_t seq =
-            (it.kind == ItemKind::kSend ? send_base[it.peer] : recv_base[it.peer]) + it.ordinal;
-        waiting_for = item_text(it, seq);
-        if (it.kind == ItemKind::kSend) waiting_for += " (waiting for its slot to be freed)";
+            (it.kind == ItemKind::kSend ? scratch_.send_base : scratch_.recv_base)[it.peer] +
+            it.ordinal;
+        waiting_for_ = item_text(it, seq);
+        if (it.kind == ItemKind::kSend) waiting_for_ += " (waiting for its slot to be freed)";
       }
     }
-    failure = fabric.detached_error();
-    if (!failure.is_ok()) return true;
-    for (int p = 0; p < world && waiting_peer < 0; ++p) {
-      if (inflight[p] > 0) waiting_peer = p;
+    failure_ = fabric_.detached_error();
+    if (!failure_.is_ok()) return true;
+    for (int p = 0; p < world_ && waiting_peer_ < 0; ++p) {
+      if (scratch_.inflight[p] > 0) waiting_peer_ = p;
     }
-    if (now >= deadline) {
-      failure = RDMAFLOW_ERROR(Code::kTimeout, what, waiting_peer,
-                               "no progress before the deadline while " + waiting_for + " (" +
-                                   std::to_string(finished) + " of " + std::to_string(n) +
-                                   " pieces done)");
+    if (now >= deadline_) {
+      failure_ = timeout_error();
       return true;
     }
     return false;
-  };
+  }
 
-  const bool direct = fabric.direct_peers() > 0;
-  auto spin_until = direct ? Clock::time_point() : Clock::now() + cfg.spin;
-  const int yield_every = fabric.yield_polls();
-  if (direct) {
-    // Same-host direct peers store pieces and credits straight into our
-    // memory: poll (the loads are the whole cost) until `cfg.direct_spin` passed
-    // without progress, then sleep on the doorbell, which they ring (and so
-    // do local completions, for peers on the notify path). The sleep is cut
-    // into kDirectRecheck slices to notice a dead peer.
-    const Doorbell& bell = fabric.doorbell();
+  Status timeout_error() const {
+    return RDMAFLOW_ERROR(Code::kTimeout, what_, waiting_peer_,
+                          "no progress before the deadline while " + waiting_for_ + " (" +
+                              std::to_string(finished_) + " of " + std::to_string(n_) +
+                              " pieces done)");
+  }
+
+  // Same-host direct peers store pieces and credits straight into our
+  // memory: poll (the loads are the whole cost) until `cfg.direct_spin` passed
+  // without progress, then sleep on the doorbell, which they ring (and so
+  // do local completions, for peers on the notify path). The sleep is cut
+  // into kDirectRecheck slices to notice a dead peer.
+  void run_direct() {
+    const Doorbell& bell = fabric_.doorbell();
     int polls = 0;
     bool moved = true;  // progress since the clock was last read (the start counts)
-    while (finished < n && failure.is_ok()) {
+    while (finished_ < n_ && failure_.is_ok()) {
       if (step()) {
         moved = true;
         polls = 0;
         continue;
       }
       // The clock only every 16 idle polls (it is most of a poll's cost).
-      if ((++polls & 15) != 0 && cfg.direct_spin.count() > 0) {
-        if (yield_every > 0 && polls % yield_every == 0) sched_yield();
+      if ((++polls & 15) != 0 && cfg_.direct_spin.count() > 0) {
+        if (yield_every_ > 0 && polls % yield_every_ == 0) sched_yield();
         continue;
       }
       const auto now = Clock::now();
       if (moved) {
         moved = false;
-        spin_until = now + cfg.direct_spin;
+        spin_until_ = now + cfg_.direct_spin;
       }
-      if (now < spin_until) {
-        if (yield_every > 0) sched_yield();
+      if (now < spin_until_) {
+        if (yield_every_ > 0) sched_yield();
         continue;
       }
       if (blocked(now)) break;
@@ -301,151 +350,205 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
         moved = true;
         continue;
       }
-      fabric.count_sleep();
-      bell.sleep(ticket, std::min<Clock::duration>(deadline - now, kDirectRecheck));
+      fabric_.count_sleep();
+      bell.sleep(ticket, std::min<Clock::duration>(deadline_ - now, kDirectRecheck));
       bell.retire();
     }
   }
 
-  bool drove = false;  // drove progress since the last sleep
-  WaitDriver* const common = fabric.common_driver();
-  while (finished < n && failure.is_ok()) {
-    uint64_t epoch = sig.epoch();
-    const auto t0 = Clock::now();
-    if (common != nullptr && t0 < spin_until) {
-      // Run the items from inside the backend's driver from the first one
-      // on: posts then find a registered waiter (the progress thread is not
-      // woken to carry them and does not compete for this core).
-      bool first = true, moved = false;
-      int polls = 0;
-      auto slice_end = std::min({deadline, spin_until, t0 + kSlice});
-      common->drive(
-          [&] {
-            if (first || sig.epoch() != epoch) {
-              first = false;
-              epoch = sig.epoch();
-              if (step()) {
-                moved = true;
-                const auto t = Clock::now();
-                spin_until = t + cfg.spin;
-                slice_end = std::min({deadline, spin_until, t + kSlice});
-                if (finished == n || !failure.is_ok()) return true;
-              }
-            }
-            if (yield_every > 0 && ++polls >= yield_every) {
-              polls = 0;
-              sched_yield();
-            }
-            return Clock::now() >= slice_end;
-          },
-          slice_end + kSlice);
-      drove = true;
-      if (moved || finished == n || !failure.is_ok()) continue;
-    } else if (step()) {
-      spin_until = Clock::now() + cfg.spin;
-      continue;
-    }
-
-    // Nothing could move: check the peers we wait on, then wait.
-    const auto now = Clock::now();
-    if (blocked(now)) break;
-
-    // Drive the backend's progress on this thread: no thread hop and no futex
-    // wake-up between a notify's arrival and its consumer, and the items it
-    // enables start from inside the drive, while this thread is the
-    // registered waiter (the progress thread stays parked and is not woken by
-    // each post). Every `yield_every` polls the core is offered to others
-    // (oversubscribed ranks); every kSlice the loop re-checks deadline and
-    // peers. After `cfg.spin` without progress, sleep until something happens.
-    if (common != nullptr && now < spin_until) continue;  // the drive above spins
-    if (waiting_peer >= 0 && now < spin_until) {
-      if (auto driver = fabric.peer(waiting_peer).channel->inbox().wait_driver()) {
+  // Drives the backend's progress on this thread while spinning: no thread
+  // hop and no futex wake-up between a notify's arrival and its consumer, and
+  // the items it enables start from inside the drive, while this thread is
+  // the registered waiter (the progress thread stays parked and is not woken
+  // by each post). Every `yield_every` polls the core is offered to others
+  // (oversubscribed ranks); every kSlice the loop re-checks deadline and
+  // peers. After `cfg.spin` without progress, it sleeps until something happens.
+  void run_driven() {
+    bool drove = false;  // drove progress since the last sleep
+    WaitDriver* const common = fabric_.common_driver();
+    while (finished_ < n_ && failure_.is_ok()) {
+      uint64_t epoch = sig_.epoch();
+      const auto t0 = Clock::now();
+      if (common != nullptr && t0 < spin_until_) {
+        const bool moved = spin_in_common_driver(*common, t0, epoch);
         drove = true;
-        int polls = 0;
-        auto slice_end = std::min({deadline, spin_until, now + kSlice});
-        driver->drive(
-            [&] {
-              if (sig.epoch() != epoch) {
-                epoch = sig.epoch();
-                if (step()) {
-                  const auto t = Clock::now();
-                  spin_until = t + cfg.spin;
-                  slice_end = std::min({deadline, spin_until, t + kSlice});
-                  if (finished == n || !failure.is_ok()) return true;
-                }
-              }
-              if (yield_every > 0 && ++polls >= yield_every) {
-                polls = 0;
-                sched_yield();
-              }
-              return Clock::now() >= slice_end;
-            },
-            slice_end + kSlice);
+        if (moved || done()) continue;
+      } else if (step()) {
+        spin_until_ = Clock::now() + cfg_.spin;
         continue;
       }
-    }
-    if (auto driver = fabric.common_driver()) {
-      // Every peer is served by one backend driver (UCX): sleep inside it.
-      // It spins a little, then blocks on the backend's own event fd and
-      // drives progress when it wakes (one wake-up, no progress-thread hop),
-      // and whatever the items need arrives through it. Events that enable
-      // nothing (acknowledgements, early credits) are handled in there; back
-      // here after progress (the next drive spins again before it sleeps:
-      // replies come in bursts), or every kRecheck to look at deadline and peers.
-      drove = false;
-      bool moved = false;
-      driver->drive(
-          [&] {
-            if (sig.epoch() == epoch) return false;
-            epoch = sig.epoch();
-            moved = step();
-            return moved;
-          },
-          std::min(deadline, now + kRecheck));
-      if (moved) spin_until = Clock::now() + cfg.spin;
-      continue;
-    }
-    if (drove) {
-      // Going to sleep after driving: hand progress back to the backend's
-      // progress thread at once (a drive that ends unsatisfied does), rather
-      // than when it next looks up from its back-off.
-      drove = false;
-      if (waiting_peer >= 0) {
-        if (auto driver = fabric.peer(waiting_peer).channel->inbox().wait_driver()) {
-          driver->drive([&] { return sig.epoch() != epoch; }, Clock::now());
+
+      // Nothing could move: check the peers we wait on, then wait.
+      const auto now = Clock::now();
+      if (blocked(now)) break;
+
+      if (common != nullptr && now < spin_until_) continue;  // the drive above spins
+      if (waiting_peer_ >= 0 && now < spin_until_) {
+        if (auto driver = fabric_.peer(waiting_peer_).channel->inbox().wait_driver()) {
+          drove = true;
+          spin_in_peer_driver(*driver, now, epoch);
           continue;
         }
       }
-    }
-    const auto spin = std::chrono::duration_cast<std::chrono::microseconds>(
-        now < spin_until ? spin_until - now : Clock::duration(0));
-    if (!sig.wait(epoch, deadline, spin) && Clock::now() >= deadline) {
-      failure = RDMAFLOW_ERROR(Code::kTimeout, what, waiting_peer,
-                               "no progress before the deadline while " + waiting_for + " (" +
-                                   std::to_string(finished) + " of " + std::to_string(n) +
-                                   " pieces done)");
+      if (auto driver = fabric_.common_driver()) {
+        drove = false;
+        sleep_in_common_driver(*driver, now, epoch);
+        continue;
+      }
+      if (drove) {
+        // Going to sleep after driving: hand progress back to the backend's
+        // progress thread at once (a drive that ends unsatisfied does), rather
+        // than when it next looks up from its back-off.
+        drove = false;
+        if (waiting_peer_ >= 0) {
+          if (auto driver = fabric_.peer(waiting_peer_).channel->inbox().wait_driver()) {
+            driver->drive([&] { return sig_.epoch() != epoch; }, Clock::now());
+            continue;
+          }
+        }
+      }
+      sleep_on_signal(now, epoch);
     }
   }
 
-  if (!failure.is_ok()) {
-    // Writes still reading our buffers must finish (or time out) before we return.
-    while (comps) {
-      const uint64_t epoch = sig.epoch();
-      {
-        std::lock_guard<std::mutex> lock(comps->mu);
-        if (comps->in_flight == 0) break;
-      }
-      sig.wait(epoch, Clock::now() + Millis(100), std::chrono::microseconds(0));
+  // Runs the items from inside the common backend driver from the first one
+  // on: posts then find a registered waiter (the progress thread is not woken
+  // to carry them and does not compete for this core). True when anything moved.
+  bool spin_in_common_driver(WaitDriver& driver, Clock::time_point t0, uint64_t& epoch) {
+    bool first = true, moved = false;
+    int polls = 0;
+    auto slice_end = std::min({deadline_, spin_until_, t0 + kSlice});
+    driver.drive(
+        [&] {
+          if (first || sig_.epoch() != epoch) {
+            first = false;
+            epoch = sig_.epoch();
+            if (step()) {
+              moved = true;
+              const auto t = Clock::now();
+              spin_until_ = t + cfg_.spin;
+              slice_end = std::min({deadline_, spin_until_, t + kSlice});
+              if (done()) return true;
+            }
+          }
+          if (yield_every_ > 0 && ++polls >= yield_every_) {
+            polls = 0;
+            sched_yield();
+          }
+          return Clock::now() >= slice_end;
+        },
+        slice_end + kSlice);
+    return moved;
+  }
+
+  // The same through the driver of the peer we wait on, for one slice.
+  void spin_in_peer_driver(WaitDriver& driver, Clock::time_point now, uint64_t& epoch) {
+    int polls = 0;
+    auto slice_end = std::min({deadline_, spin_until_, now + kSlice});
+    driver.drive(
+        [&] {
+          if (sig_.epoch() != epoch) {
+            epoch = sig_.epoch();
+            if (step()) {
+              const auto t = Clock::now();
+              spin_until_ = t + cfg_.spin;
+              slice_end = std::min({deadline_, spin_until_, t + kSlice});
+              if (done()) return true;
+            }
+          }
+          if (yield_every_ > 0 && ++polls >= yield_every_) {
+            polls = 0;
+            sched_yield();
+          }
+          return Clock::now() >= slice_end;
+        },
+        slice_end + kSlice);
+  }
+
+  // Every peer is served by one backend driver (UCX): sleep inside it. It
+  // spins a little, then blocks on the backend's own event fd and drives
+  // progress when it wakes (one wake-up, no progress-thread hop), and whatever
+  // the items need arrives through it. Events that enable nothing
+  // (acknowledgements, early credits) are handled in there; back here after
+  // progress (the next drive spins again before it sleeps: replies come in
+  // bursts), or every kRecheck to look at deadline and peers.
+  void sleep_in_common_driver(WaitDriver& driver, Clock::time_point now, uint64_t& epoch) {
+    bool moved = false;
+    driver.drive(
+        [&] {
+          if (sig_.epoch() == epoch) return false;
+          epoch = sig_.epoch();
+          moved = step();
+          return moved;
+        },
+        std::min(deadline_, now + kRecheck));
+    if (moved) spin_until_ = Clock::now() + cfg_.spin;
+  }
+
+  // Spins on the fabric's Signal for what is left of `cfg.spin`, then sleeps
+  // on it until something happens or the deadline passes.
+  void sleep_on_signal(Clock::time_point now, uint64_t epoch) {
+    const auto spin = std::chrono::duration_cast<std::chrono::microseconds>(
+        now < spin_until_ ? spin_until_ - now : Clock::duration(0));
+    if (!sig_.wait(epoch, deadline_, spin) && Clock::now() >= deadline_) {
+      failure_ = timeout_error();
     }
-    return failure.with_op(what);
   }
-  // Advance the lane's sequence numbers past this program's pieces.
-  for (int p = 0; p < world; ++p) {
-    if (p == fabric.rank()) continue;
-    fabric.peer(p).send_seq[lane] += program.sends_to(p);
-    fabric.peer(p).recv_seq[lane] += program.recvs_from(p);
+
+  // ---- complete ----
+
+  // On failure, waits for the writes still reading our buffers (they finish
+  // or time out) before returning. On success, advances the lane's sequence
+  // numbers past this program's pieces.
+  Status complete() {
+    if (!failure_.is_ok()) {
+      while (comps_) {
+        const uint64_t epoch = sig_.epoch();
+        {
+          std::lock_guard<std::mutex> lock(comps_->mu);
+          if (comps_->in_flight == 0) break;
+        }
+        sig_.wait(epoch, Clock::now() + Millis(100), std::chrono::microseconds(0));
+      }
+      return failure_.with_op(what_);
+    }
+    for (int p = 0; p < world_; ++p) {
+      if (p == fabric_.rank()) continue;
+      fabric_.peer(p).send_seq[lane_] += program_.sends_to(p);
+      fabric_.peer(p).recv_seq[lane_] += program_.recvs_from(p);
+    }
+    return Status::ok();
   }
-  return Status::ok();
+
+  Fabric& fabric_;
+  const Program& program_;
+  const std::vector<Item>& items_;
+  const size_t n_;
+  const int lane_;
+  const int world_;
+  const size_t es_;
+  const FabricConfig& cfg_;
+  const Clock::time_point deadline_;
+  const std::string& what_;
+  Signal& sig_;
+  const int yield_every_;
+  Scratch& scratch_;
+
+  std::shared_ptr<Completions> comps_;  // made by the first write that needs one
+  size_t finished_ = 0;
+  Status failure_;
+  Clock::time_point spin_until_;  // spin (drive, poll) rather than sleep until then
+  int waiting_peer_ = -1;         // set by blocked(): the peer we wait on, or -1
+  std::string waiting_for_;       // ... and what for
+};
+
+}  // namespace
+
+Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_point deadline,
+               const std::string& what) {
+  if (program.items().empty()) return Status::ok();
+  if (Status st = fabric.detached_error(); !st.is_ok()) return st.with_op(what);
+  return Run(fabric, program, lane, deadline, what).execute();
 }
 
 }  // namespace rdmaflow

@@ -7,7 +7,7 @@
 //   copy(dst, src, n), scale(dst, n)  local work (scale finishes kAvg)
 //   reduce(dst, src, n)               local work: dst = dst (op) src
 //
-// Algorithms (ring.cc, binomial_tree.cc, ...) emit these calls in the order the
+// Algorithms (collectives/algorithms/) emit these calls in the order the
 // paper's pseudocode would execute them with blocking operations. Messages are
 // split into pieces of at most `piece_elems` elements; the sender and the
 // receiver split a message the same way, so the k-th piece this rank sends to

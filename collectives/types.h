@@ -40,8 +40,8 @@ std::string_view collective_name(CollectiveKind kind);
 // The knob that forces an algorithm: "RDMAFLOW_ALLREDUCE_ALGO", ...
 const char* collective_algo_env(CollectiveKind kind);
 
-// Algorithms. Not every algorithm implements every collective; see
-// algorithm_supports().
+// Algorithms: the id of a row of the registry (collectives/algorithms/registry.h),
+// which holds each one's name, aliases, collectives, scratch and cost.
 enum class Algorithm : uint8_t {
   kAuto,               // chosen by the cost model
   kRing,               // ring reduce-scatter + allgather, chunked and pipelined
@@ -54,13 +54,13 @@ enum class Algorithm : uint8_t {
   kDirect,             // allgather, allreduce: every rank writes its block to every other at once
 };
 
-// "auto", "ring", "tree", "dbtree", "rabenseifner", "rd", "pairwise",
-// "dissemination", "direct".
+// "auto", or the algorithm's name in the registry ("ring", "tree", "dbtree", ...).
 std::string_view algorithm_name(Algorithm algo);
-// Accepts the names above and a few aliases ("binomial", "double_binary_tree",
-// "recursive_doubling", "halving_doubling").
+// Accepts "auto" and every name and alias of the registry ("binomial",
+// "recursive_doubling", ...).
 std::optional<Algorithm> parse_algorithm(std::string_view name);
 
+// Whether the registry row of `algo` implements `kind` (kAuto: always).
 bool algorithm_supports(Algorithm algo, CollectiveKind kind);
 
 // True for types a reduction accepts (every type but bool).

@@ -39,6 +39,7 @@
 #include <string_view>
 #include <vector>
 
+#include "collectives/algorithms/registry.h"
 #include "collectives/communicator.h"
 #include "runtime/rendezvous/bootstrap.h"
 #include "tools/cli.h"
@@ -74,6 +75,13 @@ CLI::Validator named(const std::string& what, Parse parse) {
         return parse(v) ? "" : "unknown " + what + " '" + v + "'";
       },
       "", what);
+}
+
+// "auto|ring|tree|...": the --algo choices, from the algorithm registry.
+std::string algo_choices() {
+  std::string s(algorithm_name(Algorithm::kAuto));
+  for (const AlgorithmInfo& info : algorithm_table()) s += "|" + std::string(info.name);
+  return s;
 }
 
 std::optional<CollectiveKind> parse_op(std::string_view name) {
@@ -116,7 +124,8 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
       ->default_str("none");
   app.add_option("--json", a.json, "also write every field to FILE")->type_name("FILE");
   app.add_option("--transport", a.transport, "rdmaflow's transport: ucx or tcp");
-  app.add_option("--algo", algo, "rdmaflow's algorithm; wins over RDMAFLOW_<OP>_ALGO")
+  app.add_option("--algo", algo,
+                 "rdmaflow's algorithm (" + algo_choices() + "); wins over RDMAFLOW_<OP>_ALGO")
       ->check(named("algorithm", parse_algorithm));
   if (auto exit_code = cli::parse(app, argc, argv)) return exit_code;
   a.op = *parse_op(op);

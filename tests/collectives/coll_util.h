@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "collectives/algorithms/registry.h"
 #include "collectives/communicator.h"
 #include "tests/collectives/reference.h"
 #include "tests/support/backends.h"

@@ -18,33 +18,6 @@ class Collectives : public ::testing::TestWithParam<BackendRow> {
   const BackendRow& backend() const { return GetParam(); }
 };
 
-struct AlgoOf {
-  CollectiveKind kind;
-  Algorithm algo;
-};
-const AlgoOf kAlgos[] = {
-    {CollectiveKind::kAllreduce, Algorithm::kRing},
-    {CollectiveKind::kAllreduce, Algorithm::kTree},
-    {CollectiveKind::kAllreduce, Algorithm::kDoubleBinaryTree},
-    {CollectiveKind::kAllreduce, Algorithm::kRabenseifner},
-    {CollectiveKind::kAllreduce, Algorithm::kRecursiveDoubling},
-    {CollectiveKind::kAllreduce, Algorithm::kDirect},
-    {CollectiveKind::kReduceScatter, Algorithm::kRing},
-    {CollectiveKind::kReduceScatter, Algorithm::kRabenseifner},
-    {CollectiveKind::kReduceScatter, Algorithm::kRecursiveDoubling},
-    {CollectiveKind::kAllgather, Algorithm::kRing},
-    {CollectiveKind::kAllgather, Algorithm::kRecursiveDoubling},
-    {CollectiveKind::kAllgather, Algorithm::kDirect},
-    {CollectiveKind::kBroadcast, Algorithm::kRing},
-    {CollectiveKind::kBroadcast, Algorithm::kTree},
-    {CollectiveKind::kReduce, Algorithm::kRing},
-    {CollectiveKind::kReduce, Algorithm::kTree},
-    {CollectiveKind::kReduce, Algorithm::kRabenseifner},
-    {CollectiveKind::kAlltoall, Algorithm::kPairwise},
-    {CollectiveKind::kBarrier, Algorithm::kDissemination},
-    {CollectiveKind::kBarrier, Algorithm::kTree},
-};
-
 bool reduces(CollectiveKind k) {
   return k == CollectiveKind::kAllreduce || k == CollectiveKind::kReduceScatter ||
          k == CollectiveKind::kReduce;
@@ -68,7 +41,7 @@ TEST_P(Collectives, EveryAlgorithmRepresentativeSlice) {
           opts.slots = 2;
           RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node, opts));
           uint32_t seed = 1;
-          for (const AlgoOf& a : kAlgos) {
+          for (const KindAlgorithm& a : supported_pairs()) {
             const size_t counts[] = {0, 1, static_cast<size_t>(std::max(1, n - 1)), 1001, 5003};
             for (size_t count : counts) {
               CallSpec c;
@@ -104,8 +77,7 @@ TEST_P(Collectives, LargeAllreduceEveryAlgorithm) {
     CommNode node;
     RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node));
     uint32_t seed = 7;
-    for (Algorithm algo : {Algorithm::kRing, Algorithm::kTree, Algorithm::kDoubleBinaryTree,
-                           Algorithm::kRabenseifner, Algorithm::kRecursiveDoubling}) {
+    for (Algorithm algo : algorithms_for(CollectiveKind::kAllreduce)) {
       CallSpec c{CollectiveKind::kAllreduce, algo, DataType::kF32, ReduceOp::kSum, (1u << 20) + 1};
       c.seed = seed++;
       std::string first;

@@ -24,33 +24,6 @@ void PrintTo(const MatrixCase& c, std::ostream* os) {
 
 class Matrix : public ::testing::TestWithParam<MatrixCase> {};
 
-struct AlgoOf {
-  CollectiveKind kind;
-  Algorithm algo;
-};
-const AlgoOf kAlgos[] = {
-    {CollectiveKind::kAllreduce, Algorithm::kRing},
-    {CollectiveKind::kAllreduce, Algorithm::kTree},
-    {CollectiveKind::kAllreduce, Algorithm::kDoubleBinaryTree},
-    {CollectiveKind::kAllreduce, Algorithm::kRabenseifner},
-    {CollectiveKind::kAllreduce, Algorithm::kRecursiveDoubling},
-    {CollectiveKind::kAllreduce, Algorithm::kDirect},
-    {CollectiveKind::kReduceScatter, Algorithm::kRing},
-    {CollectiveKind::kReduceScatter, Algorithm::kRabenseifner},
-    {CollectiveKind::kReduceScatter, Algorithm::kRecursiveDoubling},
-    {CollectiveKind::kReduce, Algorithm::kRing},
-    {CollectiveKind::kReduce, Algorithm::kTree},
-    {CollectiveKind::kReduce, Algorithm::kRabenseifner},
-    {CollectiveKind::kAllgather, Algorithm::kRing},
-    {CollectiveKind::kAllgather, Algorithm::kRecursiveDoubling},
-    {CollectiveKind::kAllgather, Algorithm::kDirect},
-    {CollectiveKind::kBroadcast, Algorithm::kRing},
-    {CollectiveKind::kBroadcast, Algorithm::kTree},
-    {CollectiveKind::kAlltoall, Algorithm::kPairwise},
-    {CollectiveKind::kBarrier, Algorithm::kDissemination},
-    {CollectiveKind::kBarrier, Algorithm::kTree},
-};
-
 const DataType kTypes[] = {DataType::kF32, DataType::kF64, DataType::kF16, DataType::kBF16,
                            DataType::kI32, DataType::kI64, DataType::kU8};
 
@@ -77,7 +50,7 @@ TEST_P(Matrix, EveryAlgorithmTypeReductionAndCount) {
         for (DataType t : kTypes) {
           for (ReduceOp op : kAllReduceOps) {
             const uint32_t seed = 1 + static_cast<uint32_t>(t) * 8 + static_cast<uint32_t>(op);
-            for (const AlgoOf& a : kAlgos) {
+            for (const KindAlgorithm& a : supported_pairs()) {
               if (!reduces(a.kind) && op != ReduceOp::kSum) continue;
               if (a.kind == CollectiveKind::kBarrier && t != DataType::kF32) continue;
               const size_t big = per_rank(a.kind) ? (size_t{1} << 20) / n + 1 : (1u << 20) + 1;

@@ -10,9 +10,11 @@
 #include <map>
 #include <random>
 #include <set>
+#include <string_view>
 #include <tuple>
+#include <utility>
 
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/registry.h"
 #include "collectives/cost_model.h"
 #include "collectives/reduce_kernels.h"
 #include "collectives/topology.h"
@@ -188,34 +190,6 @@ std::string simulate(CollectiveKind kind, Algorithm algo, DataType t, ReduceOp o
   return "";
 }
 
-struct AlgoCase {
-  CollectiveKind kind;
-  Algorithm algo;
-};
-
-const AlgoCase kCases[] = {
-    {CollectiveKind::kAllreduce, Algorithm::kRing},
-    {CollectiveKind::kAllreduce, Algorithm::kTree},
-    {CollectiveKind::kAllreduce, Algorithm::kDoubleBinaryTree},
-    {CollectiveKind::kAllreduce, Algorithm::kRabenseifner},
-    {CollectiveKind::kAllreduce, Algorithm::kRecursiveDoubling},
-    {CollectiveKind::kAllreduce, Algorithm::kDirect},
-    {CollectiveKind::kReduceScatter, Algorithm::kRing},
-    {CollectiveKind::kReduceScatter, Algorithm::kRabenseifner},
-    {CollectiveKind::kReduceScatter, Algorithm::kRecursiveDoubling},
-    {CollectiveKind::kAllgather, Algorithm::kRing},
-    {CollectiveKind::kAllgather, Algorithm::kRecursiveDoubling},
-    {CollectiveKind::kAllgather, Algorithm::kDirect},
-    {CollectiveKind::kBroadcast, Algorithm::kRing},
-    {CollectiveKind::kBroadcast, Algorithm::kTree},
-    {CollectiveKind::kReduce, Algorithm::kRing},
-    {CollectiveKind::kReduce, Algorithm::kTree},
-    {CollectiveKind::kReduce, Algorithm::kRabenseifner},
-    {CollectiveKind::kAlltoall, Algorithm::kPairwise},
-    {CollectiveKind::kBarrier, Algorithm::kDissemination},
-    {CollectiveKind::kBarrier, Algorithm::kTree},
-};
-
 bool reduces(CollectiveKind k) {
   return k == CollectiveKind::kAllreduce || k == CollectiveKind::kReduceScatter ||
          k == CollectiveKind::kReduce;
@@ -225,7 +199,7 @@ TEST(Schedule, EveryAlgorithmEveryWorldSize) {
   const DataType types[] = {DataType::kF32, DataType::kF64, DataType::kF16, DataType::kBF16,
                             DataType::kI32, DataType::kI64, DataType::kU8};
   uint32_t seed = 1;
-  for (const AlgoCase& c : kCases) {
+  for (const KindAlgorithm& c : supported_pairs()) {
     for (int world = 1; world <= 8; ++world) {
       const bool per_rank = c.kind == CollectiveKind::kReduceScatter ||
                             c.kind == CollectiveKind::kAllgather ||
@@ -346,6 +320,49 @@ TEST(CostModel, RoundsDecideTinyAllreduceOnACrowdedHost) {
   }
   EXPECT_EQ(CostModel(5, fast).rounds(CollectiveKind::kAllreduce, Algorithm::kRecursiveDoubling),
             4);
+}
+
+// The registry is the one list of algorithms: every row has a name and a
+// collective, names and aliases parse back to the row, and the names the
+// environment knobs have always accepted still do.
+TEST(Registry, EveryRowParsesAndImplementsSomething) {
+  EXPECT_EQ(parse_algorithm("auto"), Algorithm::kAuto);
+  EXPECT_EQ(algorithm_name(Algorithm::kAuto), "auto");
+  EXPECT_FALSE(parse_algorithm("nonsense").has_value());
+  for (const AlgorithmInfo& info : algorithm_table()) {
+    EXPECT_EQ(find_algorithm(info.id), &info);
+    EXPECT_EQ(parse_algorithm(info.name), info.id) << info.name;
+    EXPECT_EQ(algorithm_name(info.id), info.name);
+    for (std::string_view alias : info.aliases) {
+      if (!alias.empty()) {
+        EXPECT_EQ(parse_algorithm(alias), info.id) << alias;
+      }
+    }
+    bool any = false;
+    for (CollectiveKind k : kAllCollectives) any |= algorithm_supports(info.id, k);
+    EXPECT_TRUE(any) << info.name;
+  }
+  const std::pair<const char*, Algorithm> known[] = {
+      {"ring", Algorithm::kRing},
+      {"tree", Algorithm::kTree},
+      {"binomial", Algorithm::kTree},
+      {"binomial_tree", Algorithm::kTree},
+      {"dbtree", Algorithm::kDoubleBinaryTree},
+      {"double_binary_tree", Algorithm::kDoubleBinaryTree},
+      {"double_tree", Algorithm::kDoubleBinaryTree},
+      {"rabenseifner", Algorithm::kRabenseifner},
+      {"halving_doubling", Algorithm::kRabenseifner},
+      {"rhd", Algorithm::kRabenseifner},
+      {"rd", Algorithm::kRecursiveDoubling},
+      {"recursive_doubling", Algorithm::kRecursiveDoubling},
+      {"pairwise", Algorithm::kPairwise},
+      {"dissemination", Algorithm::kDissemination},
+      {"direct", Algorithm::kDirect},
+  };
+  for (const auto& [name, algo] : known) EXPECT_EQ(parse_algorithm(name), algo) << name;
+  size_t pairs = 0;
+  for (CollectiveKind k : kAllCollectives) pairs += algorithms_for(k).size();
+  EXPECT_EQ(supported_pairs().size(), pairs);
 }
 
 }  // namespace

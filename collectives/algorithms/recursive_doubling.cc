@@ -3,7 +3,9 @@
 // messages, so the choice for tiny buffers where latency is everything. A
 // world that is not a power of two is folded as in rabenseifner.cc (the even
 // rank of each of the first r pairs hands everything to its odd partner).
-#include "collectives/algorithms.h"
+#include <limits>
+
+#include "collectives/algorithms/registry.h"
 #include "collectives/topology.h"
 
 namespace rdmaflow {
@@ -84,6 +86,30 @@ void rd_reduce_scatter(const CollArgs& a, Program& p) {
   b.tmp = a.tmp + b.count * a.es();
   rd_allreduce(b, p);
   p.copy(a.out, a.tmp_at(a.rank * a.count), a.count);
+}
+
+size_t rd_scratch(const CollArgs& a) {
+  if (a.kind == CollectiveKind::kReduceScatter) return 2 * static_cast<size_t>(a.world) * a.count;
+  return a.kind == CollectiveKind::kAllreduce ? a.count : 0;
+}
+
+double rd_rounds(CollectiveKind, const CostTerms& t) {
+  const double fold = t.folded ? 2 : 0;
+  return t.lgp + fold;
+}
+
+double rd_cost(CollectiveKind kind, const CostTerms& t) {
+  const double m = t.m, a = t.a, b = t.b, g = t.g, p = t.p, lgp = t.lgp;
+  const bool folded = t.folded;
+  switch (kind) {
+    case CollectiveKind::kAllreduce:
+    case CollectiveKind::kReduceScatter:  // m = input bytes (world blocks)
+      return lgp * (a + m * b + m * g) + (folded ? 2 * a + 2 * m * b + m * g : 0);
+    case CollectiveKind::kAllgather:  // m = output bytes
+      return lgp * a + (p - 1) / p * m * b + (folded ? 2 * a + m * b : 0);
+    default:
+      return std::numeric_limits<double>::infinity();
+  }
 }
 
 }  // namespace rdmaflow

@@ -2,7 +2,10 @@
 // signals rank+2^k and waits for rank-2^k. After ceil(log2 n) rounds every rank
 // has transitively heard from all others. The one-byte token a round sends is
 // the one the previous round received, which orders the rounds.
-#include "collectives/algorithms.h"
+#include <limits>
+
+#include "collectives/algorithms/registry.h"
+#include "collectives/topology.h"
 
 namespace rdmaflow {
 
@@ -14,6 +17,19 @@ void dissemination_barrier(const CollArgs& a, Program& p) {
     p.recv((r - d + n) % n, a.tmp + k + 1, 1);
     p.next_step();
   }
+}
+
+size_t dissemination_scratch(const CollArgs& a) {
+  return static_cast<size_t>(ceil_log2(a.world)) + 2;  // one-byte tokens
+}
+
+double dissemination_rounds(CollectiveKind, const CostTerms& t) {
+  return t.lg;
+}
+
+double dissemination_cost(CollectiveKind kind, const CostTerms& t) {
+  if (kind != CollectiveKind::kBarrier) return std::numeric_limits<double>::infinity();
+  return t.lg * t.a;
 }
 
 }  // namespace rdmaflow

@@ -8,7 +8,9 @@
 // vector and receives the first half; each reduces its half; the even rank then
 // sends its reduced half to the odd one, which carries the pair through the
 // power-of-two phase and hands the result back at the end.
-#include "collectives/algorithms.h"
+#include <limits>
+
+#include "collectives/algorithms/registry.h"
 #include "collectives/topology.h"
 
 namespace rdmaflow {
@@ -149,6 +151,36 @@ void rabenseifner_reduce(const CollArgs& a, Program& p) {
       BlockRange b = layout(v);
       p.recv(fold_real_rank(f, v), a.out_at(b.begin), b.size);
     }
+  }
+}
+
+size_t rabenseifner_scratch(const CollArgs& a) {
+  if (a.kind == CollectiveKind::kReduceScatter) return static_cast<size_t>(a.world) * a.count;
+  return a.kind == CollectiveKind::kReduce ? a.count : 0;
+}
+
+double rabenseifner_rounds(CollectiveKind kind, const CostTerms& t) {
+  const double lgp = t.lgp, fold = t.folded ? 2 : 0;
+  return (kind == CollectiveKind::kAllreduce ? 2 * lgp
+          : kind == CollectiveKind::kReduce  ? lgp + 1
+                                             : lgp) +
+         fold;
+}
+
+double rabenseifner_cost(CollectiveKind kind, const CostTerms& t) {
+  const double m = t.m, a = t.a, b = t.b, g = t.g, p = t.p, lgp = t.lgp;
+  const bool folded = t.folded;
+  switch (kind) {
+    case CollectiveKind::kAllreduce:
+      return 2 * lgp * a + 2 * (p - 1) / p * m * b + (p - 1) / p * m * g +
+             (folded ? 3 * a + 2 * m * b + 0.5 * m * g : 0) + t.pieces(m / 2) * a;
+    case CollectiveKind::kReduceScatter:  // m = input bytes (world blocks)
+      return lgp * a + (p - 1) / p * m * (b + g) + (folded ? 2 * a + m * b + 0.5 * m * g : 0);
+    case CollectiveKind::kReduce:
+      return (lgp + 1) * a + 2 * (p - 1) / p * m * b + (p - 1) / p * m * g +
+             (folded ? 2 * a + m * b + 0.5 * m * g : 0);
+    default:
+      return std::numeric_limits<double>::infinity();
   }
 }
 

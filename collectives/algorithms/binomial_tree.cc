@@ -2,7 +2,10 @@
 // parent and log2 n children. The Program splits the buffer into pieces, so a
 // piece moves up (reduce) or down (broadcast) the tree while the next one is in
 // flight behind it: a pipelined tree.
-#include "collectives/algorithms.h"
+#include <algorithm>
+#include <limits>
+
+#include "collectives/algorithms/registry.h"
 #include "collectives/topology.h"
 
 namespace rdmaflow {
@@ -67,6 +70,33 @@ void tree_barrier(const CollArgs& a, Program& p) {
   b.in = a.tmp;
   b.out = a.tmp + 1;
   tree_allreduce(b, p);
+}
+
+size_t tree_scratch(const CollArgs& a) {
+  if (a.kind == CollectiveKind::kBarrier) {
+    return static_cast<size_t>(ceil_log2(a.world)) + 2;  // one-byte tokens
+  }
+  return a.kind == CollectiveKind::kReduce ? a.count : 0;
+}
+
+double tree_rounds(CollectiveKind kind, const CostTerms& t) {
+  return kind == CollectiveKind::kAllreduce || kind == CollectiveKind::kBarrier ? 2 * t.lg : t.lg;
+}
+
+double tree_cost(CollectiveKind kind, const CostTerms& t) {
+  const double m = t.m, a = t.a, b = t.b, g = t.g, lg = t.lg, k = t.k;
+  switch (kind) {
+    case CollectiveKind::kAllreduce:
+      return 2 * lg * (a + std::min(m, k) * b) + 2 * lg * m * b + lg * m * g;
+    case CollectiveKind::kBroadcast:
+      return lg * (a + std::min(m, k) * b) + lg * m * b;
+    case CollectiveKind::kReduce:
+      return lg * (a + std::min(m, k) * b) + lg * m * (b + g);
+    case CollectiveKind::kBarrier:
+      return 2 * lg * a;
+    default:
+      return std::numeric_limits<double>::infinity();
+  }
 }
 
 }  // namespace rdmaflow

@@ -4,7 +4,10 @@
 // 2(n-1) messages of count/n elements, the bandwidth-optimal schedule.
 // Blocks are split into pieces by the Program, and the executor forwards a
 // piece as soon as it is reduced, so transfer and reduction overlap.
-#include "collectives/algorithms.h"
+#include <algorithm>
+#include <limits>
+
+#include "collectives/algorithms/registry.h"
 
 namespace rdmaflow {
 namespace {
@@ -103,6 +106,34 @@ void ring_reduce(const CollArgs& a, Program& p) {
     for (int b = 0; b < n; ++b) {
       if (b != r) p.recv(b, a.out_at(blk(b).begin), blk(b).size);
     }
+  }
+}
+
+size_t ring_scratch(const CollArgs& a) {
+  if (a.kind == CollectiveKind::kReduceScatter) return static_cast<size_t>(a.world) * a.count;
+  return a.kind == CollectiveKind::kReduce ? a.count : 0;
+}
+
+double ring_rounds(CollectiveKind kind, const CostTerms& t) {
+  if (kind == CollectiveKind::kAllreduce) return 2 * (t.n - 1);
+  return kind == CollectiveKind::kReduce ? t.n : t.n - 1;
+}
+
+double ring_cost(CollectiveKind kind, const CostTerms& t) {
+  const double n = t.n, m = t.m, a = t.a, b = t.b, g = t.g, k = t.k;
+  switch (kind) {
+    case CollectiveKind::kAllreduce:
+      return 2 * (n - 1) * a * t.pieces(m / n) + 2 * (n - 1) / n * m * b + (n - 1) / n * m * g;
+    case CollectiveKind::kReduceScatter:  // m = input bytes (world blocks)
+      return (n - 1) * a * t.pieces(m / n) + (n - 1) / n * m * (b + g);
+    case CollectiveKind::kAllgather:  // m = output bytes
+      return (n - 1) * a * t.pieces(m / n) + (n - 1) / n * m * b;
+    case CollectiveKind::kBroadcast:
+      return (n - 1) * (a + std::min(m, k) * b) + m * b + t.pieces(m) * a;
+    case CollectiveKind::kReduce:
+      return n * a * t.pieces(m / n) + (n - 1) / n * m * (2 * b + g);
+    default:
+      return std::numeric_limits<double>::infinity();
   }
 }
 

@@ -7,7 +7,9 @@
 //   allgather: the blocks land in place in out.
 //   allreduce: the contributions are combined in rank order,
 //              ((x0 op x1) op x2) ..., so every rank computes the same bits.
-#include "collectives/algorithms.h"
+#include <limits>
+
+#include "collectives/algorithms/registry.h"
 
 namespace rdmaflow {
 
@@ -46,6 +48,26 @@ void direct_allreduce(const CollArgs& a, Program& p) {
     }
   }
   if (a.op == ReduceOp::kAvg) p.scale(a.out, c);
+}
+
+size_t direct_scratch(const CollArgs& a) {
+  return a.kind == CollectiveKind::kAllreduce && a.in == a.out ? a.count : 0;
+}
+
+double direct_rounds(CollectiveKind, const CostTerms&) {
+  return 1;
+}
+
+double direct_cost(CollectiveKind kind, const CostTerms& t) {
+  const double n = t.n, m = t.m, a = t.a, b = t.b, g = t.g;
+  switch (kind) {
+    case CollectiveKind::kAllreduce:  // one round of n - 1 concurrent messages
+      return a + (n - 1) * (t.pieces(m) * 0.5 * a + m * (b + g));
+    case CollectiveKind::kAllgather:
+      return a + (n - 1) * (0.5 * a) + (n - 1) / n * m * b;
+    default:
+      return std::numeric_limits<double>::infinity();
+  }
 }
 
 }  // namespace rdmaflow

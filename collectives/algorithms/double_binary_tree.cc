@@ -4,8 +4,9 @@
 // broadcast back down, piece by piece, so both trees and both directions are
 // busy at once: full bandwidth of a pipelined tree at log2(n) latency.
 #include <algorithm>
+#include <limits>
 
-#include "collectives/algorithms.h"
+#include "collectives/algorithms/registry.h"
 #include "collectives/topology.h"
 
 namespace rdmaflow {
@@ -46,6 +47,16 @@ void dbtree_allreduce(const CollArgs& a, Program& p) {
     }
     p.next_step();
   }
+}
+
+double dbtree_rounds(CollectiveKind kind, const CostTerms& t) {
+  return kind == CollectiveKind::kAllreduce || kind == CollectiveKind::kBarrier ? 2 * t.lg : t.lg;
+}
+
+double dbtree_cost(CollectiveKind kind, const CostTerms& t) {
+  const double m = t.m, a = t.a, b = t.b, g = t.g, lg = t.lg, k = t.k;
+  if (kind != CollectiveKind::kAllreduce) return std::numeric_limits<double>::infinity();
+  return 2 * lg * (a + std::min(m / 2, k) * b) + 2 * m * b + m * g + t.pieces(m / 2) * a;
 }
 
 }  // namespace rdmaflow

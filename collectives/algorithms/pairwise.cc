@@ -1,6 +1,8 @@
 // Pairwise alltoall: at step s, send to rank+s and receive from rank-s, so
 // every rank has one partner in each direction per step.
-#include "collectives/algorithms.h"
+#include <limits>
+
+#include "collectives/algorithms/registry.h"
 
 namespace rdmaflow {
 
@@ -20,6 +22,20 @@ void pairwise_alltoall(const CollArgs& a, Program& p) {
     p.recv(from, a.out_at(from * c), c);
     p.next_step();
   }
+}
+
+size_t pairwise_scratch(const CollArgs& a) {
+  return a.in == a.out ? static_cast<size_t>(a.world) * a.count : 0;
+}
+
+double pairwise_rounds(CollectiveKind, const CostTerms& t) {
+  return t.n - 1;
+}
+
+double pairwise_cost(CollectiveKind kind, const CostTerms& t) {
+  const double n = t.n, m = t.m, a = t.a, b = t.b;
+  if (kind != CollectiveKind::kAlltoall) return std::numeric_limits<double>::infinity();
+  return (n - 1) * a + (n - 1) / n * m * b;
 }
 
 }  // namespace rdmaflow
