@@ -101,7 +101,7 @@ Result<std::unique_ptr<Fabric>> Fabric::create(int rank, int world,
     }
     Peer& peer = f->peers_[p];
     peer.channel = channels[p];
-    peer.staged = peer.channel->backend() == "verbs";
+    peer.staged = !peer.channel->capabilities().any_source_memory;
     peer.send_seq.assign(config.lanes, 0);
     peer.recv_seq.assign(config.lanes, 0);
     PeerSlots& ps = f->shared_->peers[p];

@@ -107,16 +107,27 @@ struct DirectView {
   std::shared_ptr<void> keep;
 };
 
+// What a channel can do beyond the contract, for callers that adapt to it
+// (the collectives stage sources for a channel that needs registered memory).
+struct ChannelCapabilities {
+  // write() takes a source anywhere in this process's memory; false: only
+  // inside memory registered with the channel's transport.
+  bool any_source_memory = false;
+};
+
 class Channel {
  public:
   virtual ~Channel() = default;
 
   virtual int peer_rank() const = 0;
+  // The backend's name, for logs and for picking the RemoteKey made for it;
+  // behaviour follows capabilities(), never the name.
   virtual std::string backend() const = 0;
+  virtual ChannelCapabilities capabilities() const = 0;
 
   // One-sided write of [src, src + len) into `dst` at `dst_offset`.
-  // `src` must lie in memory registered with this channel's transport (the TCP
-  // backend accepts any memory). If `notify` is set, the peer's inbox receives
+  // `src` must lie in memory registered with this channel's transport unless
+  // capabilities().any_source_memory. If `notify` is set, the peer's inbox receives
   // it only after every byte of the write is visible in the peer's memory.
   // An offset/length outside the grant completes with kOutOfRange and writes
   // nothing.

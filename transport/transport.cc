@@ -41,6 +41,25 @@ std::vector<std::string> transport_backend_names() {
   return names;
 }
 
+Reach transport_reach(const std::string& name, const Endpoint& a, const Endpoint& b,
+                      bool same_host) {
+  register_builtin_transports();
+  ReachFunction reaches;
+  bool known = false;
+  {
+    auto& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (const auto& info : r.backends) {
+      if (info.name != name) continue;
+      known = true;
+      reaches = info.reaches;
+    }
+  }
+  if (!known) return {Medium::kNone, "backend '" + name + "' is not built"};
+  if (!reaches) return {Medium::kSocket, ""};
+  return reaches(a, b, same_host);
+}
+
 Result<std::unique_ptr<Transport>> make_transport(const std::string& name,
                                                   const TransportConfig& config) {
   register_builtin_transports();

@@ -38,10 +38,33 @@ struct TransportCapabilities {
   // The device, for logs ("rxe0 port 1 (RoCE, mtu 1024), GID index 1 ...").
   std::string device;
   // What the device reaches (verbs: "ib <subnet prefix>", "roce <IPv4 subnet>",
-  // or "roce" when the subnet is unknown); fabrics_reach() in
-  // runtime/selection/transport_select.h says whether two ranks' devices reach each other.
+  // or "roce" when the subnet is unknown); the backend's ReachFunction says
+  // whether two ranks' devices reach each other.
   std::string fabric;
 };
+
+// The medium a backend would move a pair's data over; a better one compares greater.
+enum class Medium : uint8_t { kNone = 0, kSocket, kRdma, kSharedMemory };
+
+// One rank of a pair, as transport selection sees it: what that rank published.
+struct Endpoint {
+  int rank = -1;
+  std::string hostname;
+  const TransportCapabilities* caps = nullptr;
+};
+
+// A backend's answer for one pair: the medium and a sentence naming the path
+// ("UCX shared memory: posix,cma"), or kNone and why not.
+struct Reach {
+  Medium medium = Medium::kNone;
+  std::string reason;
+};
+
+// Does the backend connect ranks `a` and `b`, and over what (NCCL's
+// canConnect)? Judged from what both ranks published, so each end of the pair
+// computes the same answer. `same_host`: both share a kernel and the pid and
+// IPC namespaces. Pure and cheap; called with both ranks in rank order.
+using ReachFunction = std::function<Reach(const Endpoint& a, const Endpoint& b, bool same_host)>;
 
 class Transport : public MemoryRegistrar {
  public:
@@ -87,12 +110,16 @@ using TransportFactory = std::function<Result<std::unique_ptr<Transport>>(const 
 
 struct TransportBackendInfo {
   std::string name;
-  int priority = 0;  // higher is preferred by auto-selection
+  int priority = 0;  // among backends reaching a pair over one medium, higher wins
   TransportFactory factory;
+  ReachFunction reaches;  // null: reaches every peer over a socket
 };
 
 void register_transport_backend(TransportBackendInfo info);
 std::vector<std::string> transport_backend_names();  // by descending priority
+// The registered backend's answer for a pair; kNone naming the backend when unknown.
+Reach transport_reach(const std::string& name, const Endpoint& a, const Endpoint& b,
+                      bool same_host);
 
 // One way to run a backend, for callers that want a row per medium (the
 // conformance suite, benchmarks): the backend as it is, or pinned to one medium

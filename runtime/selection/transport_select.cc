@@ -8,6 +8,7 @@
 
 #include "common/env.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "runtime/session/session_layout.h"
 
 namespace rdmaflow {
@@ -16,48 +17,6 @@ namespace {
 
 constexpr const char* kOp = "select transports";
 constexpr uint32_t kRecordVersion = 1;
-
-// UCX transports that reach another process through memory on the same host.
-bool is_ucx_shared_memory(const std::string& tl) {
-  return tl == "posix" || tl == "sysv" || tl == "cma" || tl == "xpmem" || tl == "knem";
-}
-
-// UCX transports that move data over an RDMA device (rc_verbs, ud_mlx5, dc_mlx5, ...).
-bool is_ucx_rdma(const std::string& tl) {
-  for (const char* p : {"rc", "ud", "dc"}) {
-    const std::string prefix = p;
-    if (tl == prefix || tl.rfind(prefix + "_", 0) == 0) return true;
-  }
-  return false;
-}
-
-std::vector<std::string> filter(const std::vector<std::string>& tls,
-                                bool (*keep)(const std::string&)) {
-  std::vector<std::string> out;
-  for (const auto& t : tls) {
-    if (keep(t)) out.push_back(t);
-  }
-  return out;
-}
-
-std::vector<std::string> common(const std::vector<std::string>& a,
-                                const std::vector<std::string>& b) {
-  std::vector<std::string> out;
-  for (const auto& x : a) {
-    if (std::find(b.begin(), b.end(), x) != b.end()) out.push_back(x);
-  }
-  return out;
-}
-
-std::string join(const std::vector<std::string>& v, const char* sep = ",") {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
-  return out;
-}
-
-std::string rank_text(int r) {
-  return "rank " + std::to_string(r);
-}
 
 std::string read_first_line(const char* path) {
   std::ifstream in(path);
@@ -184,13 +143,6 @@ std::string PeerTransport::describe() const {
   return "transport to " + rank_text(peer) + ": " + transport + " (" + reason + ")";
 }
 
-bool fabrics_reach(const std::string& a, const std::string& b) {
-  if (a.empty() || b.empty()) return false;
-  if (a == b) return true;
-  const auto roce = [](const std::string& f) { return f == "roce" || f.starts_with("roce "); };
-  return roce(a) && roce(b) && (a == "roce" || b == "roce");
-}
-
 Result<PeerTransport> decide_pair(int rank_a, const RankCapabilities& a, int rank_b,
                                   const RankCapabilities& b) {
   // Decide in rank order so both ends build the very same answer and reason.
@@ -211,95 +163,43 @@ Result<PeerTransport> decide_pair(int rank_a, const RankCapabilities& a, int ran
     return out;
   }
 
-  std::vector<std::string> why_not;
-  const BackendReport* ua = a.usable("ucx");
-  const BackendReport* ub = b.usable("ucx");
+  // Every backend both ranks may use answers for the pair: the best medium
+  // wins (same-host memory, then RDMA, then sockets; as NCCL takes P2P/SHM over
+  // NET within a node), and among equals the higher priority (`a.backends` is
+  // in priority order). A backend that does not reach says why; those reasons
+  // explain a socket choice and the error when nothing is left.
   const bool same_host = !a.host_id.empty() && a.host_id == b.host_id;
-  // 1. Shared memory on one host: a memcpy beats any NIC loopback (as NCCL
-  //    takes P2P/SHM over NET within a node), even where an RDMA device exists.
-  if (same_host && ua && ub) {
-    const auto shm = common(filter(ua->caps.components, is_ucx_shared_memory),
-                            filter(ub->caps.components, is_ucx_shared_memory));
-    if (!shm.empty()) {
-      out.transport = "ucx";
-      out.reason = "same host '" + a.hostname + "'; UCX shared memory: " + join(shm);
-      return out;
+  std::vector<std::string> why_not;
+  std::vector<std::string> both_allow;  // usable on both ranks but reaching nothing
+  std::string best;
+  Reach best_reach;
+  for (const auto& backend : a.backends) {
+    const BackendReport* ua = a.usable(backend.name);
+    const BackendReport* ub = b.usable(backend.name);
+    if (!ua || !ub) {
+      why_not.push_back(pair_unusable(ra, a, rb, b, backend.name));
+      continue;
+    }
+    const Reach r = transport_reach(backend.name, Endpoint{ra, a.hostname, &ua->caps},
+                                    Endpoint{rb, b.hostname, &ub->caps}, same_host);
+    if (r.medium == Medium::kNone) {
+      why_not.push_back(r.reason);
+      both_allow.push_back(backend.name);
+    } else if (best.empty() || r.medium > best_reach.medium) {
+      best = backend.name;
+      best_reach = r;
     }
   }
-
-  // 2. verbs: both have a device, on the same fabric.
-  const BackendReport* va = a.usable("verbs");
-  const BackendReport* vb = b.usable("verbs");
-  if (va && vb) {
-    if (fabrics_reach(va->caps.fabric, vb->caps.fabric)) {
-      // The more specific of the two names (they differ only when one RoCE
-      // subnet is unknown), so the reason reads the same from both ends.
-      const std::string& fabric =
-          va->caps.fabric.size() >= vb->caps.fabric.size() ? va->caps.fabric : vb->caps.fabric;
-      out.transport = "verbs";
-      out.reason = "RDMA devices on one fabric (" + fabric + "): " + rank_text(ra) + " " +
-                   va->caps.device + "; " + rank_text(rb) + " " + vb->caps.device;
-      return out;
-    }
-    why_not.push_back("verbs devices on different fabrics ('" + va->caps.fabric + "' and '" +
-                      vb->caps.fabric + "')");
-  } else {
-    why_not.push_back(pair_unusable(ra, a, rb, b, "verbs"));
-  }
-
-  // 3. ucx: RDMA on both (shared memory on one host was taken above).
-  if (ua && ub) {
-    const auto shm_a = filter(ua->caps.components, is_ucx_shared_memory);
-    const auto shm_b = filter(ub->caps.components, is_ucx_shared_memory);
-    const auto rdma_a = filter(ua->caps.components, is_ucx_rdma);
-    const auto rdma_b = filter(ub->caps.components, is_ucx_rdma);
-    if (!rdma_a.empty() && !rdma_b.empty()) {
-      out.transport = "ucx";
-      const auto both = common(rdma_a, rdma_b);
-      out.reason =
-          "UCX RDMA transports: " + (both.empty() ? rank_text(ra) + " " + join(rdma_a) + ", " +
-                                                        rank_text(rb) + " " + join(rdma_b)
-                                                  : join(both));
-      if (same_host) out.reason += " (same host '" + a.hostname + "', no common UCX shared memory)";
-      return out;
-    }
-    auto list = [](const BackendReport* r) {
-      return r->caps.components.empty() ? std::string("none") : join(r->caps.components);
-    };
-    if (same_host) {
-      std::string who;
-      if (shm_a.empty()) who = rank_text(ra) + " (UCX transports: " + list(ua) + ")";
-      if (shm_b.empty()) {
-        who += (who.empty() ? "" : " and ") + rank_text(rb) + " (UCX transports: " + list(ub) + ")";
-      }
-      why_not.push_back(who.empty() ? "no UCX shared-memory transport common to both ranks"
-                                    : "no UCX shared memory on " + who);
-    } else {
-      why_not.push_back("different hosts ('" + a.hostname + "', '" + b.hostname +
-                        "') and no UCX RDMA transport on " +
-                        (rdma_a.empty() && rdma_b.empty() ? std::string("either rank")
-                         : rdma_a.empty()                 ? rank_text(ra)
-                                                          : rank_text(rb)));
-    }
-  } else {
-    why_not.push_back(pair_unusable(ra, a, rb, b, "ucx"));
-  }
-
-  // 4. tcp.
-  if (a.usable("tcp") && b.usable("tcp")) {
-    out.transport = "tcp";
-    out.reason = join(why_not, "; ");
+  if (!best.empty()) {
+    out.transport = best;
+    out.reason = best_reach.reason.empty() ? join(why_not, "; ") : best_reach.reason;
     return out;
   }
-  why_not.push_back(pair_unusable(ra, a, rb, b, "tcp"));
-
-  // 5. Whatever both allow, best first (e.g. RDMAFLOW_TRANSPORT=ucx across hosts).
-  for (const auto& backend : a.backends) {
-    if (a.usable(backend.name) && b.usable(backend.name)) {
-      out.transport = backend.name;
-      out.reason = "the only backend both ranks allow (" + join(why_not, "; ") + ")";
-      return out;
-    }
+  // Whatever both allow, best first (e.g. RDMAFLOW_TRANSPORT=ucx across hosts).
+  if (!both_allow.empty()) {
+    out.transport = both_allow.front();
+    out.reason = "the only backend both ranks allow (" + join(why_not, "; ") + ")";
+    return out;
   }
   std::string detail;
   for (const auto& [r, rec] : {std::pair<int, const RankCapabilities*>{ra, &a}, {rb, &b}}) {

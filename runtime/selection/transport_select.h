@@ -84,13 +84,8 @@ struct PeerTransport {
   std::string describe() const;
 };
 
-// Whether two verbs backends' fabrics (TransportCapabilities::fabric) reach
-// each other: the same InfiniBand subnet prefix, or RoCE on the same IPv4
-// subnet. A RoCE device whose subnet is unknown ("roce") is taken to reach any
-// RoCE device over IP. Empty reaches nothing.
-bool fabrics_reach(const std::string& a, const std::string& b);
-
-// Decides the pair (a, b) from the two records. Symmetric: the same answer (and
+// Decides the pair (a, b) from the two records, asking each backend both may
+// use whether it reaches the pair (TransportBackendInfo::reaches). Symmetric: the same answer (and
 // reason) for (a, b) and (b, a). kNotViable when the two have no backend in common.
 Result<PeerTransport> decide_pair(int rank_a, const RankCapabilities& a, int rank_b,
                                   const RankCapabilities& b);

@@ -157,17 +157,9 @@ TEST(DecidePair, RequestedBackendsRestrictThePair) {
   EXPECT_TRUE(contains(r.status().reason(), "verbs: no device")) << r.status().to_string();
 }
 
-// RoCE devices reach each other on one IPv4 subnet; a device whose subnet is
-// unknown ("roce") is taken to reach any RoCE device, as before.
+// RoCE devices on one IPv4 subnet take verbs; on two subnets they do not
+// (verbs' own fabrics_reach, tests/verbs/address_test.cc, decides).
 TEST(DecidePair, RoceSubnetsDecideVerbs) {
-  EXPECT_TRUE(fabrics_reach("roce 10.0.0.0/24", "roce 10.0.0.0/24"));
-  EXPECT_FALSE(fabrics_reach("roce 10.0.0.0/24", "roce 10.0.1.0/24"));
-  EXPECT_TRUE(fabrics_reach("roce", "roce 10.0.1.0/24"));
-  EXPECT_TRUE(fabrics_reach("roce 10.0.1.0/24", "roce"));
-  EXPECT_FALSE(fabrics_reach("roce", "ib fe80000000000000"));
-  EXPECT_FALSE(fabrics_reach("", ""));
-  EXPECT_FALSE(fabrics_reach("rocex", "roce"));
-
   auto a = host("n1", {backend("verbs", true, {}, "roce 10.0.0.0/24"), backend("tcp", true)});
   auto b = host("n2", {backend("verbs", true, {}, "roce 10.0.0.0/24"), backend("tcp", true)});
   PeerTransport d = decide(0, a, 1, b);

@@ -10,6 +10,19 @@
 namespace rdmaflow::verbs {
 namespace {
 
+// RoCE devices reach each other on one IPv4 subnet; a device whose subnet is
+// unknown ("roce") is taken to reach any RoCE device.
+TEST(VerbsFabric, RoceSubnetsAndInfinibandPrefixes) {
+  EXPECT_TRUE(fabrics_reach("roce 10.0.0.0/24", "roce 10.0.0.0/24"));
+  EXPECT_FALSE(fabrics_reach("roce 10.0.0.0/24", "roce 10.0.1.0/24"));
+  EXPECT_TRUE(fabrics_reach("roce", "roce 10.0.1.0/24"));
+  EXPECT_TRUE(fabrics_reach("roce 10.0.1.0/24", "roce"));
+  EXPECT_FALSE(fabrics_reach("roce", "ib fe80000000000000"));
+  EXPECT_TRUE(fabrics_reach("ib fe80000000000000", "ib fe80000000000000"));
+  EXPECT_FALSE(fabrics_reach("", ""));
+  EXPECT_FALSE(fabrics_reach("rocex", "roce"));
+}
+
 TEST(VerbsAddress, ParsesIpv4AndIpv6) {
   auto a = parse_verbs_address("verbs://10.0.0.1:18515");
   ASSERT_TRUE(a.is_ok()) << a.status().to_string();

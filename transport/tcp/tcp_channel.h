@@ -60,6 +60,7 @@ class TcpChannel final : public Channel,
 
   int peer_rank() const override { return peer_; }
   std::string backend() const override { return "tcp"; }
+  ChannelCapabilities capabilities() const override { return {.any_source_memory = true}; }
   void write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
              std::optional<uint64_t> notify, Callback done, Millis timeout) override;
   void read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,

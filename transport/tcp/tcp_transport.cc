@@ -442,8 +442,12 @@ void TcpTransport::shutdown() {
 }  // namespace tcp
 
 void register_tcp_transport() {
+  // Reaches every peer with an IP route; the socket path when nothing better does.
   register_transport_backend(TransportBackendInfo{
-      "tcp", 10, [](const TransportConfig& config) { return tcp::TcpTransport::create(config); }});
+      "tcp", 10, [](const TransportConfig& config) { return tcp::TcpTransport::create(config); },
+      [](const Endpoint&, const Endpoint&, bool) {
+        return Reach{Medium::kSocket, ""};
+      }});
 }
 
 }  // namespace rdmaflow

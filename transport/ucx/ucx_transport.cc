@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/strings.h"
 #include "transport/transport.h"
 #include "transport/ucx/ucx_channel.h"
 #include "transport/ucx/ucx_core.h"
@@ -89,12 +90,94 @@ class UcxTransport final : public Transport {
 }  // namespace
 }  // namespace ucx
 
+namespace {
+
+// UCX transports that reach another process through memory on the same host.
+bool is_shared_memory(const std::string& tl) {
+  return tl == "posix" || tl == "sysv" || tl == "cma" || tl == "xpmem" || tl == "knem";
+}
+
+// UCX transports that move data over an RDMA device (rc_verbs, ud_mlx5, dc_mlx5, ...).
+bool is_rdma(const std::string& tl) {
+  for (const char* p : {"rc", "ud", "dc"}) {
+    const std::string prefix = p;
+    if (tl == prefix || tl.rfind(prefix + "_", 0) == 0) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> filter(const std::vector<std::string>& tls,
+                                bool (*keep)(const std::string&)) {
+  std::vector<std::string> out;
+  for (const auto& t : tls) {
+    if (keep(t)) out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<std::string> common(const std::vector<std::string>& a,
+                                const std::vector<std::string>& b) {
+  std::vector<std::string> out;
+  for (const auto& x : a) {
+    if (std::find(b.begin(), b.end(), x) != b.end()) out.push_back(x);
+  }
+  return out;
+}
+
+// Shared memory on one host when both contexts have a shared-memory transport
+// in common; else RDMA when both have an RDMA transport. UCX over TCP is not
+// offered: rdmaflow's tcp backend is the socket path.
+Reach ucx_reaches(const Endpoint& a, const Endpoint& b, bool same_host) {
+  const auto& ca = a.caps->components;
+  const auto& cb = b.caps->components;
+  const auto shm_a = filter(ca, is_shared_memory);
+  const auto shm_b = filter(cb, is_shared_memory);
+  const auto shm = common(shm_a, shm_b);
+  if (same_host && !shm.empty()) {
+    return {Medium::kSharedMemory,
+            "same host '" + a.hostname + "'; UCX shared memory: " + join(shm)};
+  }
+  const auto rdma_a = filter(ca, is_rdma);
+  const auto rdma_b = filter(cb, is_rdma);
+  if (!rdma_a.empty() && !rdma_b.empty()) {
+    const auto both = common(rdma_a, rdma_b);
+    std::string reason =
+        "UCX RDMA transports: " + (both.empty() ? rank_text(a.rank) + " " + join(rdma_a) + ", " +
+                                                      rank_text(b.rank) + " " + join(rdma_b)
+                                                : join(both));
+    if (same_host) reason += " (same host '" + a.hostname + "', no common UCX shared memory)";
+    return {Medium::kRdma, reason};
+  }
+  auto list = [](const std::vector<std::string>& c) {
+    return c.empty() ? std::string("none") : join(c);
+  };
+  if (same_host) {
+    std::string who;
+    if (shm_a.empty()) who = rank_text(a.rank) + " (UCX transports: " + list(ca) + ")";
+    if (shm_b.empty()) {
+      who +=
+          (who.empty() ? "" : " and ") + rank_text(b.rank) + " (UCX transports: " + list(cb) + ")";
+    }
+    return {Medium::kNone, who.empty() ? "no UCX shared-memory transport common to both ranks"
+                                       : "no UCX shared memory on " + who};
+  }
+  return {Medium::kNone, "different hosts ('" + a.hostname + "', '" + b.hostname +
+                             "') and no UCX RDMA transport on " +
+                             (rdma_a.empty() && rdma_b.empty() ? std::string("either rank")
+                              : rdma_a.empty()                 ? rank_text(a.rank)
+                                                               : rank_text(b.rank))};
+}
+
+}  // namespace
+
 void register_ucx_transport() {
   register_transport_backend(
-      {"ucx", 20, [](const TransportConfig& config) -> Result<std::unique_ptr<Transport>> {
+      {"ucx", 20,
+       [](const TransportConfig& config) -> Result<std::unique_ptr<Transport>> {
          RDMAFLOW_ASSIGN_OR_RETURN(auto core, ucx::UcxCore::create(config));
          return std::unique_ptr<Transport>(std::make_unique<ucx::UcxTransport>(std::move(core)));
-       }});
+       },
+       ucx_reaches});
 }
 
 }  // namespace rdmaflow

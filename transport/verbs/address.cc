@@ -151,4 +151,11 @@ std::string roce_fabric(const std::optional<std::string>& gid_ipv4) {
   return "roce";
 }
 
+bool fabrics_reach(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return false;
+  if (a == b) return true;
+  const auto roce = [](const std::string& f) { return f == "roce" || f.starts_with("roce "); };
+  return roce(a) && roce(b) && (a == "roce" || b == "roce");
+}
+
 }  // namespace rdmaflow::verbs

@@ -45,4 +45,10 @@ std::optional<std::string> local_ipv4_subnet(std::string_view ipv4);
 // local interface, else "roce" (subnet unknown).
 std::string roce_fabric(const std::optional<std::string>& gid_ipv4);
 
+// Whether two verbs backends' fabrics (TransportCapabilities::fabric) reach
+// each other: the same InfiniBand subnet prefix, or RoCE on the same IPv4
+// subnet. A RoCE device whose subnet is unknown ("roce") is taken to reach any
+// RoCE device over IP. Empty reaches nothing.
+bool fabrics_reach(const std::string& a, const std::string& b);
+
 }  // namespace rdmaflow::verbs

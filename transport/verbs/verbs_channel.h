@@ -71,6 +71,7 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   // --- Channel ---
   int peer_rank() const override;
   std::string backend() const override { return "verbs"; }
+  ChannelCapabilities capabilities() const override { return {.any_source_memory = false}; }
   void write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
              std::optional<uint64_t> notify, Callback done, Millis timeout) override;
   void read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/strings.h"
 #include "transport/verbs/address.h"
 #include "transport/verbs/device.h"
 
@@ -748,9 +749,26 @@ void VerbsTransport::check_deadlines() {
 }  // namespace rdmaflow::verbs
 
 namespace rdmaflow {
+namespace {
+// RDMA when both devices are on one fabric.
+Reach verbs_reaches(const Endpoint& a, const Endpoint& b, bool /*same_host*/) {
+  const std::string& fa = a.caps->fabric;
+  const std::string& fb = b.caps->fabric;
+  if (!verbs::fabrics_reach(fa, fb)) {
+    return {Medium::kNone, "verbs devices on different fabrics ('" + fa + "' and '" + fb + "')"};
+  }
+  // The more specific of the two names (they differ only when one RoCE subnet
+  // is unknown), so the reason reads the same from both ends.
+  const std::string& fabric = fa.size() >= fb.size() ? fa : fb;
+  return {Medium::kRdma, "RDMA devices on one fabric (" + fabric + "): " + rank_text(a.rank) + " " +
+                             a.caps->device + "; " + rank_text(b.rank) + " " + b.caps->device};
+}
+}  // namespace
+
 void register_verbs_transport() {
-  register_transport_backend({"verbs", 30, [](const TransportConfig& config) {
-                                return verbs::VerbsTransport::create(config);
-                              }});
+  register_transport_backend(
+      {"verbs", 30,
+       [](const TransportConfig& config) { return verbs::VerbsTransport::create(config); },
+       verbs_reaches});
 }
 }  // namespace rdmaflow
