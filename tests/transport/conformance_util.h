@@ -363,4 +363,16 @@ inline RunResult run_over_ipv6(const BackendRow& b, const std::string& ip) {
   });
 }
 
+// The fixture of the conformance suite (conformance_test.cc and
+// conformance_failure_test.cc), instantiated once over medium_rows().
+class Conformance : public ::testing::TestWithParam<BackendRow> {
+ protected:
+  const BackendRow& backend() const { return GetParam(); }
+  RunOptions opts(int seconds = 40) const {
+    RunOptions o;
+    o.timeout = Millis(seconds * 1000);
+    return o;
+  }
+};
+
 }  // namespace rdmaflow::testing
