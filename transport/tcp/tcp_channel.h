@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "transport/channel.h"
-#include "transport/tcp/grant_table.h"
+#include "transport/common/grant_table.h"
 #include "transport/tcp/tcp_frame.h"
 #include "transport/tcp/tcp_loop.h"
 

@@ -136,7 +136,7 @@ TcpTransport::TcpTransport(const TransportConfig& config, TcpTransportOptions op
     : config_(config),
       options_(options),
       loop_(std::make_shared<IoLoop>(options.busy_poll_us)),
-      grants_(std::make_shared<GrantTable>()) {
+      grants_(std::make_shared<GrantTable>("tcp")) {
   loop_->set_ticker(Millis(1), [this](Clock::time_point now) { return sweep(now); });
   loop_->start();
 }
@@ -150,7 +150,7 @@ Result<RegionId> TcpTransport::register_memory(void* addr, size_t len) {
 }
 
 Status TcpTransport::deregister_memory(RegionId region) {
-  return grants_->remove_region(region);
+  return grants_->remove_region(region).status();
 }
 
 Result<RemoteKey> TcpTransport::export_key(const void* addr, size_t len) {

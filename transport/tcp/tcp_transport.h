@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/tcp/grant_table.h"
+#include "transport/common/grant_table.h"
 #include "transport/tcp/tcp_channel.h"
 #include "transport/tcp/tcp_loop.h"
 #include "transport/transport.h"

@@ -765,7 +765,11 @@ void VerbsChannel::fail_locked(Status error, Tasks& out) {
     closed_ = true;
     // The passive side can fail on a message that overtook the RTU; the CM
     // refuses a DREQ until it is ESTABLISHED, so try again then.
-    if (rdma_disconnect(id_) != 0) disconnect_deferred_ = true;
+    if (rdma_disconnect(id_) != 0) {
+      disconnect_deferred_ = true;
+      RDMAFLOW_LOG_DEBUG("verbs: disconnect of rank {} deferred until ESTABLISHED: {}", peer_rank_,
+                         std::strerror(errno));
+    }
   }
   out.push_back([self = shared_from_this(), error] { self->inbox_.fail(error); });
 }
@@ -805,7 +809,9 @@ void VerbsChannel::on_established() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!disconnect_deferred_ || id_ == nullptr) return;
   disconnect_deferred_ = false;
-  rdma_disconnect(id_);
+  const int rc = rdma_disconnect(id_);
+  RDMAFLOW_LOG_DEBUG("verbs: deferred disconnect of rank {}: {}", peer_rank_,
+                     rc == 0 ? "sent" : std::strerror(errno));
 }
 
 void VerbsChannel::close() {

@@ -103,12 +103,11 @@ VerbsCore::~VerbsCore() {
 void VerbsCore::close() {
   {
     std::lock_guard<std::mutex> lock(mem_mu_);
-    for (auto& [base, r] : regions_) {
-      if (r.mr) ibv_dereg_mr(r.mr);
+    for (auto& [id, mr] : mrs_) {
+      (void)grants_.remove_region(id);
+      if (mr) ibv_dereg_mr(mr);
     }
-    regions_.clear();
-    region_base_.clear();
-    grants_.clear();
+    mrs_.clear();
   }
   {
     std::lock_guard<std::mutex> lock(recv_mu_);
@@ -134,54 +133,29 @@ void VerbsCore::close() {
 
 Result<RegionId> VerbsCore::register_memory(void* addr, size_t len) {
   const char* op = "register memory";
-  if (addr == nullptr || len == 0) {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "null address or zero length");
-  }
-  auto base = reinterpret_cast<uintptr_t>(addr);
-  if (base + len < base) return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "range wraps");
   std::lock_guard<std::mutex> lock(mem_mu_);
   if (pd_ == nullptr) {
     return RDMAFLOW_ERROR(Code::kCancelled, op, -1, "the verbs transport was shut down");
   }
-  auto next = regions_.lower_bound(base);
-  bool overlaps = next != regions_.end() && next->first < base + len;
-  if (!overlaps && next != regions_.begin()) {
-    auto prev = std::prev(next);
-    overlaps = prev->first + prev->second.len > base;
-  }
-  if (overlaps) {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
-                          "range overlaps memory already registered with the verbs transport");
-  }
+  RDMAFLOW_ASSIGN_OR_RETURN(RegionId id, grants_.add_region(addr, len));
   ibv_mr* mr = ibv_reg_mr(
       pd_, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
   if (mr == nullptr) {
     int err = errno;
+    (void)grants_.remove_region(id);
     return verbs_error(Code::kResourceExhausted, op,
                        "ibv_reg_mr(" + std::to_string(len) + " bytes)", err, memlock_hint(err));
   }
-  RegionId id = next_region_++;
-  regions_[base] = Region{len, mr, id};
-  region_base_[id] = base;
+  mrs_[id] = mr;
   return id;
 }
 
 Status VerbsCore::deregister_memory(RegionId id) {
   std::unique_lock<std::mutex> lock(mem_mu_);
-  auto it = region_base_.find(id);
-  if (it == region_base_.end()) {
-    return RDMAFLOW_ERROR(Code::kNotFound, "deregister memory", -1,
-                          "region " + std::to_string(id) + " is not registered");
-  }
-  auto rit = regions_.find(it->second);
-  int rc = rit->second.mr ? ibv_dereg_mr(rit->second.mr) : 0;
-  regions_.erase(rit);
-  region_base_.erase(it);
-  std::vector<uint64_t> gone;
-  for (const auto& [key_id, g] : grants_) {
-    if (g.region == id) gone.push_back(key_id);
-  }
-  for (uint64_t key_id : gone) grants_.erase(key_id);
+  RDMAFLOW_ASSIGN_OR_RETURN(std::vector<uint64_t> gone, grants_.remove_region(id));
+  auto it = mrs_.find(id);
+  int rc = it != mrs_.end() && it->second ? ibv_dereg_mr(it->second) : 0;
+  if (it != mrs_.end()) mrs_.erase(it);
   lock.unlock();
   for (auto& ch : channels()) {
     for (uint64_t key_id : gone) ch->announce_revoked(key_id);
@@ -191,14 +165,12 @@ Status VerbsCore::deregister_memory(RegionId id) {
 }
 
 std::optional<LocalMr> VerbsCore::find_mr(const void* addr, size_t len) const {
-  auto a = reinterpret_cast<uintptr_t>(addr);
+  auto id = grants_.region_of(addr, len);
+  if (!id) return std::nullopt;
   std::lock_guard<std::mutex> lock(mem_mu_);
-  auto it = regions_.upper_bound(a);
-  if (it == regions_.begin()) return std::nullopt;
-  --it;
-  uint64_t off = a - it->first;
-  if (off > it->second.len || len > it->second.len - off) return std::nullopt;
-  return LocalMr{it->second.mr->lkey, it->second.mr->rkey, it->second.id};
+  auto it = mrs_.find(*id);
+  if (it == mrs_.end()) return std::nullopt;
+  return LocalMr{it->second->lkey, it->second->rkey, *id};
 }
 
 Result<RemoteKey> VerbsCore::export_key(const void* addr, size_t len) {
@@ -210,52 +182,18 @@ Result<RemoteKey> VerbsCore::export_key(const void* addr, size_t len) {
                               ") does not lie inside one region registered with the verbs "
                               "transport");
   }
-  RemoteKey k;
-  k.backend = "verbs";
-  k.addr = reinterpret_cast<uint64_t>(addr);
-  k.length = len;
+  RDMAFLOW_ASSIGN_OR_RETURN(RemoteKey k, grants_.grant(addr, len, mr->rkey));
   k.blob.resize(4);
   std::memcpy(k.blob.data(), &mr->rkey, 4);
-  std::lock_guard<std::mutex> lock(mem_mu_);
-  k.key_id = next_key_++;
-  k.secret = rng_();
-  grants_[k.key_id] = Grant{k.secret, mr->id, k.addr, k.length, mr->rkey};
   return k;
 }
 
 Status VerbsCore::check_claim(const KeyClaim& c, int peer) const {
-  const char* op = "check remote key";
-  std::lock_guard<std::mutex> lock(mem_mu_);
-  auto it = grants_.find(c.key_id);
-  if (it == grants_.end() || it->second.secret != c.secret || it->second.rkey != c.rkey) {
-    return RDMAFLOW_ERROR(Code::kNotFound, op, peer,
-                          "key " + std::to_string(c.key_id) +
-                              " is not a live grant here (unknown, revoked or forged)");
-  }
-  const Grant& g = it->second;
-  bool inside =
-      c.addr >= g.addr && c.addr - g.addr <= g.length && c.length <= g.length - (c.addr - g.addr);
-  if (!inside) {
-    return RDMAFLOW_ERROR(Code::kOutOfRange, op, peer,
-                          "key " + std::to_string(c.key_id) + " claims " +
-                              std::to_string(c.length) + " bytes at offset " +
-                              std::to_string(c.addr - g.addr) + " of a " +
-                              std::to_string(g.length) + "-byte grant");
-  }
-  return Status::ok();
+  return grants_.check(c.key_id, c.secret, c.rkey, c.addr, c.length, "check remote key", peer);
 }
 
 Status VerbsCore::revoke_key(const RemoteKey& key) {
-  {
-    std::lock_guard<std::mutex> lock(mem_mu_);
-    auto it = grants_.find(key.key_id);
-    if (key.backend != "verbs" || it == grants_.end() || it->second.secret != key.secret) {
-      return RDMAFLOW_ERROR(Code::kNotFound, "revoke key", -1,
-                            "key " + std::to_string(key.key_id) +
-                                " was not exported by this verbs transport (or already revoked)");
-    }
-    grants_.erase(it);
-  }
+  RDMAFLOW_RETURN_IF_ERROR(grants_.revoke(key));
   for (auto& ch : channels()) ch->announce_revoked(key.key_id);
   return Status::ok();
 }

@@ -29,6 +29,7 @@
 #include "allocator/registrar.h"
 #include "common/status.h"
 #include "transport/channel.h"
+#include "transport/common/grant_table.h"
 #include "transport/remote_key.h"
 #include "transport/verbs/config.h"
 #include "transport/verbs/device.h"
@@ -113,18 +114,6 @@ class VerbsCore {
 
  private:
   VerbsCore() = default;
-  struct Region {
-    size_t len = 0;
-    ibv_mr* mr = nullptr;
-    RegionId id = 0;
-  };
-  struct Grant {
-    uint64_t secret = 0;
-    RegionId region = 0;
-    uint64_t addr = 0;
-    uint64_t length = 0;
-    uint32_t rkey = 0;
-  };
   struct RecvChunk {
     uint8_t* base = nullptr;
     ibv_mr* mr = nullptr;
@@ -146,13 +135,9 @@ class VerbsCore {
   uint32_t max_rd_atomic_ = 0;
   uint64_t max_wr_bytes_ = 0;
 
+  GrantTable grants_{"verbs"};  // regions and grants; each grant's tag is its slab's rkey
   mutable std::mutex mem_mu_;
-  std::map<uintptr_t, Region> regions_;  // by base address
-  std::unordered_map<RegionId, uintptr_t> region_base_;
-  std::unordered_map<uint64_t, Grant> grants_;
-  RegionId next_region_ = 1;
-  uint64_t next_key_ = 1;
-  std::mt19937_64 rng_{std::random_device{}()};
+  std::unordered_map<RegionId, ibv_mr*> mrs_;  // the registration of each region
 
   mutable std::mutex recv_mu_;
   std::vector<RecvChunk> chunks_;  // each holds recv_credits buffers

@@ -1,35 +1,51 @@
-// Registered regions and the grants (RemoteKeys) exported from them.
+// Registered regions and the grants (RemoteKeys) exported from them, for
+// every backend: the overlap checks of registration, the key id and random
+// secret of each grant, and the checks an access or a claim must pass.
 //
-// TCP emulates one-sided access, so the receiver checks every access itself:
-// a frame names a grant by key id and proves it with the grant's random
-// secret; the table resolves (key, secret, offset, length) to local memory or
-// refuses with kNotFound / kOutOfRange. Thread safe: user threads register and
-// export, the progress thread resolves.
+// A peer names a grant by key id and proves it with the grant's secret. Where
+// the backend places the bytes itself (tcp) the table resolves (key, secret,
+// offset, length) to local memory; where the NIC does (verbs) it checks a
+// peer's claim on an absolute address range and the NIC tag (rkey) the grant
+// was made with. Either way an unknown key or a wrong secret is refused with
+// kNotFound and a range outside the grant with kOutOfRange, naming the
+// operation and the peer. Thread safe: user threads register and export,
+// progress threads resolve.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <shared_mutex>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "allocator/registrar.h"
 #include "common/status.h"
 #include "transport/remote_key.h"
 
-namespace rdmaflow::tcp {
+namespace rdmaflow {
 
 class GrantTable {
  public:
-  GrantTable();
+  // `backend` names the keys (RemoteKey::backend) and the errors.
+  explicit GrantTable(std::string backend);
 
+  // Refuses empty, wrapping and overlapping ranges.
   Result<RegionId> add_region(void* addr, size_t len);
-  // Also revokes every grant inside the region.
-  Status remove_region(RegionId id);
+  // Also revokes every grant inside the region; returns their key ids (the
+  // backend may tell its peers).
+  Result<std::vector<uint64_t>> remove_region(RegionId id);
+  // The region holding all of [addr, addr + len), if one does.
+  std::optional<RegionId> region_of(const void* addr, size_t len) const;
 
-  Result<RemoteKey> grant(const void* addr, size_t len);
+  // A grant of [addr, addr + len), which must lie inside one region. `tag` is
+  // what the backend's NIC checks as well (the verbs rkey); 0 where none.
+  Result<RemoteKey> grant(const void* addr, size_t len, uint32_t tag = 0);
+  // kNotFound unless `key` is a live grant of this table (right backend and secret).
   Status revoke(const RemoteKey& key);
 
   // Resolves [offset, offset + len) of grant `key_id` to local memory. Refuses
@@ -37,6 +53,10 @@ class GrantTable {
   // kOutOfRange; `op` and `peer` name the access in the returned error.
   Status resolve(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len, uint8_t** out,
                  const char* op, int peer) const;
+  // A peer's claim that grant `key_id` (with `secret` and NIC `tag`) covers the
+  // absolute range [addr, addr + len): OK, or kNotFound / kOutOfRange.
+  Status check(uint64_t key_id, uint64_t secret, uint32_t tag, uint64_t addr, uint64_t len,
+               const char* op, int peer) const;
 
   // The access fence. A receive path resolves a grant once per chunk but places
   // the chunk's bytes over several reads of the socket; revoke() and
@@ -65,7 +85,10 @@ class GrantTable {
     uintptr_t addr;
     uint64_t len;
     RegionId region;
+    uint32_t tag;
   };
+  // The grant `key_id` proven by `secret`, or why not.
+  Result<const Grant*> find(uint64_t key_id, uint64_t secret, const char* op, int peer) const;
 
   // Bumps the generation and waits out the accesses that entered under the old one.
   void fence();
@@ -80,6 +103,7 @@ class GrantTable {
   RegionId next_region_ = 1;
   uint64_t next_key_ = 1;
   std::mt19937_64 rng_;
+  const std::string backend_;
 };
 
-}  // namespace rdmaflow::tcp
+}  // namespace rdmaflow

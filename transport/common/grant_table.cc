@@ -1,12 +1,12 @@
-#include "transport/tcp/grant_table.h"
+#include "transport/common/grant_table.h"
 
 #include <mutex>
 #include <string>
 #include <thread>
 
-namespace rdmaflow::tcp {
+namespace rdmaflow {
 
-GrantTable::GrantTable() {
+GrantTable::GrantTable(std::string backend) : backend_(std::move(backend)) {
   std::random_device rd;
   std::seed_seq seed{rd(), rd(), rd(), rd(), rd(), rd(), rd(), rd()};
   rng_.seed(seed);
@@ -25,11 +25,17 @@ Result<RegionId> GrantTable::add_region(void* addr, size_t len) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, "register memory", -1, "region wraps around");
   }
   std::unique_lock lock(mu_);
-  auto it = regions_.find(start);
-  if (it != regions_.end()) {
+  auto next = regions_.lower_bound(start);
+  const Region* overlap = nullptr;
+  if (next != regions_.end() && next->first < start + len) overlap = &next->second;
+  if (overlap == nullptr && next != regions_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->second.addr + prev->second.len > start) overlap = &prev->second;
+  }
+  if (overlap != nullptr) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, "register memory", -1,
-                          "a region starting at this address is already registered (region " +
-                              std::to_string(it->second.id) + ")");
+                          "range overlaps region " + std::to_string(overlap->id) +
+                              " already registered with the " + backend_ + " transport");
   }
   RegionId id = next_region_++;
   regions_.emplace(start, Region{id, start, len});
@@ -37,7 +43,8 @@ Result<RegionId> GrantTable::add_region(void* addr, size_t len) {
   return id;
 }
 
-Status GrantTable::remove_region(RegionId id) {
+Result<std::vector<uint64_t>> GrantTable::remove_region(RegionId id) {
+  std::vector<uint64_t> revoked;
   {
     std::unique_lock lock(mu_);
     auto it = region_start_.find(id);
@@ -47,20 +54,37 @@ Status GrantTable::remove_region(RegionId id) {
     }
     regions_.erase(it->second);
     region_start_.erase(it);
-    std::erase_if(grants_, [&](const auto& kv) { return kv.second.region == id; });
+    std::erase_if(grants_, [&](const auto& kv) {
+      if (kv.second.region != id) return false;
+      revoked.push_back(kv.first);
+      return true;
+    });
   }
   fence();
-  return Status::ok();
+  return revoked;
 }
 
-Result<RemoteKey> GrantTable::grant(const void* addr, size_t len) {
+std::optional<RegionId> GrantTable::region_of(const void* addr, size_t len) const {
+  const auto start = reinterpret_cast<uintptr_t>(addr);
+  std::shared_lock lock(mu_);
+  auto it = regions_.upper_bound(start);
+  if (it == regions_.begin()) return std::nullopt;
+  --it;
+  const Region& r = it->second;
+  const uint64_t off = start - r.addr;
+  if (off > r.len || len > r.len - off) return std::nullopt;
+  return r.id;
+}
+
+Result<RemoteKey> GrantTable::grant(const void* addr, size_t len, uint32_t tag) {
   auto start = reinterpret_cast<uintptr_t>(addr);
   std::unique_lock lock(mu_);
   auto it = regions_.upper_bound(start);
   if (it == regions_.begin() || addr == nullptr || start + len < start) {
     return RDMAFLOW_ERROR(Code::kNotFound, "export key", -1,
-                          std::to_string(len) + " bytes at 0x" + std::to_string(start) +
-                              " are not inside a registered region");
+                          std::to_string(len) + " bytes at " + std::to_string(start) +
+                              " are not inside a region registered with the " + backend_ +
+                              " transport");
   }
   --it;
   const Region& r = it->second;
@@ -71,12 +95,12 @@ Result<RemoteKey> GrantTable::grant(const void* addr, size_t len) {
                               std::to_string(r.id) + " (" + std::to_string(r.len) + " bytes)");
   }
   RemoteKey key;
-  key.backend = "tcp";
+  key.backend = backend_;
   key.key_id = next_key_++;
   key.secret = rng_();
   key.addr = start;
   key.length = len;
-  grants_.emplace(key.key_id, Grant{key.secret, start, len, r.id});
+  grants_.emplace(key.key_id, Grant{key.secret, start, len, r.id, tag});
   return key;
 }
 
@@ -84,9 +108,10 @@ Status GrantTable::revoke(const RemoteKey& key) {
   {
     std::unique_lock lock(mu_);
     auto it = grants_.find(key.key_id);
-    if (key.backend != "tcp" || it == grants_.end() || it->second.secret != key.secret) {
+    if (key.backend != backend_ || it == grants_.end() || it->second.secret != key.secret) {
       return RDMAFLOW_ERROR(Code::kNotFound, "revoke key", -1,
-                            "key id " + std::to_string(key.key_id) + " is not an active tcp grant");
+                            "key id " + std::to_string(key.key_id) + " is not an active " +
+                                backend_ + " grant (never exported here, or already revoked)");
     }
     grants_.erase(it);
   }
@@ -127,29 +152,52 @@ void GrantTable::fence() {
   while (active_[old & 1].load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
 }
 
-Status GrantTable::resolve(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len,
-                           uint8_t** out, const char* op, int peer) const {
-  std::shared_lock lock(mu_);
+Result<const GrantTable::Grant*> GrantTable::find(uint64_t key_id, uint64_t secret, const char* op,
+                                                  int peer) const {
   auto it = grants_.find(key_id);
   if (it == grants_.end()) {
     return RDMAFLOW_ERROR(
         Code::kNotFound, op, peer,
         "unknown key id " + std::to_string(key_id) + " (never exported here, or revoked)");
   }
-  const Grant& g = it->second;
-  if (g.secret != secret) {
+  if (it->second.secret != secret) {
     return RDMAFLOW_ERROR(
         Code::kNotFound, op, peer,
         "wrong secret for key id " + std::to_string(key_id) + " (forged or stale key)");
   }
-  if (!(offset <= g.len && len <= g.len - offset)) {
+  return &it->second;
+}
+
+Status GrantTable::resolve(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len,
+                           uint8_t** out, const char* op, int peer) const {
+  std::shared_lock lock(mu_);
+  RDMAFLOW_ASSIGN_OR_RETURN(const Grant* g, find(key_id, secret, op, peer));
+  if (!(offset <= g->len && len <= g->len - offset)) {
     return RDMAFLOW_ERROR(Code::kOutOfRange, op, peer,
                           "offset " + std::to_string(offset) + " + length " + std::to_string(len) +
-                              " exceeds the " + std::to_string(g.len) +
+                              " exceeds the " + std::to_string(g->len) +
                               " bytes granted by key id " + std::to_string(key_id));
   }
-  *out = reinterpret_cast<uint8_t*>(g.addr + offset);
+  *out = reinterpret_cast<uint8_t*>(g->addr + offset);
   return Status::ok();
 }
 
-}  // namespace rdmaflow::tcp
+Status GrantTable::check(uint64_t key_id, uint64_t secret, uint32_t tag, uint64_t addr,
+                         uint64_t len, const char* op, int peer) const {
+  std::shared_lock lock(mu_);
+  RDMAFLOW_ASSIGN_OR_RETURN(const Grant* g, find(key_id, secret, op, peer));
+  if (g->tag != tag) {
+    return RDMAFLOW_ERROR(Code::kNotFound, op, peer,
+                          "key id " + std::to_string(key_id) +
+                              " names another memory registration (forged or stale key)");
+  }
+  if (!(addr >= g->addr && addr - g->addr <= g->len && len <= g->len - (addr - g->addr))) {
+    return RDMAFLOW_ERROR(Code::kOutOfRange, op, peer,
+                          "key id " + std::to_string(key_id) + " claims " + std::to_string(len) +
+                              " bytes at offset " + std::to_string(addr - g->addr) + " of a " +
+                              std::to_string(g->len) + "-byte grant");
+  }
+  return Status::ok();
+}
+
+}  // namespace rdmaflow
