@@ -1,11 +1,15 @@
 // Channel: one connection to one peer, the contract every backend keeps
 // (see docs/architecture.md, "The channel contract").
 //
-// Thread model: operations may be issued from any thread. Completion callbacks
-// run on the backend's progress thread, exactly once per operation, even on
-// error, timeout or close; callbacks must not block. A channel error is sticky:
-// once the channel fails, every pending and every later operation completes
-// with that error (naming the peer).
+// Thread model (every backend; docs/architecture.md, "Thread model"):
+// operations may be issued from any thread, and issuing never runs a callback.
+// Completion callbacks and inbox deliveries run in the backend's progress
+// context: its progress thread, or a thread blocked in a wait that drives the
+// backend's progress through its WaitDriver (one thread at a time per
+// transport). Each callback runs exactly once, even on error, timeout or
+// close, and must not block. A channel error is sticky: once the channel
+// fails, every pending and every later operation completes with that error
+// (naming the peer).
 #pragma once
 
 #include <chrono>

@@ -764,11 +764,12 @@ void VerbsChannel::fail_locked(Status error, Tasks& out) {
   if (connected_ && !closed_ && id_ != nullptr) {
     closed_ = true;
     // The passive side can fail on a message that overtook the RTU; the CM
-    // refuses a DREQ until it is ESTABLISHED, so try again then.
-    if (rdma_disconnect(id_) != 0) {
+    // sends no DREQ before it is ESTABLISHED (rdma_disconnect still returns
+    // 0), so that disconnect waits for the ESTABLISHED event.
+    if (cm_established_) {
+      rdma_disconnect(id_);
+    } else {
       disconnect_deferred_ = true;
-      RDMAFLOW_LOG_DEBUG("verbs: disconnect of rank {} deferred until ESTABLISHED: {}", peer_rank_,
-                         std::strerror(errno));
     }
   }
   out.push_back([self = shared_from_this(), error] { self->inbox_.fail(error); });
@@ -807,11 +808,10 @@ void VerbsChannel::on_disconnected(const std::string& event) {
 
 void VerbsChannel::on_established() {
   std::lock_guard<std::mutex> lock(mu_);
+  cm_established_ = true;
   if (!disconnect_deferred_ || id_ == nullptr) return;
   disconnect_deferred_ = false;
-  const int rc = rdma_disconnect(id_);
-  RDMAFLOW_LOG_DEBUG("verbs: deferred disconnect of rank {}: {}", peer_rank_,
-                     rc == 0 ? "sent" : std::strerror(errno));
+  rdma_disconnect(id_);
 }
 
 void VerbsChannel::close() {

@@ -84,7 +84,7 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   void poll_send_cq();
   void handle_recv(const ibv_wc& wc);
   void on_disconnected(const std::string& event);
-  // rdma_cm reported ESTABLISHED (passive side): sends a disconnect that failed earlier.
+  // rdma_cm reported ESTABLISHED: sends a disconnect that had to wait for it.
   void on_established();
   // The local transport revoked a grant: tell the peer (KeyRevoked).
   void announce_revoked(uint64_t key_id);
@@ -191,8 +191,9 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   bool recv_reserved_ = false;
   bool connected_ = false;
   bool closed_ = false;
-  // rdma_disconnect failed because the CM was not yet ESTABLISHED (a message
-  // arrived before the RTU): send it when the ESTABLISHED event comes.
+  // The CM connection is ESTABLISHED (a DREQ can be sent). A passive side that
+  // fails before (a message overtook the RTU) defers its disconnect.
+  bool cm_established_ = false;
   bool disconnect_deferred_ = false;
   Status error_;
   SendWindow<WorkItem> window_;

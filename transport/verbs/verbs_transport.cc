@@ -439,6 +439,7 @@ Result<std::shared_ptr<Channel>> VerbsTransport::connect(int peer_rank, const st
   }
   migrated = true;
   rdma_destroy_event_channel(ec);
+  ch->on_established();  // the active side saw ESTABLISHED above
   ch->mark_connected();
   log_path(ch, peer_rank);
   return std::shared_ptr<Channel>(ch);
