@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "common/log.h"
-#include "transport/ucx/ucx_shm.h"
+#include "transport/shm/shared_pages.h"
 
 namespace rdmaflow::ucx {
 
@@ -648,7 +648,7 @@ ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
         // notifies in our ring.
         if (rx_ring_ == nullptr && !rx_ring_tried_ && core_->options().notify_ring) {
           rx_ring_tried_ = true;
-          auto ring = NotifyRing::create(core_->options().ring_slots);
+          auto ring = shm::NotifyRing::create(core_->options().ring_slots);
           if (ring.is_ok()) {
             rx_ring_ = std::move(ring).value();
             core_->ring_channels_.push_back(this);
@@ -905,7 +905,7 @@ void UcxChannel::on_key_reply(const AmHeader& h, const void* data, size_t length
       if (info.magic == DirectInfo::kMagic && info.ring_fd >= 0 && tx_ring_ == nullptr &&
           !tx_ring_tried_ && core_->options().notify_ring) {
         tx_ring_tried_ = true;
-        auto ring = NotifyRing::map_peer(pidfd_, info.ring_fd, info.ring_slots);
+        auto ring = shm::NotifyRing::map_peer(pidfd_, info.ring_fd, info.ring_slots);
         if (ring.is_ok()) {
           tx_ring_ = std::move(ring).value();
           tx_tail_ = tx_ring_->header()->tail.load(std::memory_order_acquire);
@@ -940,7 +940,7 @@ void UcxChannel::on_key_reply(const AmHeader& h, const void* data, size_t length
 bool UcxChannel::map_region(const DirectInfo& info) {
   auto it = maps_.find(info.region);
   if (it == maps_.end()) {
-    auto p = map_peer_memfd(pidfd_, info.fd, info.length);
+    auto p = shm::map_peer_memfd(pidfd_, info.fd, info.length);
     if (!p.is_ok()) {
       RDMAFLOW_LOG_DEBUG("ucx: channel {} to rank {}: no direct access to region {}: {}", id_,
                          peer_, info.region, p.status().reason());
@@ -1078,7 +1078,7 @@ void UcxChannel::on_read_data(void* request, ucs_status_t status, size_t /*lengt
 }
 
 // ---------------------------------------------------------------------------
-// Notify ring (ucx_ring.h, docs/ucx.md "Notify ring")
+// Notify ring (transport/shm/notify_ring.h, docs/ucx.md "Notify ring")
 
 namespace {
 // A ring entry may run ahead of the receiver's sequence by the ordered AMs still
@@ -1087,12 +1087,12 @@ constexpr uint64_t kMaxSeqAhead = uint64_t{1} << 32;
 }  // namespace
 
 bool UcxChannel::publish_ring(Op* op) {
-  RingHeader* h = tx_ring_->header();
+  shm::RingHeader* h = tx_ring_->header();
   const uint64_t head = h->head.load(std::memory_order_acquire);
   // Full (or a head we never wrote up to): the notify takes the ordered AM, which
   // the receiver applies after every ring entry before it (one sequence for both).
   if (tx_tail_ - head >= tx_ring_->slots()) return false;
-  RingSlot* slot = tx_ring_->slot(tx_tail_);
+  shm::RingSlot* slot = tx_ring_->slot(tx_tail_);
   op->seq = tx_seq_++;
   slot->seq = op->seq;
   slot->key_id = op->key_id;
@@ -1122,8 +1122,8 @@ bool UcxChannel::poll_ring() {
   // the tail is bounds-checked, every entry is checked against the grant table.
   const uint64_t tail = rx_ring_->header()->tail.load(std::memory_order_acquire);
   if (tail == rx_head_) return false;
-  const std::shared_ptr<NotifyRing> ring = rx_ring_;  // fail() may drop ours meanwhile
-  RingHeader* h = ring->header();
+  const std::shared_ptr<shm::NotifyRing> ring = rx_ring_;  // fail() may drop ours meanwhile
+  shm::RingHeader* h = ring->header();
   if (tail - rx_head_ > ring->slots()) {
     ring_error("tail " + std::to_string(tail) + " is not within the " +
                std::to_string(ring->slots()) + " slots after head " + std::to_string(rx_head_));
@@ -1131,7 +1131,7 @@ bool UcxChannel::poll_ring() {
   }
   const uint64_t start = rx_head_;
   while (rx_head_ != tail && !failed_) {
-    RingSlot s;
+    shm::RingSlot s;
     std::memcpy(&s, ring->slot(rx_head_), sizeof(s));  // checked as copied
     if (s.seq != rx_next_) {
       if (s.seq < rx_next_ || s.seq - rx_next_ > kMaxSeqAhead || rx_held_.count(s.seq)) {
@@ -1175,13 +1175,13 @@ bool UcxChannel::ring_deliverable() const {
   const uint64_t tail = rx_ring_->header()->tail.load(std::memory_order_seq_cst);
   if (tail == rx_head_) return false;
   if (tail - rx_head_ > rx_ring_->slots()) return true;  // poll_ring reports it
-  RingSlot s;
+  shm::RingSlot s;
   std::memcpy(&s, rx_ring_->slot(rx_head_), sizeof(s));
   // An entry waiting for an earlier ordered AM is not: that AM wakes us when it comes.
   return !(s.seq > rx_next_ && s.seq - rx_next_ <= kMaxSeqAhead && !rx_held_.count(s.seq));
 }
 
-std::shared_ptr<NotifyRing> notify_ring_for_testing(Channel& channel) {
+std::shared_ptr<shm::NotifyRing> notify_ring_for_testing(Channel& channel) {
   auto* ch = dynamic_cast<UcxChannel*>(&channel);
   if (ch == nullptr) return nullptr;
   std::lock_guard<std::mutex> lock(ch->core_->worker_mu_);

@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "transport/channel.h"
+#include "transport/shm/notify_ring.h"
 #include "transport/ucx/ucx_core.h"
-#include "transport/ucx/ucx_ring.h"
 
 namespace rdmaflow::ucx {
 
@@ -77,13 +77,13 @@ class UcxChannel final : public Channel {
                  uint64_t value = 0, uint64_t length = 0);
   void post_ctrl(const AmHeader& h, std::vector<uint8_t> data);
   void revoked(uint64_t round, const std::vector<uint64_t>& key_ids);
-  // Notify ring (ucx_ring.h), receiving side: delivers the entries that are next in
+  // Notify ring (shm/notify_ring.h), receiving side: delivers the entries that are next in
   // sequence; true if it delivered something or failed the channel.
   bool poll_ring();
   // Before a thread sleeps: true when the ring holds an entry poll_ring would take now.
   bool ring_deliverable() const;
-  const std::shared_ptr<NotifyRing>& rx_ring() const { return rx_ring_; }
-  const std::shared_ptr<NotifyRing>& tx_ring() const { return tx_ring_; }
+  const std::shared_ptr<shm::NotifyRing>& rx_ring() const { return rx_ring_; }
+  const std::shared_ptr<shm::NotifyRing>& tx_ring() const { return tx_ring_; }
   bool dirty = false;      // in the core's dirty list
   bool peer_gone = false;  // the peer process died: its requests will never complete
   int64_t requests_inflight() const { return requests_inflight_; }
@@ -189,10 +189,10 @@ class UcxChannel final : public Channel {
   uint64_t am_writes_inflight_ = 0;             // direct channels: kWrite AMs not yet acknowledged
   // Notify rings: ours, which the peer publishes into (created when the peer first
   // asks for a key), and the peer's, which we publish into (mapped from its key reply).
-  std::shared_ptr<NotifyRing> rx_ring_;
+  std::shared_ptr<shm::NotifyRing> rx_ring_;
   uint64_t rx_head_ = 0;  // our own copy; the shared head is only ever written from it
   bool rx_ring_tried_ = false;
-  std::shared_ptr<NotifyRing> tx_ring_;
+  std::shared_ptr<shm::NotifyRing> tx_ring_;
   uint64_t tx_tail_ = 0;
   bool tx_ring_tried_ = false;
   int pidfd_ = -1;
@@ -226,7 +226,12 @@ class UcxChannel final : public Channel {
   }
 
   friend class UcxCore;
-  friend std::shared_ptr<NotifyRing> notify_ring_for_testing(Channel& channel);
+  friend std::shared_ptr<shm::NotifyRing> notify_ring_for_testing(Channel& channel);
 };
+
+// Test hook: the notify ring `channel` (a UCX channel) publishes into, or null when
+// it has none (not a direct channel, ring off, or no key resolved yet). Lets a test
+// play a misbehaving peer by writing into the shared ring.
+std::shared_ptr<shm::NotifyRing> notify_ring_for_testing(Channel& channel);
 
 }  // namespace rdmaflow::ucx

@@ -14,9 +14,9 @@
 
 #include "common/env.h"
 #include "common/log.h"
+#include "transport/shm/notify_ring.h"
+#include "transport/shm/shared_pages.h"
 #include "transport/ucx/ucx_channel.h"
-#include "transport/ucx/ucx_ring.h"
-#include "transport/ucx/ucx_shm.h"
 
 namespace rdmaflow::ucx {
 
@@ -101,7 +101,7 @@ Result<Options> load_options() {
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t direct, env_int("RDMAFLOW_UCX_DIRECT", 1));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t ring, env_int("RDMAFLOW_UCX_NOTIFY_RING", 1));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t ring_slots, env_int("RDMAFLOW_UCX_NOTIFY_RING_SLOTS", 1024));
-  if (ring_slots < 1 || ring_slots > NotifyRing::kMaxSlots) {
+  if (ring_slots < 1 || ring_slots > shm::NotifyRing::kMaxSlots) {
     return bad_knob("RDMAFLOW_UCX_NOTIFY_RING_SLOTS", std::to_string(ring_slots),
                     "between 1 and 1048576");
   }
@@ -642,7 +642,7 @@ bool UcxCore::poll_rings_locked() {
   return did;
 }
 
-bool UcxCore::arm_rings_locked(std::vector<std::shared_ptr<NotifyRing>>& armed) {
+bool UcxCore::arm_rings_locked(std::vector<std::shared_ptr<shm::NotifyRing>>& armed) {
   for (UcxChannel* ch : ring_channels_) {
     if (ch->rx_ring() == nullptr) continue;
     ch->rx_ring()->header()->sleepers.fetch_add(1, std::memory_order_seq_cst);
@@ -659,7 +659,7 @@ bool UcxCore::arm_rings_locked(std::vector<std::shared_ptr<NotifyRing>>& armed) 
   return true;
 }
 
-void UcxCore::disarm_rings(std::vector<std::shared_ptr<NotifyRing>>& armed) {
+void UcxCore::disarm_rings(std::vector<std::shared_ptr<shm::NotifyRing>>& armed) {
   for (auto& r : armed) r->header()->sleepers.fetch_sub(1, std::memory_order_seq_cst);
   armed.clear();
 }
@@ -1213,8 +1213,8 @@ Result<RegionId> UcxCore::register_memory(void* addr, size_t len) {
   r.addr = a;
   r.len = len;
   if (options_.direct && shm_capable_) {
-    // Same-host peers will reach it with memcpy (ucx_shm.h); others are unaffected.
-    auto fd = share_in_place(addr, len);
+    // Same-host peers will reach it with memcpy (shm/shared_pages.h); others are unaffected.
+    auto fd = shm::share_in_place(addr, len);
     if (fd.is_ok()) {
       r.shm = *fd;
     } else {
@@ -1228,7 +1228,7 @@ Result<RegionId> UcxCore::register_memory(void* addr, size_t len) {
   mp.length = len;
   ucs_status_t s = ucp_mem_map(context_, &mp, &r.memh);
   if (s != UCS_OK) {
-    if (r.shm.fd >= 0) unshare_in_place(r.shm);
+    if (r.shm.fd >= 0) shm::unshare_in_place(r.shm);
     return RDMAFLOW_ERROR(Code::kResourceExhausted, op, -1,
                           std::string("ucp_mem_map failed: ") + ucs_status_string(s));
   }
@@ -1237,7 +1237,7 @@ Result<RegionId> UcxCore::register_memory(void* addr, size_t len) {
   s = ucp_rkey_pack(context_, r.memh, &packed, &packed_len);
   if (s != UCS_OK) {
     ucp_mem_unmap(context_, r.memh);
-    if (r.shm.fd >= 0) unshare_in_place(r.shm);
+    if (r.shm.fd >= 0) shm::unshare_in_place(r.shm);
     return RDMAFLOW_ERROR(Code::kInternal, op, -1,
                           std::string("ucp_rkey_pack failed: ") + ucs_status_string(s));
   }
@@ -1272,7 +1272,7 @@ Status UcxCore::deregister_memory(RegionId region) {
   ucp_mem_unmap(context_, it->second.memh);
   if (it->second.shm.fd >= 0) {
     // Every peer confirmed dropping its keys (above); take the pages back private.
-    unshare_in_place(it->second.shm);
+    shm::unshare_in_place(it->second.shm);
   }
   region_by_addr_.erase(it->second.addr);
   regions_.erase(it);

@@ -36,10 +36,10 @@
 #include "common/status.h"
 #include "transport/channel.h"
 #include "transport/remote_key.h"
+#include "transport/shm/notify_ring.h"
+#include "transport/shm/shared_pages.h"
 #include "transport/transport.h"
 #include "transport/ucx/ucx_address.h"
-#include "transport/ucx/ucx_ring.h"
-#include "transport/ucx/ucx_shm.h"
 #include "transport/ucx/ucx_wire.h"
 
 namespace rdmaflow::ucx {
@@ -53,8 +53,8 @@ struct Options {
   DataPath data_path = DataPath::kAuto;
   ErrMode err_mode = ErrMode::kAuto;
   uint64_t eager_max = 8192;  // rma path: writes up to this size travel as an AM
-  bool direct = true;         // same-host peers: memcpy through a shared mapping (ucx_shm.h)
-  bool notify_ring = true;    // direct channels: notifies travel in a shared ring (ucx_ring.h)
+  bool direct = true;         // same-host peers: memcpy through shared pages (shm/shared_pages.h)
+  bool notify_ring = true;    // direct channels: notifies go through a ring (shm/notify_ring.h)
   uint32_t ring_slots = 1024;
   bool busy_poll = false;    // waiters drive progress until their deadline
   bool wait_block = true;    // after spinning, a waiter sleeps on the worker's event fd itself
@@ -171,7 +171,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
     size_t len = 0;
     ucp_mem_h memh = nullptr;
     std::vector<uint8_t> rkey;  // packed once
-    SharedRange shm;            // the pages re-backed by a memfd (fd -1: none)
+    shm::SharedRange shm;       // the pages re-backed by a memfd (fd -1: none)
   };
   struct Grant {
     uint64_t secret = 0;
@@ -232,8 +232,8 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   // a sleeper of every notify ring, then rechecks the rings (consumer half of the
   // ring's wake-up protocol). False, with `armed` empty again: an entry is waiting,
   // do not sleep. After sleeping, disarm_rings(armed).
-  bool arm_rings_locked(std::vector<std::shared_ptr<NotifyRing>>& armed);
-  static void disarm_rings(std::vector<std::shared_ptr<NotifyRing>>& armed);
+  bool arm_rings_locked(std::vector<std::shared_ptr<shm::NotifyRing>>& armed);
+  static void disarm_rings(std::vector<std::shared_ptr<shm::NotifyRing>>& armed);
   bool poll_rings_locked();
   void scan_timeouts_locked(Clock::time_point now);
   // Control-plane wait (connect, accept, revoke) on ctl_cv_; drives progress itself when
@@ -288,10 +288,10 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   bool request_posted_ = false;
   std::vector<Event> events_;
   std::vector<UcxChannel*> dirty_;
-  std::vector<UcxChannel*> ring_channels_;                 // channels with a notify ring we consume
-  std::vector<std::shared_ptr<NotifyRing>> pt_armed_;      // the progress thread's, asleep
-  std::vector<std::shared_ptr<NotifyRing>> waiter_armed_;  // drive_blocking's, asleep
-  std::vector<std::shared_ptr<UcxChannel>> channels_;      // index = channel id - 1
+  std::vector<UcxChannel*> ring_channels_;  // channels with a notify ring we consume
+  std::vector<std::shared_ptr<shm::NotifyRing>> pt_armed_;      // the progress thread's, asleep
+  std::vector<std::shared_ptr<shm::NotifyRing>> waiter_armed_;  // drive_blocking's, asleep
+  std::vector<std::shared_ptr<UcxChannel>> channels_;           // index = channel id - 1
   std::vector<Hello> hellos_;
   std::vector<ToClose> to_close_;
   std::vector<Closing> closing_;
@@ -326,7 +326,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   std::map<int, std::deque<std::shared_ptr<UcxChannel>>> accepted_;
 
   friend class UcxChannel;
-  friend std::shared_ptr<NotifyRing> notify_ring_for_testing(Channel& channel);
+  friend std::shared_ptr<shm::NotifyRing> notify_ring_for_testing(Channel& channel);
 };
 
 }  // namespace rdmaflow::ucx
