@@ -1,5 +1,8 @@
 // UcxCore: the state one UCX transport shares with its channels — the UCP
 // context and worker, the progress engine, registered regions and grants.
+// Defined in ucx_core.cc (options, setup and teardown, connections),
+// ucx_progress.cc (ops, submission, progress, dispatch, peer watching) and
+// ucx_grants.cc (regions, grants, revocation).
 //
 // Thread model (docs/ucx.md, "Threads"):
 //  - The worker runs in UCS_THREAD_MODE_SERIALIZED; `worker_mu_` serializes
@@ -212,7 +215,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   UcxCore(const TransportConfig& config, Options options);
   Status init(const TransportConfig& config);
 
-  // Progress.
+  // Progress (ucx_progress.cc).
   void progress_thread();
   // Tries to make progress; false when another thread holds the worker.
   bool progress_once(bool* did_something);
@@ -238,22 +241,25 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   void scan_timeouts_locked(Clock::time_point now);
   // Control-plane wait (connect, accept, revoke) on ctl_cv_; drives progress itself when
   // nobody else can (called from a callback, or after the progress thread stopped).
-  template <typename Pred>
-  bool wait_control(Pred pred, Clock::time_point deadline);
+  bool wait_control(const std::function<bool()>& pred, Clock::time_point deadline);
   void unlink_active(Op* op);
+  void watch_pidfd(int fd, uint32_t channel);
+  void on_peer_exit(uint32_t channel);
+  // control_ep_'s event for wake_fd_; a peer's pidfd carries its channel id (from 1).
+  static constexpr uint64_t kWakeTag = 0;
 
-  // Connection setup.
+  // Setup and connections (ucx_core.cc).
+  void wait_closing_locked(std::unique_lock<std::mutex>& lock, Clock::time_point deadline);
   static ucs_status_t on_am(void* arg, const void* header, size_t header_length, void* data,
                             size_t length, const ucp_am_recv_param_t* param);
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
   void handle_hellos_locked();
   Result<std::shared_ptr<UcxChannel>> make_channel_locked(int peer_rank, const PeerAddress& peer,
                                                           const char* op);
-  void watch_pidfd(int fd, uint32_t channel);
-  void on_peer_exit(uint32_t channel);
   Options::DataPath choose_data_path(ucp_ep_h ep, std::string* lanes) const;
+
+  // Grants (ucx_grants.cc).
   Status revoke_grants(std::vector<uint64_t> key_ids, const char* op);
-  void wait_closing_locked(std::unique_lock<std::mutex>& lock, Clock::time_point deadline);
 
   const int rank_;
   const Options options_;
