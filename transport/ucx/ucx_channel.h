@@ -15,6 +15,11 @@
 // receiver, whatever order UCX delivers them in. An ordered AM is not posted
 // while puts issued before it are not known to be complete (ep flush), so a
 // notify or message never overtakes the bytes of an earlier write.
+//
+// Defined in ucx_channel.cc (construction, the issuing threads' API, failure),
+// ucx_send.cc (send queue, write/read paths, flushes, keys, notify ring
+// publishing) and ucx_recv.cc (incoming messages in order, acknowledgements, key
+// replies, read responses, our notify ring).
 #pragma once
 
 #include <deque>
@@ -126,8 +131,13 @@ class UcxChannel final : public Channel {
   };
   enum class Step : uint8_t { kPosted, kStall };
 
+  // ucx_channel.cc
   Op* issue(OpKind kind, Callback done, Millis timeout);
   Status check_key(const RemoteKey& key, uint64_t offset, uint64_t len, const char* op) const;
+  void protocol_error(const std::string& what);
+  Status ucs_error(const char* op, ucs_status_t status) const;
+
+  // ucx_send.cc
   Step post(Op* op);
   Step post_write(Op* op);
   Step post_read(Op* op);
@@ -138,13 +148,23 @@ class UcxChannel final : public Channel {
   bool post_am(Op* op, const void* data, size_t len, uint32_t am_flags);
   KeyEntry* resolve_key(Op* op, Status* refusal);
   void query_key(KeyEntry& e, const Op* op);
+  // Where [key_addr + offset, + len) of a direct key is mapped here; null if not shared.
+  uint8_t* direct_ptr(const KeyEntry& e, const Op* op) const;
+  // Publishes op's notify in the peer's ring (after its bytes were copied); false
+  // when the ring is full, which leaves the notify to the ordered kNotify AM.
+  bool publish_ring(Op* op);
+  // memcpy for the direct path, in slices with a look at the peer's pidfd between
+  // them; false (and the channel failed) once the peer is found dead.
+  bool copy_direct(void* dst, const void* src, size_t len);
+  static void on_send(void* request, ucs_status_t status, void* user);
+  static void on_flush(void* request, ucs_status_t status, void* user);
+
+  // ucx_recv.cc
   void on_ack(const AmHeader& h, const void* data, size_t length);
   void on_key_reply(const AmHeader& h, const void* data, size_t length);
   // Maps the peer's region described by `info` (or takes another reference); false if not.
   bool map_region(const DirectInfo& info);
   void unref_region(uint64_t region);
-  // Where [key_addr + offset, + len) of a direct key is mapped here; null if not shared.
-  uint8_t* direct_ptr(const KeyEntry& e, const Op* op) const;
   ucs_status_t on_ordered(const AmHeader& h, void* data, size_t length,
                           const ucp_am_recv_param_t* param);
   ucs_status_t on_read_req(const AmHeader& h);
@@ -152,17 +172,7 @@ class UcxChannel final : public Channel {
                             const ucp_am_recv_param_t* param);
   void deliver(RxItem& item);
   void deliver_ready();
-  void protocol_error(const std::string& what);
-  // Publishes op's notify in the peer's ring (after its bytes were copied); false
-  // when the ring is full, which leaves the notify to the ordered kNotify AM.
-  bool publish_ring(Op* op);
-  // memcpy for the direct path, in slices with a look at the peer's pidfd between
-  // them; false (and the channel failed) once the peer is found dead.
-  bool copy_direct(void* dst, const void* src, size_t len);
   void ring_error(const std::string& what);
-  Status ucs_error(const char* op, ucs_status_t status) const;
-  static void on_send(void* request, ucs_status_t status, void* user);
-  static void on_flush(void* request, ucs_status_t status, void* user);
   static void on_rx_data(void* request, ucs_status_t status, size_t length, void* user);
   static void on_read_data(void* request, ucs_status_t status, size_t length, void* user);
 
