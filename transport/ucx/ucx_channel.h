@@ -15,6 +15,11 @@
 // receiver, whatever order UCX delivers them in. An ordered AM is not posted
 // while puts issued before it are not known to be complete (ep flush), so a
 // notify or message never overtakes the bytes of an earlier write.
+//
+// Defined in ucx_channel.cc (construction, the issuing threads' API, failure),
+// ucx_send.cc (send queue, write/read paths, flushes, keys, notify ring
+// publishing) and ucx_recv.cc (incoming messages in order, acknowledgements, key
+// replies, read responses, our notify ring).
 #pragma once
 
 #include <deque>
@@ -26,8 +31,8 @@
 #include <vector>
 
 #include "transport/channel.h"
+#include "transport/shm/notify_ring.h"
 #include "transport/ucx/ucx_core.h"
-#include "transport/ucx/ucx_ring.h"
 
 namespace rdmaflow::ucx {
 
@@ -78,13 +83,13 @@ class UcxChannel final : public Channel {
                  uint64_t value = 0, uint64_t length = 0);
   void post_ctrl(const AmHeader& h, std::vector<uint8_t> data);
   void revoked(uint64_t round, const std::vector<uint64_t>& key_ids);
-  // Notify ring (ucx_ring.h), receiving side: delivers the entries that are next in
+  // Notify ring (shm/notify_ring.h), receiving side: delivers the entries that are next in
   // sequence; true if it delivered something or failed the channel.
   bool poll_ring();
   // Before a thread sleeps: true when the ring holds an entry poll_ring would take now.
   bool ring_deliverable() const;
-  const std::shared_ptr<NotifyRing>& rx_ring() const { return rx_ring_; }
-  const std::shared_ptr<NotifyRing>& tx_ring() const { return tx_ring_; }
+  const std::shared_ptr<shm::NotifyRing>& rx_ring() const { return rx_ring_; }
+  const std::shared_ptr<shm::NotifyRing>& tx_ring() const { return tx_ring_; }
   bool dirty = false;      // in the core's dirty list
   bool peer_gone = false;  // the peer process died: its requests will never complete
   int64_t requests_inflight() const { return requests_inflight_; }
@@ -127,8 +132,13 @@ class UcxChannel final : public Channel {
   };
   enum class Step : uint8_t { kPosted, kStall };
 
+  // ucx_channel.cc
   Op* issue(OpKind kind, Callback done, Millis timeout);
   Status check_key(const RemoteKey& key, uint64_t offset, uint64_t len, const char* op) const;
+  void protocol_error(const std::string& what);
+  Status ucs_error(const char* op, ucs_status_t status) const;
+
+  // ucx_send.cc
   Step post(Op* op);
   Step post_write(Op* op);
   Step post_read(Op* op);
@@ -139,13 +149,23 @@ class UcxChannel final : public Channel {
   bool post_am(Op* op, const void* data, size_t len, uint32_t am_flags);
   KeyEntry* resolve_key(Op* op, Status* refusal);
   void query_key(KeyEntry& e, const Op* op);
+  // Where [key_addr + offset, + len) of a direct key is mapped here; null if not shared.
+  uint8_t* direct_ptr(const KeyEntry& e, const Op* op) const;
+  // Publishes op's notify in the peer's ring (after its bytes were copied); false
+  // when the ring is full, which leaves the notify to the ordered kNotify AM.
+  bool publish_ring(Op* op);
+  // memcpy for the direct path, in slices with a look at the peer's pidfd between
+  // them; false (and the channel failed) once the peer is found dead.
+  bool copy_direct(void* dst, const void* src, size_t len);
+  static void on_send(void* request, ucs_status_t status, void* user);
+  static void on_flush(void* request, ucs_status_t status, void* user);
+
+  // ucx_recv.cc
   void on_ack(const AmHeader& h, const void* data, size_t length);
   void on_key_reply(const AmHeader& h, const void* data, size_t length);
   // Maps the peer's region described by `info` (or takes another reference); false if not.
   bool map_region(const DirectInfo& info);
   void unref_region(uint64_t region);
-  // Where [key_addr + offset, + len) of a direct key is mapped here; null if not shared.
-  uint8_t* direct_ptr(const KeyEntry& e, const Op* op) const;
   ucs_status_t on_ordered(const AmHeader& h, void* data, size_t length,
                           const ucp_am_recv_param_t* param);
   ucs_status_t on_read_req(const AmHeader& h);
@@ -153,17 +173,7 @@ class UcxChannel final : public Channel {
                             const ucp_am_recv_param_t* param);
   void deliver(RxItem& item);
   void deliver_ready();
-  void protocol_error(const std::string& what);
-  // Publishes op's notify in the peer's ring (after its bytes were copied); false
-  // when the ring is full, which leaves the notify to the ordered kNotify AM.
-  bool publish_ring(Op* op);
-  // memcpy for the direct path, in slices with a look at the peer's pidfd between
-  // them; false (and the channel failed) once the peer is found dead.
-  bool copy_direct(void* dst, const void* src, size_t len);
   void ring_error(const std::string& what);
-  Status ucs_error(const char* op, ucs_status_t status) const;
-  static void on_send(void* request, ucs_status_t status, void* user);
-  static void on_flush(void* request, ucs_status_t status, void* user);
   static void on_rx_data(void* request, ucs_status_t status, size_t length, void* user);
   static void on_read_data(void* request, ucs_status_t status, size_t length, void* user);
 
@@ -190,10 +200,10 @@ class UcxChannel final : public Channel {
   uint64_t am_writes_inflight_ = 0;             // direct channels: kWrite AMs not yet acknowledged
   // Notify rings: ours, which the peer publishes into (created when the peer first
   // asks for a key), and the peer's, which we publish into (mapped from its key reply).
-  std::shared_ptr<NotifyRing> rx_ring_;
+  std::shared_ptr<shm::NotifyRing> rx_ring_;
   uint64_t rx_head_ = 0;  // our own copy; the shared head is only ever written from it
   bool rx_ring_tried_ = false;
-  std::shared_ptr<NotifyRing> tx_ring_;
+  std::shared_ptr<shm::NotifyRing> tx_ring_;
   uint64_t tx_tail_ = 0;
   bool tx_ring_tried_ = false;
   int pidfd_ = -1;
@@ -227,7 +237,12 @@ class UcxChannel final : public Channel {
   }
 
   friend class UcxCore;
-  friend std::shared_ptr<NotifyRing> notify_ring_for_testing(Channel& channel);
+  friend std::shared_ptr<shm::NotifyRing> notify_ring_for_testing(Channel& channel);
 };
+
+// Test hook: the notify ring `channel` (a UCX channel) publishes into, or null when
+// it has none (not a direct channel, ring off, or no key resolved yet). Lets a test
+// play a misbehaving peer by writing into the shared ring.
+std::shared_ptr<shm::NotifyRing> notify_ring_for_testing(Channel& channel);
 
 }  // namespace rdmaflow::ucx

@@ -1,5 +1,8 @@
 // UcxCore: the state one UCX transport shares with its channels — the UCP
 // context and worker, the progress engine, registered regions and grants.
+// Defined in ucx_core.cc (options, setup and teardown, connections),
+// ucx_progress.cc (ops, submission, progress, dispatch, peer watching) and
+// ucx_grants.cc (regions, grants, revocation).
 //
 // Thread model (docs/ucx.md, "Threads"):
 //  - The worker runs in UCS_THREAD_MODE_SERIALIZED; `worker_mu_` serializes
@@ -36,10 +39,10 @@
 #include "common/status.h"
 #include "transport/channel.h"
 #include "transport/remote_key.h"
+#include "transport/shm/notify_ring.h"
+#include "transport/shm/shared_pages.h"
 #include "transport/transport.h"
 #include "transport/ucx/ucx_address.h"
-#include "transport/ucx/ucx_ring.h"
-#include "transport/ucx/ucx_shm.h"
 #include "transport/ucx/ucx_wire.h"
 
 namespace rdmaflow::ucx {
@@ -53,8 +56,8 @@ struct Options {
   DataPath data_path = DataPath::kAuto;
   ErrMode err_mode = ErrMode::kAuto;
   uint64_t eager_max = 8192;  // rma path: writes up to this size travel as an AM
-  bool direct = true;         // same-host peers: memcpy through a shared mapping (ucx_shm.h)
-  bool notify_ring = true;    // direct channels: notifies travel in a shared ring (ucx_ring.h)
+  bool direct = true;         // same-host peers: memcpy through shared pages (shm/shared_pages.h)
+  bool notify_ring = true;    // direct channels: notifies go through a ring (shm/notify_ring.h)
   uint32_t ring_slots = 1024;
   bool busy_poll = false;    // waiters drive progress until their deadline
   bool wait_block = true;    // after spinning, a waiter sleeps on the worker's event fd itself
@@ -171,7 +174,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
     size_t len = 0;
     ucp_mem_h memh = nullptr;
     std::vector<uint8_t> rkey;  // packed once
-    SharedRange shm;            // the pages re-backed by a memfd (fd -1: none)
+    shm::SharedRange shm;       // the pages re-backed by a memfd (fd -1: none)
   };
   struct Grant {
     uint64_t secret = 0;
@@ -212,7 +215,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   UcxCore(const TransportConfig& config, Options options);
   Status init(const TransportConfig& config);
 
-  // Progress.
+  // Progress (ucx_progress.cc).
   void progress_thread();
   // Tries to make progress; false when another thread holds the worker.
   bool progress_once(bool* did_something);
@@ -232,28 +235,31 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   // a sleeper of every notify ring, then rechecks the rings (consumer half of the
   // ring's wake-up protocol). False, with `armed` empty again: an entry is waiting,
   // do not sleep. After sleeping, disarm_rings(armed).
-  bool arm_rings_locked(std::vector<std::shared_ptr<NotifyRing>>& armed);
-  static void disarm_rings(std::vector<std::shared_ptr<NotifyRing>>& armed);
+  bool arm_rings_locked(std::vector<std::shared_ptr<shm::NotifyRing>>& armed);
+  static void disarm_rings(std::vector<std::shared_ptr<shm::NotifyRing>>& armed);
   bool poll_rings_locked();
   void scan_timeouts_locked(Clock::time_point now);
   // Control-plane wait (connect, accept, revoke) on ctl_cv_; drives progress itself when
   // nobody else can (called from a callback, or after the progress thread stopped).
-  template <typename Pred>
-  bool wait_control(Pred pred, Clock::time_point deadline);
+  bool wait_control(const std::function<bool()>& pred, Clock::time_point deadline);
   void unlink_active(Op* op);
+  void watch_pidfd(int fd, uint32_t channel);
+  void on_peer_exit(uint32_t channel);
+  // control_ep_'s event for wake_fd_; a peer's pidfd carries its channel id (from 1).
+  static constexpr uint64_t kWakeTag = 0;
 
-  // Connection setup.
+  // Setup and connections (ucx_core.cc).
+  void wait_closing_locked(std::unique_lock<std::mutex>& lock, Clock::time_point deadline);
   static ucs_status_t on_am(void* arg, const void* header, size_t header_length, void* data,
                             size_t length, const ucp_am_recv_param_t* param);
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
   void handle_hellos_locked();
   Result<std::shared_ptr<UcxChannel>> make_channel_locked(int peer_rank, const PeerAddress& peer,
                                                           const char* op);
-  void watch_pidfd(int fd, uint32_t channel);
-  void on_peer_exit(uint32_t channel);
   Options::DataPath choose_data_path(ucp_ep_h ep, std::string* lanes) const;
+
+  // Grants (ucx_grants.cc).
   Status revoke_grants(std::vector<uint64_t> key_ids, const char* op);
-  void wait_closing_locked(std::unique_lock<std::mutex>& lock, Clock::time_point deadline);
 
   const int rank_;
   const Options options_;
@@ -288,10 +294,10 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   bool request_posted_ = false;
   std::vector<Event> events_;
   std::vector<UcxChannel*> dirty_;
-  std::vector<UcxChannel*> ring_channels_;                 // channels with a notify ring we consume
-  std::vector<std::shared_ptr<NotifyRing>> pt_armed_;      // the progress thread's, asleep
-  std::vector<std::shared_ptr<NotifyRing>> waiter_armed_;  // drive_blocking's, asleep
-  std::vector<std::shared_ptr<UcxChannel>> channels_;      // index = channel id - 1
+  std::vector<UcxChannel*> ring_channels_;  // channels with a notify ring we consume
+  std::vector<std::shared_ptr<shm::NotifyRing>> pt_armed_;      // the progress thread's, asleep
+  std::vector<std::shared_ptr<shm::NotifyRing>> waiter_armed_;  // drive_blocking's, asleep
+  std::vector<std::shared_ptr<UcxChannel>> channels_;           // index = channel id - 1
   std::vector<Hello> hellos_;
   std::vector<ToClose> to_close_;
   std::vector<Closing> closing_;
@@ -326,7 +332,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   std::map<int, std::deque<std::shared_ptr<UcxChannel>>> accepted_;
 
   friend class UcxChannel;
-  friend std::shared_ptr<NotifyRing> notify_ring_for_testing(Channel& channel);
+  friend std::shared_ptr<shm::NotifyRing> notify_ring_for_testing(Channel& channel);
 };
 
 }  // namespace rdmaflow::ucx

@@ -1,4 +1,4 @@
-#include "transport/ucx/ucx_shm.h"
+#include "transport/shm/shared_pages.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -15,7 +15,7 @@
 #define SYS_pidfd_getfd 438
 #endif
 
-namespace rdmaflow::ucx {
+namespace rdmaflow::shm {
 
 namespace {
 
@@ -255,4 +255,4 @@ Result<uint8_t*> map_peer_memfd(int pidfd, int remote_fd, size_t len) {
   return static_cast<uint8_t*>(p);
 }
 
-}  // namespace rdmaflow::ucx
+}  // namespace rdmaflow::shm

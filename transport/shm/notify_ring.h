@@ -26,9 +26,8 @@
 #include <memory>
 
 #include "common/status.h"
-#include "transport/channel.h"
 
-namespace rdmaflow::ucx {
+namespace rdmaflow::shm {
 
 // One published notify: what the receiver needs to check the grant and deliver it.
 struct RingSlot {
@@ -89,9 +88,4 @@ class NotifyRing {
   int fd_;
 };
 
-// Test hook: the notify ring `channel` (a UCX channel) publishes into, or null when
-// it has none (not a direct channel, ring off, or no key resolved yet). Lets a test
-// play a misbehaving peer by writing into the shared ring.
-std::shared_ptr<NotifyRing> notify_ring_for_testing(Channel& channel);
-
-}  // namespace rdmaflow::ucx
+}  // namespace rdmaflow::shm

@@ -1,4 +1,4 @@
-#include "transport/ucx/ucx_ring.h"
+#include "transport/shm/notify_ring.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -8,9 +8,9 @@
 #include <new>
 #include <string>
 
-#include "transport/ucx/ucx_shm.h"
+#include "transport/shm/shared_pages.h"
 
-namespace rdmaflow::ucx {
+namespace rdmaflow::shm {
 
 NotifyRing::NotifyRing(RingHeader* header, size_t len, uint32_t slots, int fd)
     : header_(header),
@@ -70,4 +70,4 @@ Result<std::shared_ptr<NotifyRing>> NotifyRing::map_peer(int pidfd, int remote_f
   return std::shared_ptr<NotifyRing>(new NotifyRing(h, len, slots, -1));
 }
 
-}  // namespace rdmaflow::ucx
+}  // namespace rdmaflow::shm

@@ -1,7 +1,7 @@
-// share_in_place / unshare_in_place / map_peer_memfd (transport/ucx/ucx_shm.h): the
-// pieces of the UCX backend's direct same-host path that do not need a peer. The
-// path itself runs in the conformance suite's ucx_shm row.
-#include "transport/ucx/ucx_shm.h"
+// share_in_place / unshare_in_place / map_peer_memfd (transport/shm/shared_pages.h): the
+// pieces of the direct same-host path that do not need a peer. The path itself runs
+// in the conformance suite's ucx_shm row.
+#include "transport/shm/shared_pages.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace rdmaflow::ucx {
+namespace rdmaflow::shm {
 namespace {
 
 const size_t kPage = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
@@ -25,7 +25,7 @@ int self_pidfd() {
   return static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
 }
 
-TEST(UcxShm, SharesInPlaceKeepingContentsAndAddress) {
+TEST(ShmSharedPages, SharesInPlaceKeepingContentsAndAddress) {
   const size_t len = 64 * kPage;
   uint8_t* p = map_anonymous(len);
   ASSERT_NE(p, nullptr);
@@ -63,7 +63,7 @@ TEST(UcxShm, SharesInPlaceKeepingContentsAndAddress) {
   ::munmap(p, len);
 }
 
-TEST(UcxShm, RaggedRegionSharesOnlyItsWholePages) {
+TEST(ShmSharedPages, RaggedRegionSharesOnlyItsWholePages) {
   const size_t len = 8 * kPage;
   uint8_t* p = map_anonymous(len);
   ASSERT_NE(p, nullptr);
@@ -82,7 +82,7 @@ TEST(UcxShm, RaggedRegionSharesOnlyItsWholePages) {
   ::munmap(q, kPage);
 }
 
-TEST(UcxShm, RefusesMemoryThatIsNotPrivateAnonymous) {
+TEST(ShmSharedPages, RefusesMemoryThatIsNotPrivateAnonymous) {
   void* ro = ::mmap(nullptr, kPage, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(ro, MAP_FAILED);
   EXPECT_EQ(share_in_place(ro, kPage).status().code(), Code::kNotViable);
@@ -93,7 +93,7 @@ TEST(UcxShm, RefusesMemoryThatIsNotPrivateAnonymous) {
   ::munmap(sh, kPage);
 }
 
-TEST(UcxShm, UnshareLeavesMemoryTheOwnerAlreadyUnmappedAlone) {
+TEST(ShmSharedPages, UnshareLeavesMemoryTheOwnerAlreadyUnmappedAlone) {
   const size_t len = 4 * kPage;
   uint8_t* p = map_anonymous(len);
   ASSERT_NE(p, nullptr);
@@ -109,4 +109,4 @@ TEST(UcxShm, UnshareLeavesMemoryTheOwnerAlreadyUnmappedAlone) {
 }
 
 }  // namespace
-}  // namespace rdmaflow::ucx
+}  // namespace rdmaflow::shm

@@ -1,4 +1,4 @@
-// The notify ring of UCX direct channels (transport/ucx/ucx_ring.h, docs/ucx.md
+// The notify ring of UCX direct channels (transport/shm/notify_ring.h, docs/ucx.md
 // "Notify ring"), in real processes over UCX shared memory: notifies published in
 // the ring stay in order with messages and am-path writes, a full ring falls back
 // to active messages without reordering, a sleeping receiver is woken, a corrupt
@@ -12,14 +12,15 @@
 #include <vector>
 
 #include "tests/transport/conformance_util.h"
-#include "transport/ucx/ucx_ring.h"
+#include "transport/shm/notify_ring.h"
+#include "transport/ucx/ucx_channel.h"
 
 namespace rdmaflow::testing {
 namespace {
 
+using shm::NotifyRing;
+using shm::RingSlot;
 using ucx::notify_ring_for_testing;
-using ucx::NotifyRing;
-using ucx::RingSlot;
 
 constexpr Millis kOpTimeout(20000);
 

@@ -1,8 +1,9 @@
 // Direct shared-memory access between same-host peers (docs/ucx.md, "Data paths").
 //
-// UCX 1.13 can reach ordinary (not UCX-allocated) memory of a same-host peer
-// only by CMA (a kernel copy that pins pages every call) or by emulating RMA
-// with active messages. Both stay far from memcpy. So a registered region whose
+// A same-host transport reaches a peer's registered memory fastest with one
+// user-space memcpy (UCX 1.13, for one, reaches ordinary memory of a same-host
+// peer only by CMA, a kernel copy that pins pages every call, or by emulating
+// RMA with active messages; both stay far from memcpy). So a registered region whose
 // pages are private anonymous memory (malloc'ed or mmap'ed buffers, arena slabs)
 // is re-backed in place by a memfd when it is registered: same address, same
 // contents, but now a shared mapping. A same-host peer fetches the memfd with
@@ -16,7 +17,7 @@
 
 #include "common/status.h"
 
-namespace rdmaflow::ucx {
+namespace rdmaflow::shm {
 
 // The part of a registered region that share_in_place re-backed.
 struct SharedRange {
@@ -43,4 +44,4 @@ void unshare_in_place(const SharedRange& shared);
 // `pidfd`; the caller munmaps it.
 Result<uint8_t*> map_peer_memfd(int pidfd, int remote_fd, size_t len);
 
-}  // namespace rdmaflow::ucx
+}  // namespace rdmaflow::shm

@@ -1,0 +1,539 @@
+// UcxChannel, receiving side (progress context): incoming active messages applied
+// in sequence order, acknowledgements, key replies and the peer regions they let
+// us map, read requests answered and read responses received, and the entries
+// the peer publishes in our notify ring.
+#include "transport/ucx/ucx_channel.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/log.h"
+#include "transport/shm/shared_pages.h"
+
+namespace rdmaflow::ucx {
+
+namespace {
+
+Code wire_code(uint16_t code) {
+  if (code == 0 || code > static_cast<uint16_t>(Code::kInternal)) return Code::kInternal;
+  return static_cast<Code>(code);
+}
+
+std::string text(const void* data, size_t length, bool rndv) {
+  if (rndv || data == nullptr) return "";
+  return std::string(static_cast<const char*>(data), std::min(length, kMaxReason));
+}
+
+// A ring entry may run ahead of the receiver's sequence by the ordered AMs still
+// on their way; anything further is not a sequence number this peer could have sent.
+constexpr uint64_t kMaxSeqAhead = uint64_t{1} << 32;
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Active messages
+
+ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
+                               const ucp_am_recv_param_t* param) {
+  const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  const auto type = static_cast<MsgType>(h.type);
+  switch (type) {
+    case MsgType::kMessage:
+    case MsgType::kWrite:
+    case MsgType::kNotify:
+    case MsgType::kBye:
+      return on_ordered(h, data, length, param);
+    case MsgType::kReadResp:
+      return on_read_resp(h, data, length, param);
+    default:
+      break;
+  }
+  if (rndv) {
+    protocol_error("unexpected rendezvous data for message type " + std::to_string(h.type));
+    return UCS_OK;
+  }
+  switch (type) {
+    case MsgType::kHelloAck:
+      if (state() == State::kConnecting) {
+        remote_id_ = static_cast<uint32_t>(h.id);
+        opened();
+      }
+      break;
+    case MsgType::kAck:
+      on_ack(h, data, length);
+      break;
+    case MsgType::kReadReq:
+      return on_read_req(h);
+    case MsgType::kKeyQuery: {
+      uint64_t addr = 0, len = 0, sum = 0;
+      DirectInfo direct;
+      Status st = core_->query_grant(h.key_id, h.secret, id_, peer_, &addr, &len, &sum, &direct);
+      AmHeader reply;
+      reply.type = static_cast<uint8_t>(MsgType::kKeyReply);
+      reply.code = static_cast<uint16_t>(st.code());
+      reply.channel = remote_id_;
+      reply.id = h.id;
+      reply.secret = sum;
+      reply.value = addr;
+      reply.length = len;
+      std::vector<uint8_t> data;
+      if (!st.is_ok()) {
+        data.assign(st.reason().begin(), st.reason().end());
+      } else if (pidfd_ >= 0 && direct.fd >= 0) {
+        // A same-host peer may map the region's memfd and copy itself, and publish its
+        // notifies in our ring.
+        if (rx_ring_ == nullptr && !rx_ring_tried_ && core_->options().notify_ring) {
+          rx_ring_tried_ = true;
+          auto ring = shm::NotifyRing::create(core_->options().ring_slots);
+          if (ring.is_ok()) {
+            rx_ring_ = std::move(ring).value();
+            core_->ring_channels_.push_back(this);
+          } else {
+            RDMAFLOW_LOG_DEBUG("ucx: channel {} to rank {}: no notify ring: {}", id_, peer_,
+                               ring.status().reason());
+          }
+        }
+        if (rx_ring_ != nullptr) {
+          direct.ring_fd = rx_ring_->fd();
+          direct.ring_slots = rx_ring_->slots();
+        }
+        data.resize(sizeof(direct));
+        std::memcpy(data.data(), &direct, sizeof(direct));
+      }
+      post_ctrl(reply, std::move(data));
+      break;
+    }
+    case MsgType::kKeyReply:
+      on_key_reply(h, data, length);
+      break;
+    case MsgType::kRevoke: {
+      if (length % 8 != 0) {
+        protocol_error("malformed revocation list");
+        break;
+      }
+      std::vector<uint64_t> ids(length / 8);
+      if (length > 0) std::memcpy(ids.data(), data, length);
+      revoked(h.id, ids);
+      break;
+    }
+    case MsgType::kRevokeAck:
+      core_->on_revoke_ack(h.id, id_);
+      break;
+    case MsgType::kRingWake:
+      break;  // this pass polls the ring
+    default:
+      protocol_error("unknown message type " + std::to_string(h.type));
+      break;
+  }
+  return UCS_OK;
+}
+
+ucs_status_t UcxChannel::on_ordered(const AmHeader& h, void* data, size_t length,
+                                    const ucp_am_recv_param_t* param) {
+  const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  if (h.seq < rx_next_ || rx_held_.count(h.seq)) {
+    protocol_error("duplicate sequence number " + std::to_string(h.seq));
+    return UCS_OK;
+  }
+  const bool held = h.seq != rx_next_;
+  RxItem local;
+  RxItem* item = (held || rndv) ? new RxItem() : &local;
+  item->ch = this;
+  item->type = static_cast<MsgType>(h.type);
+  item->seq = h.seq;
+  void* rndv_target = nullptr;
+  switch (item->type) {
+    case MsgType::kMessage:
+      if (rndv) {
+        item->bytes.resize(length);
+        rndv_target = item->bytes.data();
+      } else {
+        item->bytes.assign(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + length);
+      }
+      break;
+    case MsgType::kWrite:
+    case MsgType::kNotify: {
+      item->has_notify = (h.flags & kFlagNotify) != 0;
+      item->notify = h.value;
+      if (item->type == MsgType::kWrite && length != h.length) {
+        if (item != &local) delete item;
+        protocol_error("write carries " + std::to_string(length) + " bytes, header says " +
+                       std::to_string(h.length));
+        return UCS_OK;
+      }
+      uint8_t* target = nullptr;
+      Status st =
+          core_->resolve_grant(h.key_id, h.secret, h.offset, h.length, "write", peer_, &target);
+      if (!st.is_ok()) {
+        item->code = static_cast<uint16_t>(st.code());
+        item->reason = st.reason();
+      } else if (item->type == MsgType::kWrite && length > 0) {
+        RDMAFLOW_LOG_TRACE("ucx: rank {} writes {} bytes at offset {} of key id {}", peer_, length,
+                           h.offset, h.key_id);
+        if (rndv) {
+          rndv_target = target;
+        } else {
+          std::memcpy(target, data, length);
+        }
+      }
+      break;
+    }
+    case MsgType::kBye:
+      break;
+    default:
+      break;
+  }
+  if (rndv_target != nullptr) {
+    // Rendezvous: UCP pulls the payload straight into place (CMA on shared memory).
+    item->ready = false;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.recv_am = &UcxChannel::on_rx_data;
+    p.user_data = item;
+    ucs_status_ptr_t r = ucp_am_recv_data_nbx(core_->worker(), data, rndv_target, length, &p);
+    if (r == nullptr) {
+      item->ready = true;
+    } else if (UCS_PTR_IS_ERR(r)) {
+      item->ready = true;
+      item->code = static_cast<uint16_t>(Code::kInternal);
+      item->reason =
+          std::string("receiving the payload failed: ") + ucs_status_string(UCS_PTR_STATUS(r));
+    } else {
+      note_request();
+    }
+  }
+  if (!held && item->ready) {
+    deliver(*item);
+    ++rx_next_;
+    if (item != &local) delete item;
+    deliver_ready();
+  } else {
+    rx_held_.emplace(h.seq, item);
+  }
+  return UCS_OK;
+}
+
+void UcxChannel::on_rx_data(void* request, ucs_status_t status, size_t /*length*/, void* user) {
+  if (request != nullptr) ucp_request_free(request);
+  auto* item = static_cast<RxItem*>(user);
+  --item->ch->requests_inflight_;
+  if (item->orphan) {
+    delete item;
+    return;
+  }
+  UcxChannel* ch = item->ch;
+  item->ready = true;
+  if (status != UCS_OK && item->code == 0) {
+    if (item->type == MsgType::kMessage) {
+      ch->protocol_error(std::string("receiving a message failed: ") + ucs_status_string(status));
+      return;
+    }
+    item->code = static_cast<uint16_t>(Code::kPeerFailed);
+    item->reason = std::string("receiving the payload failed: ") + ucs_status_string(status);
+  }
+  ch->deliver_ready();
+}
+
+void UcxChannel::deliver(RxItem& item) {
+  switch (item.type) {
+    case MsgType::kMessage:
+      core_->emit_message(inbox_, std::move(item.bytes));
+      break;
+    case MsgType::kWrite:
+    case MsgType::kNotify:
+      if (item.code != 0) {
+        append_refusal(ack_refusals_, Refusal{item.seq, item.code, item.reason});
+      } else if (item.has_notify) {
+        core_->emit_notify(inbox_, item.notify);  // every byte is in place by now
+      }
+      ack_needed_ = true;
+      core_->mark_dirty(this);
+      break;
+    case MsgType::kBye:
+      fail(RDMAFLOW_ERROR(Code::kPeerFailed, "channel", peer_,
+                          "peer rank " + std::to_string(peer_) + " closed the channel"));
+      break;
+    default:
+      break;
+  }
+}
+
+void UcxChannel::deliver_ready() {
+  while (!failed_ && !rx_held_.empty()) {
+    auto it = rx_held_.begin();
+    if (it->first != rx_next_ || !it->second->ready) break;
+    RxItem* item = it->second;
+    rx_held_.erase(it);
+    deliver(*item);
+    ++rx_next_;
+    delete item;
+  }
+}
+
+void UcxChannel::on_ack(const AmHeader& h, const void* data, size_t length) {
+  std::vector<Refusal> refusals;
+  if (!parse_refusals({static_cast<const uint8_t*>(data), length}, refusals)) {
+    protocol_error("malformed acknowledgement");
+    return;
+  }
+  const uint64_t from = h.offset, upto = h.length;
+  for (auto it = awaiting_ack_.begin(); it != awaiting_ack_.end();) {
+    Op* op = *it;
+    if (op->seq < from || op->seq >= upto) {
+      ++it;
+      continue;
+    }
+    it = awaiting_ack_.erase(it);
+    if (direct_ && op->hdr.type == static_cast<uint8_t>(MsgType::kWrite) && op->len > 0 &&
+        am_writes_inflight_ > 0 && --am_writes_inflight_ == 0) {
+      core_->mark_dirty(this);  // direct copies held back behind it may go
+    }
+    Status st;
+    for (const Refusal& r : refusals) {
+      if (r.seq == op->seq) {
+        st = Status(wire_code(r.code), "write", peer_, "peer refused the write: " + r.reason);
+      }
+    }
+    core_->part_done(op, st);
+    core_->release(op);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Key replies and the peer regions they map
+
+void UcxChannel::on_key_reply(const AmHeader& h, const void* data, size_t length) {
+  auto it = keys_.find(h.id);
+  if (it == keys_.end() || it->second.state != KeyEntry::State::kQuerying) return;
+  KeyEntry& e = it->second;
+  const std::string key = "key id " + std::to_string(h.id);
+  if (h.code != 0) {
+    e.state = KeyEntry::State::kRefused;
+    e.refusal = Status(wire_code(h.code), "write", peer_,
+                       "peer refused " + key + ": " + text(data, length, false));
+  } else if (h.secret != rkey_checksum(e.blob)) {
+    // Never hand UCX an rkey the owner did not pack.
+    e.state = KeyEntry::State::kRefused;
+    e.refusal = RDMAFLOW_ERROR(Code::kInvalidArgument, "write", peer_,
+                               "the rkey carried by " + key + " is not the one the peer packed");
+  } else if (direct_) {
+    // No rkey needed: memcpy through the peer's shared region, or the am path.
+    e.addr = h.value;
+    e.length = h.length;
+    e.state = KeyEntry::State::kValid;
+    DirectInfo info;
+    if (length == sizeof(info)) {
+      std::memcpy(&info, data, sizeof(info));
+      if (info.magic == DirectInfo::kMagic && info.region != 0 && info.length > 0 &&
+          info.base + info.length > info.base && map_region(info)) {
+        e.region = info.region;
+      }
+      if (info.magic == DirectInfo::kMagic && info.ring_fd >= 0 && tx_ring_ == nullptr &&
+          !tx_ring_tried_ && core_->options().notify_ring) {
+        tx_ring_tried_ = true;
+        auto ring = shm::NotifyRing::map_peer(pidfd_, info.ring_fd, info.ring_slots);
+        if (ring.is_ok()) {
+          tx_ring_ = std::move(ring).value();
+          tx_tail_ = tx_ring_->header()->tail.load(std::memory_order_acquire);
+          RDMAFLOW_LOG_DEBUG("ucx: channel {} to rank {}: notifies go through its ring ({} slots)",
+                             id_, peer_, info.ring_slots);
+        } else {
+          RDMAFLOW_LOG_DEBUG("ucx: channel {} to rank {}: notifies stay active messages: {}", id_,
+                             peer_, ring.status().reason());
+        }
+      }
+    }
+    std::lock_guard<std::mutex> lock(known_mu_);
+    known_keys_.insert(h.id);
+  } else {
+    e.addr = h.value;
+    e.length = h.length;
+    const ucs_status_t s = ucp_ep_rkey_unpack(ep_, e.blob.data(), &e.rkey);
+    if (s != UCS_OK) {
+      e.rkey = nullptr;
+      e.state = KeyEntry::State::kRefused;
+      e.refusal = RDMAFLOW_ERROR(Code::kInvalidArgument, "write", peer_,
+                                 "cannot unpack the rkey of " + key + ": " + ucs_status_string(s));
+    } else {
+      e.state = KeyEntry::State::kValid;
+      std::lock_guard<std::mutex> lock(known_mu_);
+      known_keys_.insert(h.id);  // issuers stop copying its blob
+    }
+  }
+  core_->mark_dirty(this);
+}
+
+bool UcxChannel::map_region(const DirectInfo& info) {
+  auto it = maps_.find(info.region);
+  if (it == maps_.end()) {
+    auto p = shm::map_peer_memfd(pidfd_, info.fd, info.length);
+    if (!p.is_ok()) {
+      RDMAFLOW_LOG_DEBUG("ucx: channel {} to rank {}: no direct access to region {}: {}", id_,
+                         peer_, info.region, p.status().reason());
+      return false;
+    }
+    const uint64_t len = info.length;
+    std::shared_ptr<uint8_t> mem(*p, [len](uint8_t* q) { ::munmap(q, len); });
+    it = maps_.emplace(info.region, Mapping{std::move(mem), *p, info.length, info.base, 0}).first;
+    RDMAFLOW_LOG_DEBUG("ucx: channel {} to rank {}: region {} ({} bytes) mapped for direct access",
+                       id_, peer_, info.region, info.length);
+  }
+  ++it->second.refs;
+  return true;
+}
+
+void UcxChannel::unref_region(uint64_t region) {
+  auto it = maps_.find(region);
+  if (it == maps_.end() || --it->second.refs > 0) return;
+  maps_.erase(it);
+}
+
+// ---------------------------------------------------------------------------
+// Reads: requests answered, responses received
+
+ucs_status_t UcxChannel::on_read_req(const AmHeader& h) {
+  uint8_t* src = nullptr;
+  Status st = core_->resolve_grant(h.key_id, h.secret, h.offset, h.length, "read", peer_, &src);
+  Op* op = core_->ctrl_op(this);
+  op->hdr.type = static_cast<uint8_t>(MsgType::kReadResp);
+  op->hdr.channel = remote_id_;
+  op->hdr.id = h.id;
+  op->hdr.length = h.length;
+  core_->add_ref(op);
+  if (st.is_ok()) {
+    post_am(op, src, h.length, 0);  // rendezvous for large reads: the reader pulls
+  } else {
+    op->hdr.code = static_cast<uint16_t>(st.code());
+    op->bytes.assign(st.reason().begin(), st.reason().end());
+    post_am(op, op->bytes.data(), op->bytes.size(), 0);
+  }
+  core_->release(op);
+  return UCS_OK;
+}
+
+ucs_status_t UcxChannel::on_read_resp(const AmHeader& h, void* data, size_t length,
+                                      const ucp_am_recv_param_t* param) {
+  const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  auto it = reads_.find(h.id);
+  if (it == reads_.end()) return UCS_OK;  // unknown or already failed: drop
+  Op* op = it->second;
+  reads_.erase(it);
+  if (op->user_done) {  // timed out: never touch the caller's buffer any more
+    core_->release(op);
+    return UCS_OK;
+  }
+  if (h.code != 0) {
+    core_->part_done(op, Status(wire_code(h.code), "read", peer_,
+                                "peer refused the read: " + text(data, length, rndv)));
+  } else if (length != op->len) {
+    core_->part_done(op, RDMAFLOW_ERROR(Code::kProtocolError, "read", peer_,
+                                        "response carries " + std::to_string(length) + " bytes, " +
+                                            std::to_string(op->len) + " requested"));
+  } else if (rndv) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.recv_am = &UcxChannel::on_read_data;
+    p.user_data = op;
+    ucs_status_ptr_t r = ucp_am_recv_data_nbx(core_->worker(), data, op->dst, length, &p);
+    if (r == nullptr) {
+      core_->part_done(op, Status::ok());
+    } else if (UCS_PTR_IS_ERR(r)) {
+      core_->part_done(op, ucs_error("read", UCS_PTR_STATUS(r)));
+    } else {
+      note_request();
+      return UCS_OK;  // the reads_ reference moves to the receive request
+    }
+  } else {
+    if (length > 0) std::memcpy(op->dst, data, length);
+    core_->part_done(op, Status::ok());
+  }
+  core_->release(op);
+  return UCS_OK;
+}
+
+void UcxChannel::on_read_data(void* request, ucs_status_t status, size_t /*length*/, void* user) {
+  if (request != nullptr) ucp_request_free(request);
+  auto* op = static_cast<Op*>(user);
+  UcxChannel* ch = op->ch;
+  --ch->requests_inflight_;
+  ch->core_->part_done(op, status == UCS_OK ? Status::ok() : ch->ucs_error("read", status));
+  ch->core_->release(op);
+}
+
+// ---------------------------------------------------------------------------
+// Notify ring (transport/shm/notify_ring.h, docs/ucx.md "Notify ring")
+
+void UcxChannel::ring_error(const std::string& what) {
+  fail(RDMAFLOW_ERROR(
+      Code::kProtocolError, "notify ring", peer_,
+      "peer rank " + std::to_string(peer_) + " published a bad entry in the notify ring: " + what));
+}
+
+bool UcxChannel::poll_ring() {
+  if (rx_ring_ == nullptr || failed_) return false;
+  // Everything read from the ring is the peer's word: indices come from our own head,
+  // the tail is bounds-checked, every entry is checked against the grant table.
+  const uint64_t tail = rx_ring_->header()->tail.load(std::memory_order_acquire);
+  if (tail == rx_head_) return false;
+  const std::shared_ptr<shm::NotifyRing> ring = rx_ring_;  // fail() may drop ours meanwhile
+  shm::RingHeader* h = ring->header();
+  if (tail - rx_head_ > ring->slots()) {
+    ring_error("tail " + std::to_string(tail) + " is not within the " +
+               std::to_string(ring->slots()) + " slots after head " + std::to_string(rx_head_));
+    return true;
+  }
+  const uint64_t start = rx_head_;
+  while (rx_head_ != tail && !failed_) {
+    shm::RingSlot s;
+    std::memcpy(&s, ring->slot(rx_head_), sizeof(s));  // checked as copied
+    if (s.seq != rx_next_) {
+      if (s.seq < rx_next_ || s.seq - rx_next_ > kMaxSeqAhead || rx_held_.count(s.seq)) {
+        ring_error("sequence number " + std::to_string(s.seq) + " (expected " +
+                   std::to_string(rx_next_) + ")");
+        return true;
+      }
+      break;  // an ordered AM before it is still on its way; it resumes the ring
+    }
+    auto g = core_->grants_.find(s.key_id);
+    if (g == core_->grants_.end()) {
+      if (s.key_id == 0 || s.key_id >= core_->next_key_) {
+        ring_error("key id " + std::to_string(s.key_id) + " was never exported here");
+        return true;
+      }
+      // Revoked after the writer checked it: dropped, as a kNotify would be refused.
+      RDMAFLOW_LOG_DEBUG("ucx: rank {}: notify {} for revoked key id {} dropped", peer_, s.notify,
+                         s.key_id);
+    } else if (g->second.secret != s.secret) {
+      ring_error("wrong secret for key id " + std::to_string(s.key_id));
+      return true;
+    } else if (!(s.offset <= g->second.len && s.length <= g->second.len - s.offset)) {
+      ring_error("offset " + std::to_string(s.offset) + " + length " + std::to_string(s.length) +
+                 " exceeds the " + std::to_string(g->second.len) + " bytes granted by key id " +
+                 std::to_string(s.key_id));
+      return true;
+    } else {
+      core_->emit_notify(inbox_, s.notify);  // the tail's acquire: the bytes are in place
+    }
+    ++rx_head_;
+    ++rx_next_;
+    deliver_ready();  // ordered AMs that waited for this entry
+  }
+  if (rx_head_ == start) return false;
+  h->head.store(rx_head_, std::memory_order_release);
+  return true;
+}
+
+bool UcxChannel::ring_deliverable() const {
+  if (rx_ring_ == nullptr || failed_) return false;
+  const uint64_t tail = rx_ring_->header()->tail.load(std::memory_order_seq_cst);
+  if (tail == rx_head_) return false;
+  if (tail - rx_head_ > rx_ring_->slots()) return true;  // poll_ring reports it
+  shm::RingSlot s;
+  std::memcpy(&s, rx_ring_->slot(rx_head_), sizeof(s));
+  // An entry waiting for an earlier ordered AM is not: that AM wakes us when it comes.
+  return !(s.seq > rx_next_ && s.seq - rx_next_ <= kMaxSeqAhead && !rx_held_.count(s.seq));
+}
+
+}  // namespace rdmaflow::ucx
