@@ -25,7 +25,7 @@ constexpr RegisterFn kRegisterUcx = register_ucx_transport;
 constexpr RegisterFn kRegisterUcx = nullptr;
 #endif
 
-struct Medium {
+struct PinnedMedium {
   const char* label;
   std::vector<std::pair<std::string, std::string>> env;
   bool shared_memory;
@@ -35,7 +35,7 @@ struct BuiltinBackend {
   const char* name;
   RegisterFn register_fn;  // null: not compiled into this build
   bool shared_memory;      // as it is, on one host
-  std::vector<Medium> media;
+  std::vector<PinnedMedium> media;
 };
 
 const std::vector<BuiltinBackend>& builtin_backends() {
@@ -64,7 +64,7 @@ void add_rows(std::vector<TransportVariant>& out, const std::string& name, bool 
   as_is.built = built;
   out.push_back(as_is);
   if (!known) return;
-  for (const Medium& m : known->media) {
+  for (const PinnedMedium& m : known->media) {
     out.push_back({m.label, name, m.env, true, true, m.shared_memory, built});
   }
 }
