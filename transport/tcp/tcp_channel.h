@@ -1,5 +1,5 @@
 // TcpChannel: one TCP connection to one peer, emulating one-sided writes and
-// reads with framed messages (tcp_frame.h, docs/tcp_transport.md).
+// reads with framed messages (tcp_wire.h, docs/tcp_transport.md).
 //
 // Thread model
 //  - Receiving, timeouts, failure handling and completion callbacks run on the
@@ -36,8 +36,8 @@
 
 #include "transport/channel.h"
 #include "transport/common/grant_table.h"
-#include "transport/tcp/tcp_frame.h"
-#include "transport/tcp/tcp_loop.h"
+#include "transport/tcp/tcp_progress.h"
+#include "transport/tcp/tcp_wire.h"
 
 namespace rdmaflow::tcp {
 

@@ -14,8 +14,8 @@
 
 #include "common/log.h"
 #include "common/strings.h"
-#include "transport/verbs/address.h"
 #include "transport/verbs/device.h"
+#include "transport/verbs/verbs_address.h"
 
 namespace rdmaflow::verbs {
 

@@ -2,7 +2,7 @@
 //
 // Connections: librdmacm on RC queue pairs. listen() binds an rdma_cm id to the
 // IP address of the RDMA netdev and returns "verbs://<ip>:<port>"; connect()
-// resolves address and route, creates the QP and sends its Hello (wire.h) as
+// resolves address and route, creates the QP and sends its Hello (verbs_wire.h) as
 // connect private data; the listener answers with its own Hello in the accept.
 //
 // Thread model: one progress thread per transport polls (poll(2)) the
