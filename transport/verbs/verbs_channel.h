@@ -144,6 +144,8 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
 
   explicit VerbsChannel(std::shared_ptr<VerbsCore> core);
 
+  // Issuing and posting: verbs_send.cc; receive completions and control
+  // messages: verbs_recv.cc; failure, timeouts and callbacks: verbs_channel.cc.
   std::shared_ptr<Op> make_op(const char* name, Callback done, Millis timeout, uint32_t parts);
   // Validates a RemoteKey for an access of `len` bytes at `offset`.
   Result<uint32_t> check_key(const char* op, const RemoteKey& key, uint64_t offset,
