@@ -23,7 +23,7 @@
 #include "tests/support/backends.h"
 #include "tests/support/process.h"
 #include "transport/channel.h"
-#include "transport/tcp/tcp_frame.h"
+#include "transport/tcp/tcp_wire.h"
 #include "transport/transport.h"
 
 namespace rdmaflow::testing {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "tests/transport/conformance_util.h"
-#include "transport/tcp/tcp_frame.h"
+#include "transport/tcp/tcp_wire.h"
 
 namespace rdmaflow::testing {
 namespace {

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "transport/verbs/address.h"
+#include "transport/verbs/verbs_address.h"
 
 namespace rdmaflow::verbs {
 namespace {

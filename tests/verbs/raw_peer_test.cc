@@ -16,7 +16,7 @@
 
 #include "tests/transport/conformance_util.h"
 #include "tests/verbs/raw_verbs_peer.h"
-#include "transport/verbs/wire.h"
+#include "transport/verbs/verbs_wire.h"
 
 namespace rdmaflow::testing {
 namespace {

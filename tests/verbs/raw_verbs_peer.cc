@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "transport/verbs/address.h"
+#include "transport/verbs/verbs_address.h"
 
 namespace rdmaflow::testing {
 

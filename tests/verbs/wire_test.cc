@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "transport/verbs/wire.h"
+#include "transport/verbs/verbs_wire.h"
 
 namespace rdmaflow::verbs {
 namespace {

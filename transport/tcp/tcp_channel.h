@@ -1,5 +1,5 @@
 // TcpChannel: one TCP connection to one peer, emulating one-sided writes and
-// reads with framed messages (tcp_frame.h, docs/tcp_transport.md).
+// reads with framed messages (tcp_wire.h, docs/tcp_transport.md).
 //
 // Thread model
 //  - Receiving, timeouts, failure handling and completion callbacks run on the
@@ -36,8 +36,8 @@
 
 #include "transport/channel.h"
 #include "transport/common/grant_table.h"
-#include "transport/tcp/tcp_frame.h"
-#include "transport/tcp/tcp_loop.h"
+#include "transport/tcp/tcp_progress.h"
+#include "transport/tcp/tcp_wire.h"
 
 namespace rdmaflow::tcp {
 
@@ -152,7 +152,7 @@ class TcpChannel final : public Channel,
     std::unique_ptr<uint8_t[]> discard;
   };
 
-  // Ops and slots (mu_ held).
+  // Ops and slots (tcp_channel.cc; mu_ held).
   Op* new_op_locked(int kind, Callback done, Millis timeout);
   Op* find_op_locked(uint64_t id);
   void complete_locked(Op* op, const Status& status, DoneList& done);
@@ -165,20 +165,20 @@ class TcpChannel final : public Channel,
   // `receive_path`, on a driving waiter); elsewhere posted to the progress thread.
   void deliver(DoneList& done, bool receive_path = false);
   void complete_soon(Callback done, Status status);
+  void rearm_locked();  // epoll interest of fd_ (arm_mu_ held)
+
+  // Sending (tcp_send.cc).
   Status check_key(const RemoteKey& key, uint64_t offset, uint64_t len, const char* op) const;
   void submit(Op* op, std::unique_lock<std::mutex>& lock);
-
-  // Sending.
   void pump();
   bool build_batch_locked();
   void settle_batch_locked(DoneList& done);
   void wait_writable();
   void set_interest(bool want_out);  // EPOLLOUT interest for a parked sender
-  void rearm_locked();               // arm_mu_ held
   void resume_sender();
   void kick_sender();
 
-  // Receiving (rx_mu_ held by the calling thread).
+  // Receiving (tcp_recv.cc; rx_mu_ held by the calling thread).
   void receive_turn(bool block);
   bool holds_rx() const { return rx_holder_.load() == std::this_thread::get_id(); }
   bool parse_staged();

@@ -16,7 +16,7 @@
 
 #include "transport/common/grant_table.h"
 #include "transport/tcp/tcp_channel.h"
-#include "transport/tcp/tcp_loop.h"
+#include "transport/tcp/tcp_progress.h"
 #include "transport/transport.h"
 
 namespace rdmaflow::tcp {

@@ -2,7 +2,7 @@
 
 #include "common/env.h"
 #include "transport/verbs/flow_control.h"
-#include "transport/verbs/wire.h"
+#include "transport/verbs/verbs_wire.h"
 
 namespace rdmaflow::verbs {
 

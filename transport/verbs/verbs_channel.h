@@ -11,7 +11,7 @@
 // progress thread drives completions; every callback runs there, exactly once.
 //
 // Remote keys: the NIC checks only the slab's rkey, so before the first write
-// or read with a RemoteKey the channel asks the target (KeyCheck, wire.h)
+// or read with a RemoteKey the channel asks the target (KeyCheck, verbs_wire.h)
 // whether key_id, secret, rkey and range form a live grant, and caches the
 // verdict. Work items with an unverified key wait at the head of the queue; a
 // refused key fails its operations with kNotFound / kOutOfRange and the
@@ -47,7 +47,7 @@
 #include "transport/verbs/flow_control.h"
 #include "transport/verbs/notify.h"
 #include "transport/verbs/verbs_core.h"
-#include "transport/verbs/wire.h"
+#include "transport/verbs/verbs_wire.h"
 
 namespace rdmaflow::verbs {
 
@@ -144,6 +144,8 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
 
   explicit VerbsChannel(std::shared_ptr<VerbsCore> core);
 
+  // Issuing and posting: verbs_send.cc; receive completions and control
+  // messages: verbs_recv.cc; failure, timeouts and callbacks: verbs_channel.cc.
   std::shared_ptr<Op> make_op(const char* name, Callback done, Millis timeout, uint32_t parts);
   // Validates a RemoteKey for an access of `len` bytes at `offset`.
   Result<uint32_t> check_key(const char* op, const RemoteKey& key, uint64_t offset,

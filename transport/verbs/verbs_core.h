@@ -33,7 +33,7 @@
 #include "transport/remote_key.h"
 #include "transport/verbs/config.h"
 #include "transport/verbs/device.h"
-#include "transport/verbs/wire.h"
+#include "transport/verbs/verbs_wire.h"
 
 namespace rdmaflow::verbs {
 

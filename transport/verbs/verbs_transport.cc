@@ -14,15 +14,12 @@
 
 #include "common/log.h"
 #include "common/strings.h"
-#include "transport/verbs/address.h"
 #include "transport/verbs/device.h"
+#include "transport/verbs/verbs_address.h"
+#include "transport/verbs/verbs_transport_internal.h"
 
 namespace rdmaflow::verbs {
 
-namespace {
-using Clock = std::chrono::steady_clock;
-constexpr int kTickMs = 10;
-constexpr size_t kMaxRejectData = 148;  // IB CM REJ private data
 // Local ACK timeout exponent: 4.096 us * 2^14 = 67 ms per try, 8 tries, so a
 // silently vanished peer fails a work request in about half a second (a peer
 // whose process died is usually reported sooner, by a DISCONNECTED event).
@@ -34,6 +31,13 @@ void set_ack_timeout(rdma_cm_id* id) {
     RDMAFLOW_LOG_DEBUG("verbs: rdma_set_option(ACK_TIMEOUT) failed: {}", std::strerror(errno));
   }
 }
+
+std::string event_name(rdma_cm_event_type e) {
+  return rdma_event_str(e);
+}
+
+namespace {
+using Clock = std::chrono::steady_clock;
 
 void set_nonblocking(int fd) {
   int flags = fcntl(fd, F_GETFL);
@@ -86,10 +90,6 @@ Result<std::string> choose_bind_ip(const TransportConfig& config, const PortChoi
                             " holds no IPv4 address, so the IP rdma_cm should bind is unknown; "
                             "set RDMAFLOW_IB_GID_INDEX to a RoCE v2 IPv4 GID or name the "
                             "interface (TransportConfig::ifname)");
-}
-
-std::string event_name(rdma_cm_event_type e) {
-  return rdma_event_str(e);
 }
 
 std::string cm_failure(const rdma_cm_event* ev, rdma_cm_event_type expected) {
@@ -484,266 +484,6 @@ void VerbsTransport::log_path(const std::shared_ptr<VerbsChannel>& ch, int peer)
   } else {
     RDMAFLOW_LOG_DEBUG("verbs: connected to rank {} over GID index {}, path mtu {}", peer, sgid,
                        128 << attr.path_mtu);
-  }
-}
-
-// ---------------------------------------------------------------- progress thread
-
-void VerbsTransport::progress_loop() {
-  core_->set_progress_thread(std::this_thread::get_id(), wake_fd_);
-  pollfd fds[4] = {{core_->comp_channel()->fd, POLLIN, 0},
-                   {ec_->fd, POLLIN, 0},
-                   {core_->context()->async_fd, POLLIN, 0},
-                   {wake_fd_, POLLIN, 0}};
-  auto last_check = Clock::now();
-  while (!stop_) {
-    int rc = ::poll(fds, 4, kTickMs);
-    if (rc < 0 && errno != EINTR) {
-      RDMAFLOW_LOG_ERROR("verbs: poll failed: {}", std::strerror(errno));
-    }
-    if (fds[3].revents & POLLIN) {
-      uint64_t v;
-      ssize_t r = ::read(wake_fd_, &v, sizeof(v));
-      (void)r;
-    }
-    drain_cq_events();
-    drain_cm_events();
-    drain_async_events();
-    core_->run_deferred();
-    auto now = Clock::now();
-    if (rc == 0 || now - last_check >= std::chrono::milliseconds(kTickMs)) {
-      // Safety net for a missed CQ event, then the deadlines.
-      poll_recv_cq();
-      for (auto& ch : core_->channels()) ch->poll_send_cq();
-      check_deadlines();
-      last_check = now;
-    }
-  }
-  core_->run_deferred();
-}
-
-void VerbsTransport::drain_cq_events() {
-  ibv_cq* cq = nullptr;
-  void* cq_ctx = nullptr;
-  while (ibv_get_cq_event(core_->comp_channel(), &cq, &cq_ctx) == 0) {
-    ibv_ack_cq_events(cq, 1);
-    ibv_req_notify_cq(cq, 0);  // re-arm, then poll: nothing slips between the two
-    if (cq == core_->recv_cq()) {
-      poll_recv_cq();
-    } else if (auto ch = core_->channel_by_cq(cq)) {
-      ch->poll_send_cq();
-    }
-  }
-}
-
-void VerbsTransport::poll_recv_cq() {
-  ibv_wc wc[32];
-  for (;;) {
-    int n = ibv_poll_cq(core_->recv_cq(), 32, wc);
-    if (n <= 0) {
-      if (n < 0) RDMAFLOW_LOG_ERROR("verbs: ibv_poll_cq failed on the receive CQ");
-      return;
-    }
-    for (int i = 0; i < n; ++i) {
-      if (auto ch = core_->channel_by_qpn(wc[i].qp_num)) {
-        ch->handle_recv(wc[i]);
-      } else if (Status st = core_->repost_recv(wc[i].wr_id); !st.is_ok()) {
-        RDMAFLOW_LOG_ERROR("verbs: {}", st.to_string());
-      }
-    }
-  }
-}
-
-void VerbsTransport::drain_cm_events() {
-  rdma_cm_event* ev = nullptr;
-  while (rdma_get_cm_event(ec_, &ev) == 0) {
-    rdma_cm_id* id = ev->id;
-    rdma_cm_event_type type = ev->event;
-    switch (type) {
-      case RDMA_CM_EVENT_CONNECT_REQUEST:
-        on_connect_request(ev);  // acks
-        continue;
-      case RDMA_CM_EVENT_ESTABLISHED:
-        rdma_ack_cm_event(ev);
-        on_established(id);
-        continue;
-      case RDMA_CM_EVENT_DISCONNECTED: {
-        rdma_ack_cm_event(ev);
-        if (auto ch = core_->channel_by_id(id)) ch->on_disconnected(event_name(type));
-        std::lock_guard<std::mutex> lock(mu_);
-        pending_.erase(id);
-        continue;
-      }
-      case RDMA_CM_EVENT_REJECTED:
-      case RDMA_CM_EVENT_CONNECT_ERROR:
-      case RDMA_CM_EVENT_UNREACHABLE: {
-        std::string why = event_name(type) + " (status " + std::to_string(ev->status) + ")";
-        rdma_ack_cm_event(ev);
-        drop_pending(id, RDMAFLOW_ERROR(Code::kConnectionFailed, "accept", -1,
-                                        "the connection failed before it was established: " + why));
-        continue;
-      }
-      case RDMA_CM_EVENT_DEVICE_REMOVAL: {
-        rdma_ack_cm_event(ev);
-        for (auto& ch : core_->channels()) {
-          ch->fail(RDMAFLOW_ERROR(Code::kPeerFailed, "channel", ch->peer_rank(),
-                                  "the RDMA device " + core_->port().device + " was removed"));
-        }
-        continue;
-      }
-      default:
-        RDMAFLOW_LOG_DEBUG("verbs: rdma_cm event {}", event_name(type));
-        rdma_ack_cm_event(ev);
-        continue;
-    }
-  }
-}
-
-void VerbsTransport::on_connect_request(rdma_cm_event* ev) {
-  rdma_cm_id* id = ev->id;
-  std::vector<uint8_t> pdata;
-  if (ev->param.conn.private_data != nullptr) {
-    const auto* p = static_cast<const uint8_t*>(ev->param.conn.private_data);
-    pdata.assign(p, p + ev->param.conn.private_data_len);
-  }
-  uint8_t peer_initiator = ev->param.conn.initiator_depth;
-  uint8_t peer_responder = ev->param.conn.responder_resources;
-  rdma_ack_cm_event(ev);
-
-  auto refuse = [&](const Status& why) {
-    RDMAFLOW_LOG_WARN("verbs: refusing a connection: {}", why.to_string());
-    std::string text = why.reason().substr(0, kMaxRejectData - 1);
-    rdma_reject(id, text.c_str(), static_cast<uint8_t>(text.size() + 1));
-  };
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (shut_) {
-      refuse(RDMAFLOW_ERROR(Code::kCancelled, "accept", -1, "the transport is shutting down"));
-      rdma_destroy_id(id);
-      return;
-    }
-  }
-  auto hello = Hello::decode(pdata);
-  if (!hello.is_ok()) {
-    refuse(hello.status());
-    rdma_destroy_id(id);
-    return;
-  }
-  set_ack_timeout(id);
-  auto created = VerbsChannel::create(core_, id);
-  if (!created.is_ok()) {
-    refuse(created.status());
-    rdma_destroy_id(id);
-    return;
-  }
-  auto ch = std::move(created).value();  // owns id from here
-  if (Status st = ch->set_peer(*hello); !st.is_ok()) {
-    refuse(st);
-    ch->destroy_resources();
-    return;
-  }
-  core_->add_channel(ch);
-  std::vector<uint8_t> mine = ch->local_hello().encode();
-  rdma_conn_param param{};
-  param.private_data = mine.data();
-  param.private_data_len = static_cast<uint8_t>(mine.size());
-  uint32_t rd = std::min<uint32_t>(core_->max_rd_atomic(), 255);
-  param.responder_resources = static_cast<uint8_t>(std::min<uint32_t>(rd, peer_initiator));
-  param.initiator_depth = static_cast<uint8_t>(std::min<uint32_t>(rd, peer_responder));
-  param.rnr_retry_count = 7;
-  if (rdma_accept(id, &param) != 0) {
-    RDMAFLOW_LOG_WARN("verbs: rdma_accept for rank {} failed: {}", hello->rank,
-                      std::strerror(errno));
-    core_->remove_channel(ch.get());
-    ch->destroy_resources();
-    return;
-  }
-  ch->mark_connected();  // rdma_accept moved the QP to RTS
-  std::lock_guard<std::mutex> lock(mu_);
-  pending_[id] = Pending{ch, Clock::now() + config_.connect_timeout};
-}
-
-void VerbsTransport::on_established(rdma_cm_id* id) {
-  std::shared_ptr<VerbsChannel> ch;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = pending_.find(id);
-    if (it == pending_.end()) return;  // an active-side id migrated after its handshake
-    ch = it->second.channel;
-    pending_.erase(it);
-    accepted_[ch->peer_rank()].push_back(ch);
-  }
-  ch->on_established();
-  cv_.notify_all();
-  log_path(ch, ch->peer_rank());
-}
-
-void VerbsTransport::drop_pending(rdma_cm_id* id, const Status& why) {
-  std::shared_ptr<VerbsChannel> ch;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = pending_.find(id);
-    if (it == pending_.end()) return;
-    ch = it->second.channel;
-    pending_.erase(it);
-  }
-  ch->fail(why);
-}
-
-void VerbsTransport::drain_async_events() {
-  ibv_async_event ae{};
-  while (ibv_get_async_event(core_->context(), &ae) == 0) {
-    std::string what = ibv_event_type_str(ae.event_type);
-    switch (ae.event_type) {
-      case IBV_EVENT_COMM_EST:
-        // Data arrived before the CM's RTU: tell rdma_cm the connection is up.
-        if (auto ch = core_->channel_by_qpn(ae.element.qp->qp_num)) {
-          rdma_notify(ch->cm_id(), IBV_EVENT_COMM_EST);
-        }
-        break;
-      case IBV_EVENT_QP_FATAL:
-      case IBV_EVENT_QP_REQ_ERR:
-      case IBV_EVENT_QP_ACCESS_ERR:
-      case IBV_EVENT_PATH_MIG_ERR:
-        if (auto ch = core_->channel_by_qpn(ae.element.qp->qp_num)) {
-          ch->fail(RDMAFLOW_ERROR(Code::kPeerFailed, "channel", ch->peer_rank(),
-                                  "queue pair error reported by the device: " + what));
-        }
-        break;
-      case IBV_EVENT_DEVICE_FATAL:
-      case IBV_EVENT_SRQ_ERR:
-      case IBV_EVENT_CQ_ERR:
-        for (auto& ch : core_->channels()) {
-          ch->fail(RDMAFLOW_ERROR(Code::kPeerFailed, "channel", ch->peer_rank(),
-                                  "device error on " + core_->port().device + ": " + what));
-        }
-        break;
-      case IBV_EVENT_PORT_ERR:
-        RDMAFLOW_LOG_WARN("verbs: port {} of {} went down", ae.element.port_num,
-                          core_->port().device);
-        break;
-      default:
-        RDMAFLOW_LOG_DEBUG("verbs: async event {}", what);
-        break;
-    }
-    ibv_ack_async_event(&ae);
-  }
-}
-
-void VerbsTransport::check_deadlines() {
-  auto now = Clock::now();
-  for (auto& ch : core_->channels()) ch->check_timeouts(now);
-  std::vector<std::pair<rdma_cm_id*, int>> late;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [id, p] : pending_) {
-      if (p.deadline <= now) late.emplace_back(id, p.channel->peer_rank());
-    }
-  }
-  for (auto& [id, rank] : late) {
-    drop_pending(id, RDMAFLOW_ERROR(Code::kTimeout, "accept", rank,
-                                    "the connection from rank " + std::to_string(rank) +
-                                        " was not established in time"));
   }
 }
 

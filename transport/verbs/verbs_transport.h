@@ -2,16 +2,17 @@
 //
 // Connections: librdmacm on RC queue pairs. listen() binds an rdma_cm id to the
 // IP address of the RDMA netdev and returns "verbs://<ip>:<port>"; connect()
-// resolves address and route, creates the QP and sends its Hello (wire.h) as
-// connect private data; the listener answers with its own Hello in the accept.
+// resolves address and route, creates the QP and sends its Hello (verbs_wire.h)
+// as connect private data; the listener answers with its own Hello in the
+// accept.
 //
-// Thread model: one progress thread per transport polls (poll(2)) the
-// completion channel (every CQ), the rdma_cm event channel (listener and
-// established connections), the device's async-event fd and an eventfd for
-// hand-offs. It drains completions, handles connection events, runs deferred
-// callbacks and checks operation deadlines (every 10 ms). connect() runs its
-// handshake on the caller's thread with a private event channel, then migrates
-// the cm id to the progress thread's.
+// Thread model: one progress thread per transport (verbs_progress.cc) polls
+// (poll(2)) the completion channel (every CQ), the rdma_cm event channel
+// (listener and established connections), the device's async-event fd and an
+// eventfd for hand-offs. It drains completions, handles connection events, runs
+// deferred callbacks and checks operation deadlines (every 10 ms). connect()
+// runs its handshake on the caller's thread with a private event channel, then
+// migrates the cm id to the progress thread's.
 #pragma once
 
 #include <rdma/rdma_cma.h>
@@ -57,7 +58,9 @@ class VerbsTransport final : public Transport {
  private:
   explicit VerbsTransport(const TransportConfig& config) : config_(config) {}
   Status start();
+  void log_path(const std::shared_ptr<VerbsChannel>& ch, int peer);
 
+  // The progress thread (verbs_progress.cc).
   void progress_loop();
   void drain_cq_events();
   void poll_recv_cq();
@@ -67,7 +70,6 @@ class VerbsTransport final : public Transport {
   void on_established(rdma_cm_id* id);
   void drop_pending(rdma_cm_id* id, const Status& why);
   void check_deadlines();
-  void log_path(const std::shared_ptr<VerbsChannel>& ch, int peer);
 
   TransportConfig config_;
   VerbsConfig vconfig_;

@@ -1,4 +1,4 @@
-#include "transport/tcp/tcp_loop.h"
+#include "transport/tcp/tcp_progress.h"
 
 #include <sys/epoll.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "transport/verbs/wire.h"
+#include "transport/verbs/verbs_wire.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "transport/verbs/address.h"
+#include "transport/verbs/verbs_address.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

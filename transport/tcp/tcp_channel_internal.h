@@ -1,0 +1,69 @@
+// Declarations the three files of TcpChannel share (tcp_channel.cc, tcp_send.cc,
+// tcp_recv.cc); not part of the backend's interface.
+#pragma once
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "transport/tcp/tcp_channel.h"
+
+namespace rdmaflow::tcp {
+
+constexpr size_t kStageBytes = 16 << 10;  // small-frame receive window
+
+inline std::string errno_text(int err) {
+  return std::string(std::strerror(err));
+}
+
+// Each waiting thread has one eventfd, poked by IoLoop::wake_waiters(). Inline
+// (one definition program-wide): the fd drive() registers must be the one
+// deliver() leaves out.
+struct ThreadEventFd {
+  int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ~ThreadEventFd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+inline int thread_event_fd() {
+  thread_local ThreadEventFd efd;
+  return efd.fd;
+}
+
+// One operation: a user write / read / message, or the serving side of a peer's
+// read. Slots are recycled (no allocation per operation once warm); the id is
+// (generation << 32 | slot) so a late reply never matches a recycled slot.
+struct TcpChannel::Op {
+  enum Kind : int { kWrite, kRead, kMessage, kServeRead };
+  Kind kind = kWrite;
+  bool live = false;
+  bool queued = false;    // in the send FIFO (frames left to emit)
+  bool in_batch = false;  // a frame of it is in the batch on the wire
+  bool finish_pending = false;
+  uint32_t gen = 0;
+  uint32_t index = 0;
+  uint64_t id = 0;
+  Callback done;
+  Clock::time_point deadline;
+  Millis timeout{0};
+  FrameHeader header;  // template of this op's frames
+  const uint8_t* src = nullptr;
+  uint8_t* dst = nullptr;
+  uint64_t len = 0;
+  uint64_t emitted = 0;   // payload bytes placed into batches
+  uint64_t received = 0;  // read: response bytes received
+  // Serving a read: the grant it reads through, checked again whenever the grant
+  // table's generation moved (a revoke) before more of its bytes leave.
+  uint64_t key_id = 0, key_secret = 0, key_offset = 0;
+  uint64_t grant_gen = 0;
+  std::vector<uint8_t> message;
+  Status finish_status;
+  Op* prev = nullptr;
+  Op* next = nullptr;
+};
+
+}  // namespace rdmaflow::tcp

@@ -1,0 +1,506 @@
+// TcpChannel, receiver side: the receive path, run by the progress thread or by
+// a waiter driving the channel (see the thread model in tcp_channel.h), and the
+// handling of each frame type.
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "transport/tcp/tcp_channel.h"
+#include "transport/tcp/tcp_channel_internal.h"
+
+namespace rdmaflow::tcp {
+
+namespace {
+
+constexpr size_t kDiscardBytes = 64 << 10;   // sink for refused payloads
+constexpr uint64_t kBulkPayload = 64 << 10;  // after a payload this big, read headers alone
+constexpr size_t kReceiveBudget = 8 << 20;   // bytes one receive turn may take in
+
+}  // namespace
+
+// ----------------------------------------------------------------- receiving
+
+bool TcpChannel::drive(const std::function<bool()>& ready, Clock::time_point deadline,
+                       bool exclusive) {
+  const auto horizon =
+      std::min(deadline, Clock::now() + std::chrono::microseconds(options_.drive_us));
+  flush_deferred(Clock::now(), Clock::duration::zero());  // about to block: no answer coming
+  {
+    std::lock_guard<std::mutex> lock(arm_mu_);
+    if (rx_driving_ || unwatched_ || rx_stopped_.load()) return false;  // sleep instead
+    rx_driving_ = true;
+    if (!rx_waiter_) {  // else: still leased from the previous wait, nothing to change
+      rx_waiter_ = true;
+      rearm_locked();  // withdraw EPOLLIN from the progress thread
+    }
+  }
+  driving_.fetch_add(1);
+  // An inbox wait can only be satisfied by this socket (or its failure, which
+  // shuts the socket down): block in recvmsg itself, one system call per
+  // message. A wait on operations may be satisfied by other channels too: poll
+  // the socket and this thread's eventfd, which every delivery pokes.
+  const int efd = exclusive ? -1 : thread_event_fd();
+  if (efd >= 0) loop_->add_waiter(efd);
+  bool ok = false;
+  for (;;) {
+    if (ready()) {
+      ok = true;
+      break;
+    }
+    if (rx_stopped_.load()) break;
+    auto left = horizon - Clock::now();
+    if (left <= Clock::duration::zero()) break;
+    if (exclusive) {
+      std::lock_guard<std::mutex> rx_lock(rx_mu_);
+      rx_holder_.store(std::this_thread::get_id());
+      receive_turn(/*block=*/true);
+      rx_holder_.store(std::thread::id());
+      continue;
+    }
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    pollfd fds[2] = {{fd_, POLLIN | POLLRDHUP, 0}, {efd, POLLIN, 0}};
+    int r = ::ppoll(fds, efd >= 0 ? 2 : 1, &ts, nullptr);
+    if (r < 0 && errno != EINTR) break;
+    if (r <= 0) continue;
+    if (efd >= 0 && fds[1].revents != 0) {  // a delivery elsewhere: re-check ready()
+      uint64_t v;
+      [[maybe_unused]] ssize_t n = ::read(efd, &v, sizeof(v));
+    }
+    if (fds[0].revents != 0) {
+      std::lock_guard<std::mutex> rx_lock(rx_mu_);
+      rx_holder_.store(std::this_thread::get_id());
+      receive_turn(/*block=*/false);
+      rx_holder_.store(std::thread::id());
+    }
+  }
+  if (efd >= 0) loop_->remove_waiter(efd);
+  {
+    std::lock_guard<std::mutex> lock(arm_mu_);
+    rx_driving_ = false;
+    if (ok && !rx_stopped_.load()) {
+      // Keep the socket away from the progress thread for a moment: a thread in
+      // a wait loop is back soon, and re-arming costs two epoll_ctl per wait.
+      // release_lease() hands it back after 1 ms without a driver.
+      lease_since_ = Clock::now();
+    } else {
+      rx_waiter_ = false;
+      rearm_locked();  // level triggered: bytes that arrived meanwhile fire at once
+    }
+  }
+  driving_.fetch_sub(1);
+  if (ok) loop_->request_ticks();
+  return ok;
+}
+
+bool TcpChannel::release_lease(Clock::time_point now, Clock::duration after) {
+  std::lock_guard<std::mutex> lock(arm_mu_);
+  if (!rx_waiter_ || rx_driving_) return rx_waiter_;
+  if (now - lease_since_ < after) return true;
+  rx_waiter_ = false;
+  rearm_locked();
+  return false;
+}
+
+uint8_t* TcpChannel::discard_buffer() {
+  if (!rx_.discard) rx_.discard = std::make_unique<uint8_t[]>(kDiscardBytes);
+  return rx_.discard.get();
+}
+
+bool TcpChannel::protocol_error(const std::string& why) {
+  fail(RDMAFLOW_ERROR(Code::kProtocolError, "receive", peer_,
+                      "malformed frame from peer rank " + std::to_string(peer_) + ": " + why));
+  return false;
+}
+
+void TcpChannel::begin_payload(uint64_t len, uint8_t* target) {
+  rx_.in_payload = true;
+  rx_.remaining = len;
+  rx_.target = target;
+  rx_.granted = false;  // on_header marks a write's target
+}
+
+bool TcpChannel::enter_target() {
+  if (!rx_.granted) return true;
+  while (!grants_->enter(rx_.gen)) {
+    // Some grant was revoked since this chunk was checked: is ours still there?
+    rx_.gen = grants_->generation();
+    const FrameHeader& h = rx_.hdr;
+    Status st = grants_->recheck(h.key_id, h.secret, h.offset + (h.length - rx_.remaining),
+                                 rx_.remaining, rx_.target, "write (remote side)", peer_);
+    if (!st.is_ok()) {
+      // Revoked mid-write: what arrived before the revoke stays, nothing lands after.
+      rx_.refusal = st;
+      rx_.target = nullptr;
+      rx_.granted = false;
+      return false;
+    }
+  }
+  return true;
+}
+
+void TcpChannel::leave_target() {
+  if (rx_.granted) grants_->leave(rx_.gen);
+}
+
+// Reads and processes what the socket holds, up to a budget (the caller
+// re-arms; level-triggered readiness brings it back if more is waiting).
+void TcpChannel::receive_turn(bool block) {
+  if (rx_stopped_.load()) return;
+  size_t budget = kReceiveBudget;
+  for (bool first = true;; first = false) {
+    if (!parse_staged()) return;
+    // Compose the next read: the rest of the current payload straight into its
+    // target, followed by room for the next header (just the header after a
+    // bulk payload, so bulk data is never staged).
+    iovec iov[2];
+    int count = 0;
+    size_t want = 0;
+    // A payload read straight into a grant's memory runs inside the grant fence.
+    const bool fenced = rx_.in_payload && rx_.target != nullptr && enter_target();
+    if (rx_.in_payload) {
+      uint8_t* dst = rx_.target != nullptr ? rx_.target : discard_buffer();
+      size_t n =
+          rx_.target != nullptr ? rx_.remaining : std::min<uint64_t>(rx_.remaining, kDiscardBytes);
+      iov[count++] = {dst, n};
+      rx_.begin = rx_.end = 0;
+      size_t room = rx_.remaining >= kBulkPayload ? sizeof(FrameHeader) : kStageBytes;
+      iov[count++] = {rx_.stage.get(), room};
+    } else {
+      size_t have = rx_.end - rx_.begin;
+      if (rx_.begin > 0) {
+        std::memmove(rx_.stage.get(), rx_.stage.get() + rx_.begin, have);
+        rx_.begin = 0;
+        rx_.end = have;
+      }
+      size_t room = rx_.exact_header ? sizeof(FrameHeader) - have : kStageBytes - have;
+      iov[count++] = {rx_.stage.get() + have, room};
+    }
+    for (int i = 0; i < count; ++i) want += iov[i].iov_len;
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = static_cast<size_t>(count);
+    // A driving inbox waiter blocks in its first recvmsg (SO_RCVTIMEO bounds it).
+    ssize_t n = ::recvmsg(fd_, &m, block && first ? 0 : MSG_DONTWAIT);
+    if (fenced) leave_target();
+    if (n == 0) {
+      fail(RDMAFLOW_ERROR(Code::kPeerFailed, "receive", peer_,
+                          "connection closed by peer rank " + std::to_string(peer_)));
+      return;
+    }
+    if (n < 0) {
+      int err = errno;
+      if (err == EINTR) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) break;
+      fail(RDMAFLOW_ERROR(
+          Code::kPeerFailed, "receive", peer_,
+          "connection to peer rank " + std::to_string(peer_) + " broke: " + errno_text(err)));
+      return;
+    }
+    size_t got = static_cast<size_t>(n);
+    if (rx_.in_payload) {
+      size_t into_payload = std::min(got, iov[0].iov_len);
+      if (rx_.target != nullptr) rx_.target += into_payload;
+      rx_.remaining -= into_payload;
+      rx_.end = got - into_payload;
+      if (rx_.remaining == 0) {
+        rx_.in_payload = false;
+        if (!on_payload_done()) return;
+      }
+    } else {
+      rx_.end += got;
+    }
+    budget -= std::min(budget, got);
+    if (got < want) {  // socket drained
+      if (!parse_staged()) return;
+      break;
+    }
+    if (budget == 0) break;
+  }
+  if (rx_delivered_ && !loop_->on_loop_thread()) {
+    // A waiter took a notify or message: its thread is likely to answer at once.
+    // Let the ACKs ride along with that answer (one segment, one wake-up for the
+    // peer) instead of going out alone; flush_deferred() is the backstop.
+    rx_delivered_ = false;
+    deferred_since_ns_.store(Clock::now().time_since_epoch().count());
+    ack_deferred_.store(true);
+    loop_->request_ticks();
+    return;
+  }
+  rx_delivered_ = false;
+  kick_sender();
+}
+
+bool TcpChannel::flush_deferred(Clock::time_point now, Clock::duration after) {
+  if (!ack_deferred_.load(std::memory_order_relaxed)) return false;
+  auto since = Clock::time_point(Clock::duration(deferred_since_ns_.load()));
+  if (now - since < after) return true;
+  ack_deferred_.store(false);
+  kick_sender();
+  return false;
+}
+
+bool TcpChannel::parse_staged() {
+  for (;;) {
+    if (rx_stopped_.load()) return false;
+    if (rx_.in_payload) {
+      size_t avail = rx_.end - rx_.begin;
+      if (avail == 0) return true;
+      size_t take = static_cast<size_t>(std::min<uint64_t>(avail, rx_.remaining));
+      if (rx_.target != nullptr && enter_target()) {
+        std::memcpy(rx_.target, rx_.stage.get() + rx_.begin, take);
+        leave_target();
+        rx_.target += take;
+      }
+      rx_.begin += take;
+      rx_.remaining -= take;
+      if (rx_.remaining > 0) return true;
+      rx_.in_payload = false;
+      if (!on_payload_done()) return false;
+      continue;
+    }
+    if (rx_.end - rx_.begin < sizeof(FrameHeader)) return true;
+    std::memcpy(&rx_.hdr, rx_.stage.get() + rx_.begin, sizeof(FrameHeader));
+    rx_.begin += sizeof(FrameHeader);
+    rx_.exact_header = false;
+    if (!on_header()) return false;
+  }
+}
+
+bool TcpChannel::on_header() {
+  const FrameHeader& h = rx_.hdr;
+  if (h.magic != kFrameMagic) {
+    char buf[16];
+    std::snprintf(buf, sizeof(buf), "0x%08x", h.magic);
+    return protocol_error(std::string("bad magic ") + buf);
+  }
+  auto type = static_cast<FrameType>(h.type);
+  rx_.op = nullptr;
+  switch (type) {
+    case FrameType::kWrite: {
+      if (h.length > kMaxChunkPayload) {
+        return protocol_error("write chunk of " + std::to_string(h.length) + " bytes");
+      }
+      if (rx_.has_poisoned && rx_.poisoned_op != h.op_id) rx_.has_poisoned = false;
+      uint8_t* dst = nullptr;
+      rx_.refusal = Status::ok();
+      rx_.gen = grants_->generation();  // before resolving: a revoke after it is seen
+      if (!rx_.has_poisoned) {
+        if (h.flags & kFlagFirst) {
+          // Check the whole write up front so a refused write writes nothing.
+          rx_.refusal = grants_->resolve(h.key_id, h.secret, h.offset, h.total, &dst,
+                                         "write (remote side)", peer_);
+        }
+        if (rx_.refusal.is_ok()) {
+          rx_.refusal = grants_->resolve(h.key_id, h.secret, h.offset, h.length, &dst,
+                                         "write (remote side)", peer_);
+        }
+      }
+      begin_payload(h.length, rx_.refusal.is_ok() && !rx_.has_poisoned ? dst : nullptr);
+      rx_.granted = rx_.target != nullptr;
+      break;
+    }
+    case FrameType::kWriteAck:
+    case FrameType::kWriteNack:
+    case FrameType::kReadNack: {
+      uint64_t limit = type == FrameType::kWriteAck ? 0 : kMaxReasonBytes;
+      if (h.length > limit) {
+        return protocol_error("reply frame with " + std::to_string(h.length) + " payload bytes");
+      }
+      rx_.bytes.resize(h.length);
+      begin_payload(h.length, rx_.bytes.data());
+      break;
+    }
+    case FrameType::kReadRequest: {
+      if (h.length != 0 || h.value > kMaxReadRequest) {
+        return protocol_error("read request for " + std::to_string(h.value) + " bytes");
+      }
+      uint8_t* src = nullptr;
+      const uint64_t gen = grants_->generation();  // before resolving: a revoke after it is seen
+      Status st = grants_->resolve(h.key_id, h.secret, h.offset, h.value, &src,
+                                   "read (remote side)", peer_);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (failed_) return false;
+        if (st.is_ok()) {
+          Op* op = new_op_locked(Op::kServeRead, nullptr, Millis(0));
+          op->header.type = static_cast<uint8_t>(FrameType::kReadResponse);
+          op->header.op_id = h.op_id;
+          op->src = src;
+          op->len = h.value;
+          op->key_id = h.key_id;
+          op->key_secret = h.secret;
+          op->key_offset = h.offset;
+          op->grant_gen = gen;
+          enqueue_locked(op);
+        } else {
+          FrameHeader nack;
+          nack.type = static_cast<uint8_t>(FrameType::kReadNack);
+          nack.op_id = h.op_id;
+          nack.code = static_cast<uint16_t>(st.code());
+          std::string reason = st.reason();
+          if (reason.size() > kMaxReasonBytes) reason.resize(kMaxReasonBytes);
+          enqueue_ctrl_locked(nack, std::move(reason));
+        }
+      }
+      begin_payload(0, nullptr);
+      break;
+    }
+    case FrameType::kReadResponse: {
+      if (h.length > kMaxChunkPayload) {
+        return protocol_error("read response chunk of " + std::to_string(h.length) + " bytes");
+      }
+      uint8_t* dst = nullptr;
+      bool mismatch = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        Op* op = find_op_locked(h.op_id);
+        if (op != nullptr) {
+          mismatch = op->kind != Op::kRead || op->queued || h.offset != op->received ||
+                     h.length > op->len - op->received;
+          if (!mismatch) {
+            rx_.op = op;
+            dst = op->dst + h.offset;
+          }
+        }
+      }
+      if (mismatch) {
+        return protocol_error("read response does not match its request (offset " +
+                              std::to_string(h.offset) + ", " + std::to_string(h.length) +
+                              " bytes)");
+      }
+      // An unknown op id is a read that already timed out: drop its data.
+      begin_payload(h.length, dst);
+      break;
+    }
+    case FrameType::kMessage: {
+      if (h.length > kMaxMessageBytes) {
+        return protocol_error("message of " + std::to_string(h.length) + " bytes");
+      }
+      rx_.bytes.resize(h.length);
+      begin_payload(h.length, rx_.bytes.data());
+      break;
+    }
+    default:
+      return protocol_error("unknown frame type " + std::to_string(h.type));
+  }
+  if (rx_.remaining == 0) {
+    rx_.in_payload = false;
+    return on_payload_done();
+  }
+  return true;
+}
+
+bool TcpChannel::on_payload_done() {
+  const FrameHeader& h = rx_.hdr;
+  rx_.exact_header = h.length >= kBulkPayload;
+  auto type = static_cast<FrameType>(h.type);
+  const bool last = (h.flags & kFlagLast) != 0;
+  DoneList done;
+  bool notify = false;
+  std::string violation;
+  switch (type) {
+    case FrameType::kWrite: {
+      if (rx_.has_poisoned) {  // an earlier chunk of this write was refused
+        if (last) rx_.has_poisoned = false;
+        break;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (failed_) return false;
+      if (!rx_.refusal.is_ok()) {
+        FrameHeader nack;
+        nack.type = static_cast<uint8_t>(FrameType::kWriteNack);
+        nack.op_id = h.op_id;
+        nack.code = static_cast<uint16_t>(rx_.refusal.code());
+        std::string reason = rx_.refusal.reason();
+        if (reason.size() > kMaxReasonBytes) reason.resize(kMaxReasonBytes);
+        enqueue_ctrl_locked(nack, std::move(reason));
+        if (!last) {
+          rx_.has_poisoned = true;
+          rx_.poisoned_op = h.op_id;
+        }
+        break;
+      }
+      if (last) {
+        FrameHeader ack;
+        ack.type = static_cast<uint8_t>(FrameType::kWriteAck);
+        ack.op_id = h.op_id;
+        enqueue_ctrl_locked(ack, {});
+        notify = (h.flags & kFlagHasNotify) != 0;
+      }
+      break;
+    }
+    case FrameType::kWriteAck:
+    case FrameType::kWriteNack:
+    case FrameType::kReadNack: {
+      bool is_write = type != FrameType::kReadNack;
+      Status st;
+      if (type != FrameType::kWriteAck) {
+        auto code = static_cast<Code>(h.code);
+        if (h.code == 0 || h.code > static_cast<uint16_t>(Code::kInternal)) code = Code::kInternal;
+        st = Status(code, is_write ? "write" : "read", peer_,
+                    "refused by peer rank " + std::to_string(peer_) + ": " +
+                        std::string(rx_.bytes.begin(), rx_.bytes.end()));
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (failed_) return false;
+      Op* op = find_op_locked(h.op_id);
+      if (op == nullptr) break;  // already timed out
+      if (op->kind != (is_write ? Op::kWrite : Op::kRead) ||
+          (type == FrameType::kWriteAck && op->queued)) {
+        violation =
+            "reply to an operation that cannot have one (op id " + std::to_string(h.op_id) + ")";
+        break;
+      }
+      if (op->in_batch) {  // its last frame is still being settled by the sender
+        op->finish_pending = true;
+        op->finish_status = st;
+      } else {
+        complete_locked(op, st, done);
+      }
+      break;
+    }
+    case FrameType::kReadRequest:
+      break;
+    case FrameType::kReadResponse: {
+      Op* op = rx_.op;
+      rx_.op = nullptr;
+      if (op == nullptr) break;  // the read timed out; its data was dropped
+      std::lock_guard<std::mutex> lock(mu_);
+      op->received += h.length;
+      if (!last) break;
+      Status st = op->received == op->len
+                      ? Status::ok()
+                      : RDMAFLOW_ERROR(Code::kProtocolError, "read", peer_,
+                                       "peer rank " + std::to_string(peer_) + " sent " +
+                                           std::to_string(op->received) + " of " +
+                                           std::to_string(op->len) + " bytes");
+      if (op->in_batch) {
+        op->finish_pending = true;
+        op->finish_status = st;
+      } else {
+        complete_locked(op, st, done);
+      }
+      break;
+    }
+    case FrameType::kMessage:
+      inbox_.push_message(std::move(rx_.bytes));
+      rx_.bytes = {};
+      break;
+  }
+  if (!violation.empty()) return protocol_error(violation);
+  // The notify goes to the inbox only now that every byte is in memory; the
+  // ACK queued above goes out when the receive turn ends.
+  if (notify) inbox_.push_notify(h.value);
+  if (notify || type == FrameType::kMessage) rx_delivered_ = true;
+  deliver(done, true);
+  if (notify || type == FrameType::kMessage) loop_->wake_waiters(thread_event_fd());
+  return !rx_stopped_.load();
+}
+
+}  // namespace rdmaflow::tcp
