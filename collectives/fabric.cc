@@ -120,7 +120,7 @@ Status Fabric::setup(std::vector<Transport*> transports) {
   const char* op = "create communicator";
   cells_ = static_cast<size_t>(config_.lanes) * config_.slots;
   data_bytes_ = cells_ * config_.slot_bytes;
-  control_bytes_ = (kLegacyControlBytes + 2 * cells_ * 8 + 63) / 64 * 64;
+  control_bytes_ = (kReservedControlBytes + 2 * cells_ * 8 + 63) / 64 * 64;
   small_bytes_ = cells_ * kSmallBytes;
   bool any_staged = false;
   for (const Peer& p : peers_) any_staged |= p.staged;

@@ -34,7 +34,7 @@
 // without a mapping (TCP, verbs, UCX to another host) keep the notify path;
 // both can be mixed in one communicator. The control area of a region is
 //
-//   64 B legacy words | lanes x slots u64 data words | lanes x slots u64 credit words
+//   64 B reserved | lanes x slots u64 data words | lanes x slots u64 credit words
 //
 // and the block ends with this rank's doorbell (its own grant).
 //
@@ -160,7 +160,7 @@ class Fabric {
   size_t stage_offset() const { return data_bytes_ + control_bytes_ + small_bytes_; }
   // Direct path: the sequence words of (lane, seq's slot) in a region.
   size_t data_word_offset(int lane, uint64_t seq) const {
-    return data_bytes_ + kLegacyControlBytes + cell(lane, seq) * 8;
+    return data_bytes_ + kReservedControlBytes + cell(lane, seq) * 8;
   }
   size_t credit_word_offset(int lane, uint64_t seq) const {
     return data_word_offset(lane, seq) + cells_ * 8;
@@ -204,7 +204,8 @@ class Fabric {
   // `lane` to `p` without waiting for its completion.
   void send_small(int p, int lane, uint64_t seq, const void* src, size_t bytes);
 
-  static constexpr size_t kLegacyControlBytes = 64;
+  // One cache line ahead of the sequence words, unused: the words start 64 B in.
+  static constexpr size_t kReservedControlBytes = 64;
   static constexpr size_t kSmallBytes = 4096;
 
  private:

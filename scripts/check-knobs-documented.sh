@@ -8,7 +8,7 @@
 #   --doc FILE   page to check against (default: SOURCE_ROOT/docs/configuration.md)
 #
 # Which variables the code reads. Lookups go through std::getenv and the
-# helpers around it (env_string / env_int in allocator/env.h, and the local
+# helpers around it (env_string / env_int in common/env.h, and the local
 # wrappers env_or, env_mib, bounded, knob), but some names reach a lookup
 # through a table (runtime/rendezvous/rank_info.cc's launchers, collective_algo_env() in
 # collectives/types.cc). So the script:
@@ -45,7 +45,7 @@ while [ $# -gt 0 ]; do
 done
 DOC="${DOC:-$ROOT/docs/configuration.md}"
 DOC_NAME="${DOC#"$ROOT"/}"
-SOURCE_DIRS=(runtime transport collectives graph allocator bench)
+SOURCE_DIRS=(common allocator transport graph collectives runtime examples tools bench)
 
 # Quoted "RDMAFLOW_..." literals that are not environment variables. Empty
 # today: every such literal names one. Add a name here with the reason.
@@ -55,8 +55,8 @@ NOT_ENV=()
 # with the code; a lookup missing here fails the check.
 KNOWN_INDIRECT=(
   # The helpers themselves: their callers pass literals.
-  "allocator/env.cc|getenv(name"             # env_string
-  "allocator/env.cc|env_string(name"         # env_int
+  "common/env.cc|getenv(name"             # env_string
+  "common/env.cc|env_string(name"         # env_int
   "allocator/arena.cc|env_int(name"          # env_mib
   "transport/tcp/tcp_transport.cc|env_int(name" # env_or
   "transport/verbs/config.cc|env_string(name" # bounded

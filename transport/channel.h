@@ -36,7 +36,7 @@ using Callback = std::function<void(const Status&)>;
 // its channels' inboxes and to the callbacks of the operations it runs. Waits
 // then drive it before sleeping on their condition variable, so a completion or
 // notification reaches the waiter without a thread hop or a futex wake-up.
-// Without a driver, waits behave exactly as before.
+// Without a driver, waits sleep on their condition variable right away.
 class WaitDriver {
  public:
   virtual ~WaitDriver() = default;
