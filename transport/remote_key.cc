@@ -43,4 +43,20 @@ Result<RemoteKey> RemoteKey::deserialize(std::span<const uint8_t> bytes) {
   return k;
 }
 
+Status check_key_use(const RemoteKey& key, std::string_view backend, uint64_t offset, uint64_t len,
+                     const char* op, int peer) {
+  if (key.backend != backend) {
+    return RDMAFLOW_ERROR(
+        Code::kInvalidArgument, op, peer,
+        "remote key belongs to backend '" + key.backend + "', not " + std::string(backend));
+  }
+  if (!key.covers(offset, len)) {
+    return RDMAFLOW_ERROR(Code::kOutOfRange, op, peer,
+                          "offset " + std::to_string(offset) + " + length " + std::to_string(len) +
+                              " exceeds the " + std::to_string(key.length) +
+                              " bytes granted by key id " + std::to_string(key.key_id));
+  }
+  return Status::ok();
+}
+
 }  // namespace rdmaflow

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -35,5 +36,11 @@ struct RemoteKey {
     return offset <= length && len <= length - offset;
   }
 };
+
+// The checks every channel makes before using `key` for [offset, offset + len):
+// it was made by `backend` (kInvalidArgument otherwise) and covers the range
+// (kOutOfRange), naming `op` and `peer`.
+Status check_key_use(const RemoteKey& key, std::string_view backend, uint64_t offset, uint64_t len,
+                     const char* op, int peer);
 
 }  // namespace rdmaflow

@@ -21,17 +21,7 @@ constexpr size_t kSendBudget = 8 << 20;  // bytes one pump() turn may send
 
 Status TcpChannel::check_key(const RemoteKey& key, uint64_t offset, uint64_t len,
                              const char* op) const {
-  if (key.backend != "tcp") {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, peer_,
-                          "remote key belongs to backend '" + key.backend + "', not tcp");
-  }
-  if (!key.covers(offset, len)) {
-    return RDMAFLOW_ERROR(Code::kOutOfRange, op, peer_,
-                          "offset " + std::to_string(offset) + " + length " + std::to_string(len) +
-                              " exceeds the " + std::to_string(key.length) +
-                              " bytes granted by key id " + std::to_string(key.key_id));
-  }
-  return Status::ok();
+  return check_key_use(key, "tcp", offset, len, op, peer_);
 }
 
 void TcpChannel::submit(Op* op, std::unique_lock<std::mutex>& lock) {

@@ -40,18 +40,8 @@ Op* UcxChannel::issue(OpKind kind, Callback done, Millis timeout) {
 
 Status UcxChannel::check_key(const RemoteKey& key, uint64_t offset, uint64_t len,
                              const char* op) const {
-  if (key.backend != "ucx") {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, peer_,
-                          "remote key belongs to backend '" + key.backend + "', not ucx");
-  }
   // UCX rkeys grant the whole registered slab: the grant's bounds are enforced here.
-  if (!key.covers(offset, len)) {
-    return RDMAFLOW_ERROR(Code::kOutOfRange, op, peer_,
-                          "offset " + std::to_string(offset) + " + length " + std::to_string(len) +
-                              " exceeds the " + std::to_string(key.length) +
-                              " bytes granted by key id " + std::to_string(key.key_id));
-  }
-  return Status::ok();
+  return check_key_use(key, "ucx", offset, len, op, peer_);
 }
 
 void UcxChannel::write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
