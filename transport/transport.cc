@@ -41,6 +41,20 @@ std::vector<std::string> transport_backend_names() {
   return names;
 }
 
+const char* medium_name(Medium medium) {
+  switch (medium) {
+    case Medium::kSharedMemory:
+      return "shared memory";
+    case Medium::kRdma:
+      return "RDMA";
+    case Medium::kSocket:
+      return "socket";
+    case Medium::kNone:
+      break;
+  }
+  return "none";
+}
+
 Reach transport_reach(const std::string& name, const Endpoint& a, const Endpoint& b,
                       bool same_host) {
   register_builtin_transports();

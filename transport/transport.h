@@ -45,6 +45,8 @@ struct TransportCapabilities {
 
 // The medium a backend would move a pair's data over; a better one compares greater.
 enum class Medium : uint8_t { kNone = 0, kSocket, kRdma, kSharedMemory };
+// "shared memory", "RDMA", "socket", "none": for tables and logs.
+const char* medium_name(Medium medium);
 
 // One rank of a pair, as transport selection sees it: what that rank published.
 struct Endpoint {

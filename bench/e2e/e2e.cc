@@ -8,9 +8,13 @@
 //   compute-heavy  small layers, a large batch: a step is mostly matmuls.
 // plus one 16 MiB tensor moved between two processes per step (with a 64-byte
 // acknowledgement back). Every transport this build has (grpc, tcp, ucx, verbs)
-// runs each; one that cannot run here says why. The table gives the median
-// step time and the ratio to gRPC, and a profile of one comm-heavy step over
-// the auto-chosen transport shows where the time goes on each rank.
+// runs each; one that cannot run here says why. Every row runs with the malloc
+// tunables of docs/grpc-baseline.md (gRPC is several times faster with them),
+// plus one gRPC row with glibc's default malloc, labelled. The table gives the
+// medium, the median step time and the ratio to gRPC, with the like-for-like
+// line (tcp against gRPC, both over sockets) under each configuration, and a
+// profile of one comm-heavy step over the auto-chosen transport shows where the
+// time goes on each rank.
 //
 //   e2e [--steps N] [--transports grpc,tcp,...] [--quick] [--json FILE]
 #include <algorithm>
@@ -41,26 +45,19 @@ struct Config {
   int ranks = 4;
 };
 
-// What RDMAFLOW_TRANSPORT=auto picks between two processes of this host (every
-// job this bench launches is local), with its reason: the per-peer rule of
-// runtime/selection/transport_select.h applied to this process's own capabilities.
-struct AutoChoice {
-  std::string transport = "tcp";
-  std::string reason;
+// A row of the table: a transport, and whether its ranks run with glibc's
+// default malloc instead of kMallocTunables ("grpc:default-malloc").
+struct Row {
+  std::string transport;
+  bool default_malloc = false;
+  std::string label() const { return default_malloc ? transport + ":default-malloc" : transport; }
 };
-AutoChoice auto_transport() {
-  TransportConfig tc;
-  LocalProbe probe = probe_transports("auto", tc);
-  for (auto& t : probe.transports) t->shutdown();
-  AutoChoice c;
-  auto d = decide_pair(0, probe.record, 1, probe.record);
-  if (d) {
-    c.transport = d->transport;
-    c.reason = d->reason;
-  } else {
-    c.reason = d.status().reason();
+Row parse_row(const std::string& name) {
+  const std::string suffix = ":default-malloc";
+  if (name.size() > suffix.size() && name.ends_with(suffix)) {
+    return {name.substr(0, name.size() - suffix.size()), true};
   }
-  return c;
+  return {name, false};
 }
 
 int run(int argc, char** argv) {
@@ -74,15 +71,17 @@ int run(int argc, char** argv) {
       "e2e"};
   cli::configure(app);
   app.add_option("--steps", steps, "training steps per configuration")->check(cli::at_least(1));
-  app.add_option("--transports", transports, "comma-separated transports to run")
+  app.add_option("--transports", transports,
+                 "comma-separated transports to run; NAME:default-malloc runs NAME with glibc's "
+                 "default malloc instead of the tunables every other row gets")
       ->delimiter(',')
       ->type_name("NAME,...")
-      ->default_str("grpc and every backend built in");
+      ->default_str("grpc, grpc:default-malloc and every backend built in");
   app.add_flag("--quick", quick, "smaller comm-heavy layers, for a short run");
   app.add_option("--json", json_path, "also write the results to FILE")->type_name("FILE");
   if (auto exit_code = cli::parse(app, argc, argv)) return *exit_code;
-  const AutoChoice auto_choice = auto_transport();
-  const std::string& chosen = auto_choice.transport;
+  const HostView host = host_view();
+  const std::string& chosen = host.auto_transport;
   // A backend this machine cannot run (verbs without an RDMA device) is reported
   // once with its reason instead of launching ranks that would all fail.
   std::map<std::string, std::optional<std::string>> viability;
@@ -103,6 +102,7 @@ int run(int argc, char** argv) {
   };
   if (transports.empty()) {
     transports.push_back("grpc");
+    transports.push_back("grpc:default-malloc");
     for (const auto& n : transport_backend_names()) transports.push_back(n);
   }
   const int64_t big = quick ? 1024 : 2048;
@@ -129,53 +129,75 @@ int run(int argc, char** argv) {
        json{{"kind", "transfer"}, {"bytes", 16 << 20}, {"steps", std::max(steps, 20)}}, 2},
   };
 
-  std::printf("bench/e2e: median step time after 2 warm-up steps, %d steps\n", steps);
+  std::printf("bench/e2e: median step time after 2 warm-up steps, %d steps, one host\n", steps);
+  std::printf("every row runs with GLIBC_TUNABLES=%s\n", kMallocTunables);
+  std::printf("  (docs/grpc-baseline.md) except the :default-malloc row, labelled\n");
   std::printf("auto between processes of this host: %s (%s)\n\n", chosen.c_str(),
-              auto_choice.reason.c_str());
-  std::printf("  %-14s %-10s %12s %14s %10s\n", "config", "transport", "step time", "bytes/step",
-              "vs gRPC");
+              host.auto_reason.c_str());
+  std::printf("  %-14s %-22s %-24s %12s %14s %10s\n", "config", "transport", "medium", "step time",
+              "bytes/step", "vs gRPC");
   json out = json::object();
   out["auto"] = chosen;
-  out["auto_reason"] = auto_choice.reason;
+  out["auto_reason"] = host.auto_reason;
+  out["malloc_tunables"] = kMallocTunables;
   json profile;
   for (const auto& cfg : configs) {
     std::printf("  %s: %s\n", cfg.name.c_str(), cfg.description.c_str());
     double grpc_ms = 0;
+    double tcp_ms = 0;
     json rows = json::array();
-    for (const auto& t : transports) {
+    for (const auto& name : transports) {
+      const Row row = parse_row(name);
+      const std::string& t = row.transport;
       if (auto why = not_viable_here(t)) {
-        std::printf("  %-14s %-10s   skipped: %s\n", "", t.c_str(), why->c_str());
-        rows.push_back(json{{"transport", t}, {"skipped", *why}});
+        std::printf("  %-14s %-22s   skipped: %s\n", "", name.c_str(), why->c_str());
+        rows.push_back(json{{"transport", name}, {"skipped", *why}});
         continue;
       }
       LaunchSpec spec;
       spec.ranks = cfg.ranks;
       spec.transport = t;
       spec.job = cfg.job;
+      if (!row.default_malloc) spec.env.emplace_back("GLIBC_TUNABLES", kMallocTunables);
       auto r = launch(spec);
       if (!r) {
-        std::printf("  %-14s %-10s   could not run: %s\n", "", t.c_str(),
+        std::printf("  %-14s %-22s   could not run: %s\n", "", name.c_str(),
                     r.status().reason().c_str());
-        rows.push_back(json{{"transport", t}, {"error", r.status().to_string()}});
+        rows.push_back(json{{"transport", name}, {"error", r.status().to_string()}});
         continue;
       }
       const double ms = r->at("step_ms_median").get<double>();
-      if (t == "grpc") grpc_ms = ms;
+      if (t == "grpc" && !row.default_malloc) grpc_ms = ms;
+      if (t == "tcp" && !row.default_malloc) tcp_ms = ms;
       const double bytes = r->contains("bytes_per_step") ? r->at("bytes_per_step").get<double>()
                                                          : r->at("bytes").get<double>();
+      const std::string medium_text = host.medium_text(t);
       char ratio[32] = "-";
       if (grpc_ms > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", grpc_ms / ms);
-      std::printf("  %-14s %-10s %9.2f ms %11.1f MB %10s\n", "",
-                  (t == chosen ? t + "*" : t).c_str(), ms, bytes / 1e6, ratio);
+      std::string shown = t == chosen && !row.default_malloc ? name + "*" : name;
+      std::printf("  %-14s %-22s %-24s %9.2f ms %11.1f MB %10s\n", "", shown.c_str(),
+                  medium_text.c_str(), ms, bytes / 1e6, ratio);
       std::fflush(stdout);
-      json row = *r;
-      row["vs_grpc"] = grpc_ms > 0 ? grpc_ms / ms : 0.0;
-      rows.push_back(row);
-      if (cfg.name == "comm-heavy" && t == chosen) profile = *r;
+      json j = *r;
+      j["transport"] = name;
+      j["medium"] = medium_text;
+      j["malloc"] = row.default_malloc ? "glibc default" : kMallocTunables;
+      j["vs_grpc"] = grpc_ms > 0 ? grpc_ms / ms : 0.0;
+      rows.push_back(j);
+      if (cfg.name == "comm-heavy" && t == chosen && !row.default_malloc) profile = *r;
+    }
+    // The headline is like for like: rdmaflow's tcp against gRPC, both over
+    // sockets on the same network, gRPC with the tunables.
+    if (grpc_ms > 0 && tcp_ms > 0) {
+      std::printf("  %-14s like for like (both over sockets): tcp is %.2fx gRPC\n", "",
+                  grpc_ms / tcp_ms);
     }
     out[cfg.name] = rows;
   }
-  std::printf("  (* = the transport RDMAFLOW_TRANSPORT=auto picks here)\n");
+  std::printf(
+      "  (* = the transport RDMAFLOW_TRANSPORT=auto picks here; vs gRPC = gRPC's step time with\n"
+      "   the tunables / the row's; a shared-memory row is same-host and not comparable with\n"
+      "   gRPC over a socket)\n");
 
   if (!profile.is_null()) {
     std::printf(

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/env.h"
+#include "runtime/selection/transport_select.h"
 #include "tools/free_port.h"
 
 namespace rdmaflow::e2e {
@@ -51,6 +52,7 @@ Result<nlohmann::json> launch(const LaunchSpec& spec) {
       ::setenv("RDMAFLOW_LOCAL_SIZE", std::to_string(spec.ranks).c_str(), 1);
       ::setenv("RDMAFLOW_RENDEZVOUS", ("127.0.0.1:" + std::to_string(port)).c_str(), 1);
       if (!spec.transport.empty()) ::setenv("RDMAFLOW_TRANSPORT", spec.transport.c_str(), 1);
+      for (const auto& [name, value] : spec.env) ::setenv(name.c_str(), value.c_str(), 1);
       ::setenv("RDMAFLOW_E2E_JOB", job.c_str(), 1);
       ::setenv("RDMAFLOW_E2E_OUT", out_path.c_str(), 1);
       char* argv[] = {const_cast<char*>(exe.c_str()), const_cast<char*>("--e2e-worker"), nullptr};
@@ -106,6 +108,37 @@ Result<nlohmann::json> launch(const LaunchSpec& spec) {
     return RDMAFLOW_ERROR(Code::kProtocolError, op, 0, "rank 0 wrote no result");
   }
   return result;
+}
+
+HostView host_view() {
+  TransportConfig tc;
+  LocalProbe probe = probe_transports("auto", tc);
+  for (auto& t : probe.transports) t->shutdown();
+  HostView v;
+  auto d = decide_pair(0, probe.record, 1, probe.record);
+  if (d) {
+    v.auto_transport = d->transport;
+    v.auto_reason = d->reason;
+  } else {
+    v.auto_reason = d.status().reason();
+  }
+  v.medium["grpc"] = Medium::kSocket;
+  for (const auto& b : probe.record.backends) {
+    if (const BackendReport* r = probe.record.usable(b.name)) {
+      const Endpoint e0{0, probe.record.hostname, &r->caps};
+      const Endpoint e1{1, probe.record.hostname, &r->caps};
+      v.medium[b.name] = transport_reach(b.name, e0, e1, /*same_host=*/true).medium;
+    }
+  }
+  return v;
+}
+
+std::string HostView::medium_text(const std::string& transport) const {
+  const auto m = medium.find(transport == "auto" ? auto_transport : transport);
+  const Medium which = m == medium.end() ? Medium::kNone : m->second;
+  std::string text = medium_name(which);
+  if (which == Medium::kSharedMemory) text += " (same host)";
+  return text;
 }
 
 Result<nlohmann::json> worker_job() {

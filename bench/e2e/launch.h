@@ -9,16 +9,30 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
+#include "transport/transport.h"
 
 namespace rdmaflow::e2e {
+
+// glibc malloc tunables that keep freed multi-megabyte buffers in the process
+// instead of returning them to the kernel and faulting them in again for the
+// next message. gRPC allocates such buffers per message and is several times
+// faster with them (docs/grpc-baseline.md, "Measured reference"), so the
+// benchmarks run every job with them unless a row says otherwise.
+inline constexpr const char* kMallocTunables =
+    "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296";
 
 struct LaunchSpec {
   int ranks = 4;
   std::string transport;  // RDMAFLOW_TRANSPORT for the job
+  // Set in every rank's environment (e.g. GLIBC_TUNABLES).
+  std::vector<std::pair<std::string, std::string>> env;
   nlohmann::json job;
   std::chrono::milliseconds timeout{300000};
 };
@@ -26,6 +40,20 @@ struct LaunchSpec {
 // Runs the job and returns rank 0's result. A rank that fails, dies or
 // outlives the timeout fails the launch (the others are killed).
 Result<nlohmann::json> launch(const LaunchSpec& spec);
+
+// What RDMAFLOW_TRANSPORT=auto picks between two processes of this host (every
+// job launch() starts is local), with its reason, and what each backend would
+// move a pair's data over here: the per-peer rule of
+// runtime/selection/transport_select.h applied to this process's own capabilities.
+struct HostView {
+  std::string auto_transport = "tcp";
+  std::string auto_reason;
+  std::map<std::string, Medium> medium;  // by backend; gRPC is a socket
+
+  // "shared memory (same host)", "socket", ...; `transport` may be "auto".
+  std::string medium_text(const std::string& transport) const;
+};
+HostView host_view();
 
 // In a worker (`--e2e-worker`): the job and where to write the result.
 Result<nlohmann::json> worker_job();

@@ -155,11 +155,16 @@ Result<PeerTransport> decide_pair(int rank_a, const RankCapabilities& a, int ran
   out.peer = rank_b;
   const int ra = rank_a, rb = rank_b;
 
+  const bool same_host = !a.host_id.empty() && a.host_id == b.host_id;
   // Both ranks named one backend: that is what the user asked for.
   if (a.requested == b.requested && a.requested != "auto" && a.usable(a.requested) &&
       b.usable(b.requested)) {
     out.transport = a.requested;
     out.reason = "RDMAFLOW_TRANSPORT=" + a.requested + " on both ranks";
+    out.medium =
+        transport_reach(a.requested, Endpoint{ra, a.hostname, &a.usable(a.requested)->caps},
+                        Endpoint{rb, b.hostname, &b.usable(b.requested)->caps}, same_host)
+            .medium;
     return out;
   }
 
@@ -168,7 +173,6 @@ Result<PeerTransport> decide_pair(int rank_a, const RankCapabilities& a, int ran
   // NET within a node), and among equals the higher priority (`a.backends` is
   // in priority order). A backend that does not reach says why; those reasons
   // explain a socket choice and the error when nothing is left.
-  const bool same_host = !a.host_id.empty() && a.host_id == b.host_id;
   std::vector<std::string> why_not;
   std::vector<std::string> both_allow;  // usable on both ranks but reaching nothing
   std::string best;
@@ -192,6 +196,7 @@ Result<PeerTransport> decide_pair(int rank_a, const RankCapabilities& a, int ran
   }
   if (!best.empty()) {
     out.transport = best;
+    out.medium = best_reach.medium;
     out.reason = best_reach.reason.empty() ? join(why_not, "; ") : best_reach.reason;
     return out;
   }

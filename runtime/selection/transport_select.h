@@ -78,7 +78,10 @@ RankCapabilities local_host_identity();
 struct PeerTransport {
   int peer = -1;
   std::string transport;  // "verbs", "ucx", "tcp"; empty for this rank itself
-  std::string reason;     // why, in words ("same host 'node7'; UCX shared memory: ...")
+  // What the pair's data moves over, as the backend answered for the pair;
+  // kNone when it does not say (a backend forced on a pair it does not reach).
+  Medium medium = Medium::kNone;
+  std::string reason;  // why, in words ("same host 'node7'; UCX shared memory: ...")
 
   // "transport to rank 1: ucx (same host 'node7'; UCX shared memory: posix,sysv,cma)"
   std::string describe() const;

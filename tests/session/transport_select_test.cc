@@ -237,6 +237,7 @@ TEST(SelectTransports, AutoOnOneHostPicksUcxForEveryPeer) {
               continue;
             }
             EXPECT_EQ(pt.transport, "ucx") << pt.describe();
+            EXPECT_EQ(pt.medium, Medium::kSharedMemory) << pt.describe();
             EXPECT_TRUE(contains(pt.reason, "same host '")) << pt.describe();
             EXPECT_TRUE(contains(pt.reason, "UCX shared memory: ")) << pt.describe();
             EXPECT_TRUE(
@@ -265,6 +266,7 @@ TEST(SelectTransports, RequestedTcpGivesTcp) {
           if (p == rank) continue;
           const PeerTransport& pt = m.selection->peers()[static_cast<size_t>(p)];
           EXPECT_EQ(pt.transport, "tcp");
+          EXPECT_EQ(pt.medium, Medium::kSocket);
           EXPECT_EQ(pt.reason, "RDMAFLOW_TRANSPORT=tcp on both ranks");
           RF_ASSERT(m.channels[static_cast<size_t>(p)]->backend() == "tcp");
         }
