@@ -15,18 +15,13 @@
 #include <utility>
 #include <vector>
 
+#include "bench/malloc_tunables.h"
 #include "common/status.h"
 #include "transport/transport.h"
 
 namespace rdmaflow::e2e {
 
-// glibc malloc tunables that keep freed multi-megabyte buffers in the process
-// instead of returning them to the kernel and faulting them in again for the
-// next message. gRPC allocates such buffers per message and is several times
-// faster with them (docs/grpc-baseline.md, "Measured reference"), so the
-// benchmarks run every job with them unless a row says otherwise.
-inline constexpr const char* kMallocTunables =
-    "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296";
+using bench::kMallocTunables;
 
 struct LaunchSpec {
   int ranks = 4;

@@ -73,7 +73,7 @@ def main():
     a = ap.parse_args()
 
     def p2p(extra):
-        cmd = [os.path.join(a.build_dir, "bench", "p2p"), "--transport", "verbs", "--json"] + extra
+        cmd = [os.path.join(a.build_dir, "bench", "p2p", "p2p"), "--transport", "verbs", "--no-grpc", "--json"] + extra
         if not a.full:
             cmd.append("--quick")
         print("running:", " ".join(cmd), flush=True)

@@ -23,7 +23,7 @@ export RDMAFLOW_SOCKET_IFNAME=eth0
 p2p() {  # p2p OUT ERR ARGS...: bench/p2p, its output shown, its errors on failure
   local out="$1" err="$2"
   shift 2
-  if ! "$BUILD/bench/p2p" "$@" >"$out" 2>"$err"; then
+  if ! "$BUILD/bench/p2p/p2p" "$@" >"$out" 2>"$err"; then
     cat "$out"
     echo "two-guests: p2p $* failed:" >&2
     tail -20 "$err" >&2
