@@ -1,8 +1,8 @@
 // The one source of RemoteKey secrets (and of the first key id) for every
 // backend: 64-bit values from the kernel's CSPRNG (getrandom(2)). A secret is
 // what stops a peer from forging a key for memory it was never granted, so it
-// must not be predictable from the secrets a peer has seen, which a seeded
-// software generator (Mersenne Twister, splitmix) would be.
+// must not be predictable from the secrets a peer has seen, which the output of
+// a seeded software generator is.
 #pragma once
 
 #include <cstdint>
