@@ -144,6 +144,83 @@ TEST_P(Conformance, RevokeFencesReadsBeingServed) {
   RF_EXPECT_RUN_OK(r);
 }
 
+// Deregistering memory revokes every key granted from it, as revoke_key() does,
+// for peers that already used a key too: once deregister_memory() returns, no
+// write with those keys lands (verbs: see the revoke-fence tests; there the channel
+// may break instead of refusing). The same memory then registers and grants afresh.
+TEST_P(Conformance, DeregisterRevokesTheKeysOfTheRegion) {
+  constexpr size_t kBytes = 64 << 10;
+  const bool refuses = std::string(backend().label) != "verbs";
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    if (rank == 1) {
+      Buffer region(kBytes);
+      std::memset(region.p, 0, region.size);
+      RF_ASSIGN_OR_FAIL(RegionId id, node.transport->register_memory(region.p, region.size));
+      RF_ASSIGN_OR_FAIL(RemoteKey key, node.transport->export_key(region.p, region.size));
+      RF_ASSIGN_OR_FAIL(RemoteKey part, node.transport->export_key(region.p + 4096, 4096));
+      RF_ASSERT_OK(ex.allgather(join2(key_bytes(key), key_bytes(part))));
+      RF_ASSIGN_OR_FAIL(uint64_t v, ch.inbox().wait_notify(kOpTimeout));
+      EXPECT_EQ(v, 1u);
+      EXPECT_EQ(check_pattern(region.p, kBytes, 5), -1);
+      RF_ASSERT_OK(node.transport->deregister_memory(id));
+      EXPECT_EQ(node.transport->deregister_memory(id).code(), Code::kNotFound);
+      EXPECT_EQ(node.transport->revoke_key(part).code(), Code::kNotFound);
+      EXPECT_FALSE(node.transport->export_key(region.p, 8).is_ok());
+      std::memset(region.p, 0, region.size);
+      RF_ASSERT_OK(ex.barrier());  // deregistered: rank 0 tries the old keys
+      RF_ASSIGN_OR_FAIL(auto up, ex.allgather(""));
+      for (size_t i = 0; i < kBytes; ++i) RF_ASSERT(region.p[i] == 0);
+      // Registered again, granted afresh, written through a live channel.
+      RF_ASSIGN_OR_FAIL(RegionId again, node.transport->register_memory(region.p, region.size));
+      RF_ASSIGN_OR_FAIL(RemoteKey fresh, node.transport->export_key(region.p, region.size));
+      EXPECT_NE(fresh.key_id, key.key_id);
+      RF_ASSERT_OK(ex.allgather(key_bytes(fresh)));
+      if (up[0] == "up") {
+        RF_ASSIGN_OR_FAIL(uint64_t w, ch.inbox().wait_notify(kOpTimeout));
+        EXPECT_EQ(w, 2u);
+        EXPECT_EQ(check_pattern(region.p, kBytes, 6), -1);
+      }
+      RF_ASSERT_OK(ex.barrier());
+      RF_ASSERT_OK(node.transport->deregister_memory(again));
+      return 0;
+    }
+    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(""));
+    auto [key_text, part_text] = split2(all[1]);
+    RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(key_text));
+    RF_ASSIGN_OR_FAIL(RemoteKey part, parse_key(part_text));
+    Buffer src(kBytes);
+    RF_ASSERT_OK(node.local(src));
+    fill_pattern(src.p, kBytes, 5);
+    RF_ASSERT_OK(write_sync(ch, src.p, kBytes, key, 0, uint64_t{1}));  // the key is in use
+    RF_ASSERT_OK(ex.barrier());
+    fill_pattern(src.p, kBytes, 6);
+    for (size_t len : {kBytes, size_t{8}}) {  // the paths of large and of small writes
+      Status st = write_sync(ch, src.p, len, key, 0, std::nullopt);
+      EXPECT_FALSE(st.is_ok()) << len << "-byte write with a deregistered key was accepted";
+      if (refuses) {
+        EXPECT_EQ(st.code(), Code::kNotFound) << st.to_string();
+      }
+    }
+    Status st = write_sync(ch, src.p, 8, part, 0, std::nullopt);
+    EXPECT_FALSE(st.is_ok()) << "write with a deregistered key was accepted";
+    if (refuses) {
+      EXPECT_EQ(st.code(), Code::kNotFound) << st.to_string();
+    }
+    const bool up = ch.error().is_ok();
+    EXPECT_TRUE(up || !refuses) << ch.error().to_string();
+    RF_ASSERT_OK(ex.allgather(up ? "up" : "down"));
+    RF_ASSIGN_OR_FAIL(auto fresh_all, ex.allgather(""));
+    RF_ASSIGN_OR_FAIL(RemoteKey fresh, parse_key(fresh_all[1]));
+    if (up) RF_ASSERT_OK(write_sync(ch, src.p, kBytes, fresh, 0, uint64_t{2}));
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
 // ---------------------------------------------------------------- failures
 
 TEST_P(Conformance, PeerKilledMidTransferFailsPendingOperationsNamingIt) {

@@ -4,13 +4,15 @@
 #include <string>
 #include <thread>
 
+#include "transport/common/key_secret.h"
+
 namespace rdmaflow {
 
 GrantTable::GrantTable(std::string backend) : backend_(std::move(backend)) {
-  std::random_device rd;
-  std::seed_seq seed{rd(), rd(), rd(), rd(), rd(), rd(), rd(), rd()};
-  rng_.seed(seed);
-  next_key_ = (rng_() & 0xffff) + 1;  // key ids are not secrets, but avoid 1, 2, 3 across runs
+  // Key ids are not secrets, but they should not be 1, 2, 3 in every run (a stale
+  // key from an earlier run would name a live grant); without randomness they are.
+  auto r = key_secret();
+  first_key_ = next_key_ = (r.is_ok() ? (*r & 0xffff) : 0) + 1;
 }
 
 Result<RegionId> GrantTable::add_region(void* addr, size_t len) {
@@ -43,6 +45,14 @@ Result<RegionId> GrantTable::add_region(void* addr, size_t len) {
   return id;
 }
 
+void GrantTable::take_grants_locked(RegionId id, std::vector<uint64_t>& revoked) {
+  std::erase_if(grants_, [&](const auto& kv) {
+    if (kv.second.region != id) return false;
+    revoked.push_back(kv.first);
+    return true;
+  });
+}
+
 Result<std::vector<uint64_t>> GrantTable::remove_region(RegionId id) {
   std::vector<uint64_t> revoked;
   {
@@ -54,11 +64,21 @@ Result<std::vector<uint64_t>> GrantTable::remove_region(RegionId id) {
     }
     regions_.erase(it->second);
     region_start_.erase(it);
-    std::erase_if(grants_, [&](const auto& kv) {
-      if (kv.second.region != id) return false;
-      revoked.push_back(kv.first);
-      return true;
-    });
+    take_grants_locked(id, revoked);
+  }
+  fence();
+  return revoked;
+}
+
+Result<std::vector<uint64_t>> GrantTable::revoke_region(RegionId id) {
+  std::vector<uint64_t> revoked;
+  {
+    std::unique_lock lock(mu_);
+    if (!region_start_.count(id)) {
+      return RDMAFLOW_ERROR(Code::kNotFound, "deregister memory", -1,
+                            "region " + std::to_string(id) + " is not registered");
+    }
+    take_grants_locked(id, revoked);
   }
   fence();
   return revoked;
@@ -94,10 +114,11 @@ Result<RemoteKey> GrantTable::grant(const void* addr, size_t len, uint32_t tag) 
                               std::to_string(start - r.addr) + " runs past the end of region " +
                               std::to_string(r.id) + " (" + std::to_string(r.len) + " bytes)");
   }
+  RDMAFLOW_ASSIGN_OR_RETURN(const uint64_t secret, key_secret());
   RemoteKey key;
   key.backend = backend_;
   key.key_id = next_key_++;
-  key.secret = rng_();
+  key.secret = secret;
   key.addr = start;
   key.length = len;
   grants_.emplace(key.key_id, Grant{key.secret, start, len, r.id, tag});
@@ -168,10 +189,9 @@ Result<const GrantTable::Grant*> GrantTable::find(uint64_t key_id, uint64_t secr
   return &it->second;
 }
 
-Status GrantTable::resolve(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len,
-                           uint8_t** out, const char* op, int peer) const {
-  std::shared_lock lock(mu_);
-  RDMAFLOW_ASSIGN_OR_RETURN(const Grant* g, find(key_id, secret, op, peer));
+Status GrantTable::Reader::resolve(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len,
+                                   uint8_t** out, const char* op, int peer) const {
+  RDMAFLOW_ASSIGN_OR_RETURN(const Grant* g, table_.find(key_id, secret, op, peer));
   if (!(offset <= g->len && len <= g->len - offset)) {
     return RDMAFLOW_ERROR(Code::kOutOfRange, op, peer,
                           "offset " + std::to_string(offset) + " + length " + std::to_string(len) +
@@ -182,10 +202,9 @@ Status GrantTable::resolve(uint64_t key_id, uint64_t secret, uint64_t offset, ui
   return Status::ok();
 }
 
-Status GrantTable::check(uint64_t key_id, uint64_t secret, uint32_t tag, uint64_t addr,
-                         uint64_t len, const char* op, int peer) const {
-  std::shared_lock lock(mu_);
-  RDMAFLOW_ASSIGN_OR_RETURN(const Grant* g, find(key_id, secret, op, peer));
+Status GrantTable::Reader::check(uint64_t key_id, uint64_t secret, uint32_t tag, uint64_t addr,
+                                 uint64_t len, const char* op, int peer) const {
+  RDMAFLOW_ASSIGN_OR_RETURN(const Grant* g, table_.find(key_id, secret, op, peer));
   if (g->tag != tag) {
     return RDMAFLOW_ERROR(Code::kNotFound, op, peer,
                           "key id " + std::to_string(key_id) +
@@ -198,6 +217,18 @@ Status GrantTable::check(uint64_t key_id, uint64_t secret, uint32_t tag, uint64_
                               std::to_string(g->len) + "-byte grant");
   }
   return Status::ok();
+}
+
+Result<GrantTable::GrantInfo> GrantTable::Reader::lookup(uint64_t key_id, uint64_t secret,
+                                                         const char* op, int peer) const {
+  RDMAFLOW_ASSIGN_OR_RETURN(const Grant* g, table_.find(key_id, secret, op, peer));
+  return GrantInfo{g->addr, g->len, g->region};
+}
+
+GrantTable::KeyState GrantTable::Reader::state(uint64_t key_id) const {
+  if (table_.grants_.count(key_id)) return KeyState::kLive;
+  if (key_id >= table_.first_key_ && key_id < table_.next_key_) return KeyState::kRevoked;
+  return KeyState::kNeverIssued;
 }
 
 }  // namespace rdmaflow

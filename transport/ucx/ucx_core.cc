@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 
 #include "common/env.h"
 #include "common/log.h"
@@ -224,8 +223,6 @@ Status UcxCore::init(const TransportConfig& config) {
   ev.data.u64 = 3;
   ::epoll_ctl(waiter_ep_, EPOLL_CTL_ADD, waiter_fd_, &ev);
 
-  std::random_device rd;
-  rng_state_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid());
   events_.reserve(64);
   ready_.reserve(64);
   dispatching_.reserve(64);
@@ -274,14 +271,14 @@ void UcxCore::shutdown() {
   }
   closing_.clear();
   for (auto& [id, r] : regions_) {
+    (void)grants_.remove_region(id);  // and its grants
     if (r.memh != nullptr) ucp_mem_unmap(context_, r.memh);
     // The pages stay a shared mapping of the (now unnamed) memfd: still valid memory
     // for their owner, and copying them back would cost page faults at every exit.
     if (r.shm.fd >= 0) ::close(r.shm.fd);
   }
   regions_.clear();
-  region_by_addr_.clear();
-  grants_.clear();
+  queried_by_.clear();
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
   worker_ = nullptr;
   if (context_ != nullptr) ucp_cleanup(context_);

@@ -7,7 +7,13 @@
 // Thread model (docs/ucx.md, "Threads"):
 //  - The worker runs in UCS_THREAD_MODE_SERIALIZED; `worker_mu_` serializes
 //    every UCP call and guards all protocol state (channels' queues, key
-//    caches, grants). Code holding it is "in progress context".
+//    caches, the UCX side of regions). Code holding it is "in progress context".
+//  - Regions and grants live in `grants_`, the GrantTable every backend shares,
+//    which has a lock of its own. Lock order: worker_mu_, then the table's lock,
+//    then ctl_mu_. Every call into grants_ (registration, export and revocation,
+//    which change it; the checks of the receive paths) is made with worker_mu_
+//    held, so the table's lock is never contended: a check costs one
+//    uncontended reader lock, and a notify-ring poll one for its whole batch.
 //  - Issuing threads never wait for it: write/read/send_message try_lock it and
 //    post the operation directly (no thread hop); if another thread holds it,
 //    the op goes to a submission queue that the holder drains before unlocking.
@@ -38,6 +44,7 @@
 #include "allocator/registrar.h"
 #include "common/status.h"
 #include "transport/channel.h"
+#include "transport/common/grant_table.h"
 #include "transport/remote_key.h"
 #include "transport/shm/notify_ring.h"
 #include "transport/shm/shared_pages.h"
@@ -156,9 +163,8 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   // Closes `ep` (FORCE) after the current UCP callback, once `linger_on` (if any, a
   // referenced op) has been sent or 200 ms passed; destroys `rkeys` when it is closed.
   void retire_ep(ucp_ep_h ep, std::vector<ucp_rkey_h> rkeys, Op* linger_on);
-  // Looks up the grant for an incoming access; on refusal returns the reason.
-  Status resolve_grant(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len,
-                       const char* op, int peer, uint8_t** target);
+  // The grants incoming accesses are checked against (see the lock order above).
+  const GrantTable& grants() const { return grants_; }
   // Grant (address, length) for a key query; records `channel` as a user of the key.
   // `direct` (if given) describes the region's shared segment, when it has one.
   Status query_grant(uint64_t key_id, uint64_t secret, uint32_t channel, int peer, uint64_t* addr,
@@ -169,19 +175,12 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   void unwatch_pidfd(int fd);
 
  private:
+  // UCX's side of a region of grants_, under the same RegionId.
   struct Region {
-    uintptr_t addr = 0;
-    size_t len = 0;
     ucp_mem_h memh = nullptr;
     std::vector<uint8_t> rkey;  // packed once
     shm::SharedRange shm;       // the pages re-backed by a memfd (fd -1: none)
-  };
-  struct Grant {
-    uint64_t secret = 0;
-    uintptr_t addr = 0;
-    uint64_t len = 0;
-    RegionId region = 0;
-    std::vector<uint32_t> queried_by;  // channels that may have cached an rkey for it
+    bool closing = false;       // being deregistered: exports refused, peers dropping its keys
   };
   struct RevokeRound {
     std::vector<uint32_t> waiting;  // channel ids
@@ -259,7 +258,11 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   Options::DataPath choose_data_path(ucp_ep_h ep, std::string* lanes) const;
 
   // Grants (ucx_grants.cc).
-  Status revoke_grants(std::vector<uint64_t> key_ids, const char* op);
+  // Tells the peers that may have cached one of `key_ids` (already revoked in
+  // grants_) and waits until each confirmed dropping them. Called with `lock`
+  // (worker_mu_) held; returns with it released.
+  Status confirm_revoked(std::unique_lock<std::mutex>& lock, const std::vector<uint64_t>& key_ids,
+                         const char* op);
 
   const int rank_;
   const Options options_;
@@ -304,14 +307,12 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   Op* active_head_ = nullptr;
   Op* active_tail_ = nullptr;
   Clock::time_point next_scan_{};
-  std::map<uintptr_t, RegionId> region_by_addr_;
+  GrantTable grants_{"ucx"};
   std::unordered_map<RegionId, Region> regions_;
-  std::unordered_map<uint64_t, Grant> grants_;
+  // Key id -> channels whose peer may have cached an rkey or mapping for it.
+  std::unordered_map<uint64_t, std::vector<uint32_t>> queried_by_;
   std::unordered_map<uint64_t, RevokeRound> rounds_;
-  RegionId next_region_ = 1;
-  uint64_t next_key_ = 1;
   uint64_t next_round_ = 1;
-  uint64_t rng_state_ = 0;
 
   // Dispatch.
   std::mutex ready_mu_;

@@ -19,26 +19,10 @@ namespace rdmaflow::ucx {
 
 Result<RegionId> UcxCore::register_memory(void* addr, size_t len) {
   const char* op = "register memory";
-  if (addr == nullptr || len == 0) {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "empty region");
-  }
-  const auto a = reinterpret_cast<uintptr_t>(addr);
-  if (a + len < a) return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "region wraps around");
   std::lock_guard<std::mutex> lock(worker_mu_);
   if (stopped()) return RDMAFLOW_ERROR(Code::kCancelled, op, -1, "transport is shut down");
-  auto next = region_by_addr_.lower_bound(a);
-  if (next != region_by_addr_.end() && next->first < a + len) {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "overlaps a registered region");
-  }
-  if (next != region_by_addr_.begin()) {
-    const Region& prev = regions_.at(std::prev(next)->second);
-    if (prev.addr + prev.len > a) {
-      return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "overlaps a registered region");
-    }
-  }
+  RDMAFLOW_ASSIGN_OR_RETURN(const RegionId id, grants_.add_region(addr, len));
   Region r;
-  r.addr = a;
-  r.len = len;
   if (options_.direct && shm_capable_) {
     // Same-host peers will reach it with memcpy (shm/shared_pages.h); others are unaffected.
     auto fd = shm::share_in_place(addr, len);
@@ -49,13 +33,17 @@ Result<RegionId> UcxCore::register_memory(void* addr, size_t len) {
                          len, fd.status().reason());
     }
   }
+  auto undo = [&] {
+    if (r.shm.fd >= 0) shm::unshare_in_place(r.shm);
+    (void)grants_.remove_region(id);  // no grant exists yet
+  };
   ucp_mem_map_params_t mp{};
   mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
   mp.address = addr;
   mp.length = len;
   ucs_status_t s = ucp_mem_map(context_, &mp, &r.memh);
   if (s != UCS_OK) {
-    if (r.shm.fd >= 0) shm::unshare_in_place(r.shm);
+    undo();
     return RDMAFLOW_ERROR(Code::kResourceExhausted, op, -1,
                           std::string("ucp_mem_map failed: ") + ucs_status_string(s));
   }
@@ -64,128 +52,84 @@ Result<RegionId> UcxCore::register_memory(void* addr, size_t len) {
   s = ucp_rkey_pack(context_, r.memh, &packed, &packed_len);
   if (s != UCS_OK) {
     ucp_mem_unmap(context_, r.memh);
-    if (r.shm.fd >= 0) shm::unshare_in_place(r.shm);
+    undo();
     return RDMAFLOW_ERROR(Code::kInternal, op, -1,
                           std::string("ucp_rkey_pack failed: ") + ucs_status_string(s));
   }
   r.rkey.assign(static_cast<uint8_t*>(packed), static_cast<uint8_t*>(packed) + packed_len);
   ucp_rkey_buffer_release(packed);
-  const RegionId id = next_region_++;
   regions_.emplace(id, std::move(r));
-  region_by_addr_.emplace(a, id);
   return id;
 }
 
 Status UcxCore::deregister_memory(RegionId region) {
   const char* op = "deregister memory";
-  std::vector<uint64_t> keys;
-  {
-    std::lock_guard<std::mutex> lock(worker_mu_);
-    if (stopped()) return Status::ok();  // everything was released at shutdown
-    if (!regions_.count(region)) {
-      return RDMAFLOW_ERROR(Code::kNotFound, op, -1,
-                            "region " + std::to_string(region) + " is not registered");
-    }
-    for (const auto& [id, g] : grants_) {
-      if (g.region == region) keys.push_back(id);
-    }
-  }
-  // Peers stop using the region's keys before the memory goes away.
-  Status st = keys.empty() ? Status::ok() : revoke_grants(std::move(keys), op);
-  std::lock_guard<std::mutex> lock(worker_mu_);
-  if (stopped()) return Status::ok();
+  std::unique_lock<std::mutex> lock(worker_mu_);
+  if (stopped()) return Status::ok();  // everything was released at shutdown
   auto it = regions_.find(region);
+  if (it == regions_.end() || it->second.closing) {
+    return RDMAFLOW_ERROR(Code::kNotFound, op, -1,
+                          "region " + std::to_string(region) + " is not registered");
+  }
+  poll_rings_locked();  // see revoke_key()
+  // The region stays in grants_ (so nothing overlapping is registered meanwhile), but
+  // exports from it are refused while peers stop using its keys, before the memory goes.
+  RDMAFLOW_ASSIGN_OR_RETURN(const std::vector<uint64_t> gone, grants_.revoke_region(region));
+  it->second.closing = true;
+  Status st = confirm_revoked(lock, gone, op);
+  lock.lock();
+  if (stopped()) return Status::ok();
+  it = regions_.find(region);
   if (it == regions_.end()) return st;
+  (void)grants_.remove_region(region);  // no grant left in it: exports were refused
   ucp_mem_unmap(context_, it->second.memh);
   if (it->second.shm.fd >= 0) {
     // Every peer confirmed dropping its keys (above); take the pages back private.
     shm::unshare_in_place(it->second.shm);
   }
-  region_by_addr_.erase(it->second.addr);
   regions_.erase(it);
   return st;
 }
 
 Result<RemoteKey> UcxCore::export_key(const void* addr, size_t len) {
   const char* op = "export key";
-  const auto a = reinterpret_cast<uintptr_t>(addr);
   std::lock_guard<std::mutex> lock(worker_mu_);
   if (stopped()) return RDMAFLOW_ERROR(Code::kCancelled, op, -1, "transport is shut down");
-  auto it = region_by_addr_.upper_bound(a);
-  if (it == region_by_addr_.begin()) {
-    return RDMAFLOW_ERROR(Code::kNotFound, op, -1, "address is not in a registered region");
+  // Refuses a range not inside one region, with the reason.
+  RDMAFLOW_ASSIGN_OR_RETURN(RemoteKey key, grants_.grant(addr, len));
+  const std::optional<RegionId> rid = grants_.region_of(addr, len);
+  auto r = rid ? regions_.find(*rid) : regions_.end();
+  if (r == regions_.end() || r->second.closing) {
+    (void)grants_.revoke(key);  // nobody has seen it
+    return RDMAFLOW_ERROR(Code::kNotFound, op, -1,
+                          "the region holding " + std::to_string(len) + " bytes at " +
+                              std::to_string(key.addr) + " is being deregistered");
   }
-  --it;
-  const RegionId rid = it->second;
-  const Region& r = regions_.at(rid);
-  if (a >= r.addr + r.len) {
-    return RDMAFLOW_ERROR(Code::kNotFound, op, -1, "address is not in a registered region");
-  }
-  if (len > r.addr + r.len - a) {
-    return RDMAFLOW_ERROR(Code::kOutOfRange, op, -1,
-                          std::to_string(len) +
-                              " bytes from that address run past the end of "
-                              "its registered region");
-  }
-  // splitmix64: secrets only need to be unguessable by accident, not by an attacker.
-  rng_state_ += 0x9e3779b97f4a7c15ull;
-  uint64_t z = rng_state_;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  RemoteKey key;
-  key.backend = "ucx";
-  key.key_id = next_key_++;
-  key.secret = z;
-  key.addr = a;
-  key.length = len;
-  key.blob = r.rkey;
-  grants_.emplace(key.key_id, Grant{key.secret, a, len, rid, {}});
+  key.blob = r->second.rkey;
   return key;
-}
-
-Status UcxCore::resolve_grant(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len,
-                              const char* op, int peer, uint8_t** target) {
-  auto it = grants_.find(key_id);
-  if (it == grants_.end()) {
-    return RDMAFLOW_ERROR(
-        Code::kNotFound, op, peer,
-        "unknown key id " + std::to_string(key_id) + " (never exported here, or revoked)");
-  }
-  const Grant& g = it->second;
-  if (g.secret != secret) {
-    return RDMAFLOW_ERROR(
-        Code::kNotFound, op, peer,
-        "wrong secret for key id " + std::to_string(key_id) + " (forged or stale key)");
-  }
-  if (!(offset <= g.len && len <= g.len - offset)) {
-    return RDMAFLOW_ERROR(Code::kOutOfRange, op, peer,
-                          "offset " + std::to_string(offset) + " + length " + std::to_string(len) +
-                              " exceeds the " + std::to_string(g.len) +
-                              " bytes granted by key id " + std::to_string(key_id));
-  }
-  *target = reinterpret_cast<uint8_t*>(g.addr + offset);
-  return Status::ok();
 }
 
 Status UcxCore::query_grant(uint64_t key_id, uint64_t secret, uint32_t channel, int peer,
                             uint64_t* addr, uint64_t* len, uint64_t* rkey_sum, DirectInfo* direct) {
-  uint8_t* target = nullptr;
-  RDMAFLOW_RETURN_IF_ERROR(resolve_grant(key_id, secret, 0, 0, "key query", peer, &target));
-  Grant& g = grants_.at(key_id);
-  if (std::find(g.queried_by.begin(), g.queried_by.end(), channel) == g.queried_by.end()) {
-    g.queried_by.push_back(channel);
+  const char* op = "key query";
+  RDMAFLOW_ASSIGN_OR_RETURN(const GrantTable::GrantInfo g,
+                            grants_.lookup(key_id, secret, op, peer));
+  auto r = regions_.find(g.region);  // always there: a live grant's region is not closing
+  if (r == regions_.end()) {
+    return RDMAFLOW_ERROR(Code::kNotFound, op, peer,
+                          "key id " + std::to_string(key_id) + " lies in no registered region");
   }
+  std::vector<uint32_t>& users = queried_by_[key_id];
+  if (std::find(users.begin(), users.end(), channel) == users.end()) users.push_back(channel);
   *addr = g.addr;
   *len = g.len;
-  const Region& r = regions_.at(g.region);
-  *rkey_sum = rkey_checksum(r.rkey);
+  *rkey_sum = rkey_checksum(r->second.rkey);
   if (direct != nullptr) {
-    direct->fd = r.shm.fd;
-    if (r.shm.fd >= 0) {
+    direct->fd = r->second.shm.fd;
+    if (r->second.shm.fd >= 0) {
       direct->region = g.region;
-      direct->base = r.shm.base;
-      direct->length = r.shm.length;
+      direct->base = r->second.shm.base;
+      direct->length = r->second.shm.length;
     }
   }
   return Status::ok();
@@ -200,61 +144,55 @@ Status UcxCore::revoke_key(const RemoteKey& key) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
                           "remote key belongs to backend '" + key.backend + "', not ucx");
   }
-  {
-    std::lock_guard<std::mutex> lock(worker_mu_);
-    if (stopped()) return RDMAFLOW_ERROR(Code::kCancelled, op, -1, "transport is shut down");
-    auto it = grants_.find(key.key_id);
-    if (it == grants_.end() || it->second.secret != key.secret) {
-      return RDMAFLOW_ERROR(
-          Code::kNotFound, op, -1,
-          "key id " + std::to_string(key.key_id) + " is not an active grant of this transport");
-    }
-  }
-  return revoke_grants({key.key_id}, op);
+  std::unique_lock<std::mutex> lock(worker_mu_);
+  if (stopped()) return RDMAFLOW_ERROR(Code::kCancelled, op, -1, "transport is shut down");
+  // Notifies already published in our rings were checked by their writers against
+  // the grants still valid: deliver them before the grant goes.
+  poll_rings_locked();
+  // From here on the receive paths refuse the key (am path, key queries, ring entries).
+  RDMAFLOW_RETURN_IF_ERROR(grants_.revoke(key));
+  return confirm_revoked(lock, {key.key_id}, op);
 }
 
-Status UcxCore::revoke_grants(std::vector<uint64_t> key_ids, const char* op) {
-  auto remaining = std::make_shared<std::atomic<int>>(0);
-  uint64_t round = 0;
-  std::vector<int> ranks;
-  {
-    std::lock_guard<std::mutex> lock(worker_mu_);
-    if (stopped()) return Status::ok();
-    // Notifies already published in our rings were checked by their writers against
-    // the grants still valid: deliver them before the grants go.
-    poll_rings_locked();
-    std::map<uint32_t, std::vector<uint64_t>> per_channel;
-    for (uint64_t id : key_ids) {
-      auto it = grants_.find(id);
-      if (it == grants_.end()) continue;
-      for (uint32_t c : it->second.queried_by) per_channel[c].push_back(id);
-      grants_.erase(it);  // from now on the receiver refuses it (am path, key queries)
-    }
-    // Peers that cached an rkey for one of the keys must drop it and confirm, after their
-    // last put/get with it completed.
-    round = next_round_++;
-    RevokeRound rr;
-    rr.remaining = remaining;
-    for (auto& [cid, ids] : per_channel) {
-      UcxChannel* ch = channels_[cid - 1].get();
-      if (ch->failed()) continue;
-      std::vector<uint8_t> data(ids.size() * 8);
-      std::memcpy(data.data(), ids.data(), data.size());
-      ch->send_ctrl(MsgType::kRevoke, round, std::move(data));
-      rr.waiting.push_back(cid);
-      ranks.push_back(ch->peer_rank());
-    }
-    if (rr.waiting.empty()) return Status::ok();
-    remaining->store(static_cast<int>(rr.waiting.size()));
-    rounds_.emplace(round, std::move(rr));
-    pass_locked();
+Status UcxCore::confirm_revoked(std::unique_lock<std::mutex>& lock,
+                                const std::vector<uint64_t>& key_ids, const char* op) {
+  // Peers that cached an rkey or a mapping for one of the keys must drop it and
+  // confirm, after their last put/get or copy with it completed.
+  std::map<uint32_t, std::vector<uint64_t>> per_channel;
+  for (uint64_t id : key_ids) {
+    auto it = queried_by_.find(id);
+    if (it == queried_by_.end()) continue;
+    for (uint32_t c : it->second) per_channel[c].push_back(id);
+    queried_by_.erase(it);
   }
+  auto remaining = std::make_shared<std::atomic<int>>(0);
+  const uint64_t round = next_round_++;
+  std::vector<int> ranks;
+  RevokeRound rr;
+  rr.remaining = remaining;
+  for (auto& [cid, ids] : per_channel) {
+    UcxChannel* ch = channels_[cid - 1].get();
+    if (ch->failed()) continue;
+    std::vector<uint8_t> data(ids.size() * 8);
+    std::memcpy(data.data(), ids.data(), data.size());
+    ch->send_ctrl(MsgType::kRevoke, round, std::move(data));
+    rr.waiting.push_back(cid);
+    ranks.push_back(ch->peer_rank());
+  }
+  if (rr.waiting.empty()) {
+    lock.unlock();
+    return Status::ok();
+  }
+  remaining->store(static_cast<int>(rr.waiting.size()));
+  rounds_.emplace(round, std::move(rr));
+  pass_locked();
+  lock.unlock();
   dispatch();
   const Millis timeout = default_timeout();
   wait_control([&] { return remaining->load() == 0; }, Clock::now() + timeout);
   if (remaining->load() == 0) return Status::ok();
   {
-    std::lock_guard<std::mutex> lock(worker_mu_);
+    std::lock_guard<std::mutex> relock(worker_mu_);
     rounds_.erase(round);
   }
   std::string who;
