@@ -13,6 +13,8 @@ PACKAGES=(
   libgloo-dev libopenmpi-dev openmpi-bin
   clang libclang-rt-14-dev clang-format
   iproute2 python3
+  # the cluster in a box (scripts/cluster): namespaces, Slurm and its munge
+  util-linux slurm-wlm munge
   # the soft-RoCE guest (scripts/softroce-vm): QEMU, debootstrap, initramfs packing
   qemu-system-x86 debootstrap cpio zstd
 )
