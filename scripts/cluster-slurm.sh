@@ -164,7 +164,9 @@ slurm_stop() {
   # Job steps left by a killed slurmd: slurmstepd and its tasks, on the hosts.
   local p
   for p in $(pgrep -x slurmstepd || true); do
-    if tr '\0' ' ' <"/proc/$p/environ" 2>/dev/null | grep -q "SLURM_CONF=$s/"; then
+    local environ
+    environ="$(tr '\0' ' ' <"/proc/$p/environ" 2>/dev/null || true)"
+    if [[ "$environ" == *"SLURM_CONF=$s/"* ]]; then
       kill -9 "$p" 2>/dev/null || true
     fi
   done

@@ -10,7 +10,7 @@ PACKAGES=(
   libboost-dev libeigen3-dev libgtest-dev libgmock-dev libspdlog-dev nlohmann-json3-dev
   libcli11-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  libgloo-dev libopenmpi-dev openmpi-bin
+  libgloo-dev libopenmpi-dev openmpi-bin libpmix-dev
   clang libclang-rt-14-dev clang-format
   iproute2 python3
   # the cluster in a box (scripts/cluster): namespaces, Slurm and its munge
