@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Slurm on the simulated hosts, for scripts/cluster (sourced by it; not run alone).
 #
 # munged and slurmctld run in this machine's own namespaces (slurmctld on the
@@ -165,7 +166,7 @@ slurm_stop() {
   local p
   for p in $(pgrep -x slurmstepd || true); do
     local environ
-    environ="$(tr '\0' ' ' <"/proc/$p/environ" 2>/dev/null || true)"
+    environ="$(tr '\0' ' ' 2>/dev/null <"/proc/$p/environ" || true)"
     if [[ "$environ" == *"SLURM_CONF=$s/"* ]]; then
       kill -9 "$p" 2>/dev/null || true
     fi

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # SRC, BUILD, MPIRUN_ARGS are for the tests
 # Shared by the cluster tests (sourced): arguments SOURCE_DIR BUILD_DIR.
 set -euo pipefail
 SRC="$1"

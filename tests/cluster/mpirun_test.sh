@@ -3,6 +3,7 @@
 # namespaces and from h0: the hosts' own names, rdmaflow's rendezvous found
 # through PMIx with no variable of ours, a mesh check and allreduces; and Open
 # MPI's own TCP path between the hosts.
+# shellcheck source=tests/cluster/lib.sh
 . "$(dirname "$0")/lib.sh"
 require_cluster_up
 require_mpirun

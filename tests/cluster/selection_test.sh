@@ -3,6 +3,7 @@
 # shared memory within h0, the network between the hosts, as the library
 # reports them (cluster_check --expect-split fails otherwise); then a mesh check
 # and allreduces over that mix.
+# shellcheck source=tests/cluster/lib.sh
 . "$(dirname "$0")/lib.sh"
 require_cluster_up
 require_mpirun

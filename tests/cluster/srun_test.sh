@@ -2,6 +2,7 @@
 # Slurm on the hosts (munged, slurmctld, a slurmd per host): srun launches one
 # job of 4 tasks on 2 nodes that bootstraps from Slurm's variables alone (the
 # rendezvous on the first node of the step), then one through PMIx.
+# shellcheck source=tests/cluster/lib.sh
 . "$(dirname "$0")/lib.sh"
 require_cluster_up
 for tool in munged slurmctld slurmd srun; do

@@ -2,6 +2,7 @@
 # A 2-host cluster comes up (twice: up is idempotent) and its hosts are hosts:
 # own hostname, own /dev/shm, own IPC namespace, names that resolve, a link to
 # the other host and to this machine, tbf at the rate asked for.
+# shellcheck source=tests/cluster/lib.sh
 . "$(dirname "$0")/lib.sh"
 require_cluster
 
