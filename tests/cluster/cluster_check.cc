@@ -8,7 +8,7 @@
 //   srun -N 2 -n 4 cluster_check
 //
 // Prints one line per peer: its host, the transport and the medium the library
-// chose and why, then "cluster_check: ok ..." on success. --expect-split also
+// chose (PeerTransport) and why, then "cluster_check: ok ..." on success. --expect-split also
 // fails unless peers on this host (same hostname) are reached through shared
 // memory and peers on other hosts through the network, and unless hostnames and
 // the library's host identity (kernel boot, pid and IPC namespaces) agree.
@@ -32,33 +32,6 @@ int rank_for_log = -1;
 int fail(const std::string& what) {
   std::fprintf(stderr, "cluster_check rank %d: FAILED: %s\n", rank_for_log, what.c_str());
   return 1;
-}
-
-const char* medium_name(Medium m) {
-  switch (m) {
-    case Medium::kSharedMemory:
-      return "shared memory";
-    case Medium::kRdma:
-      return "rdma";
-    case Medium::kSocket:
-      return "network (socket)";
-    case Medium::kNone:
-      break;
-  }
-  return "none";
-}
-
-// The medium the library's rule gives the pair over `transport`.
-Medium medium_of(const TransportSelection& sel, int me, int peer, const std::string& transport) {
-  const RankCapabilities& a = sel.records()[static_cast<size_t>(me)];
-  const RankCapabilities& b = sel.records()[static_cast<size_t>(peer)];
-  const BackendReport* ua = a.usable(transport);
-  const BackendReport* ub = b.usable(transport);
-  if (!ua || !ub) return Medium::kNone;
-  const bool same_host = !a.host_id.empty() && a.host_id == b.host_id;
-  return transport_reach(transport, Endpoint{me, a.hostname, &ua->caps},
-                         Endpoint{peer, b.hostname, &ub->caps}, same_host)
-      .medium;
 }
 
 int check_mesh(const ChannelMesh& mesh, int me, int world) {
@@ -116,7 +89,7 @@ int run(bool expect_split) {
   for (const PeerTransport& pt : sel.peers()) {
     if (pt.peer == me) continue;
     const RankCapabilities& theirs = sel.records()[static_cast<size_t>(pt.peer)];
-    const Medium medium = medium_of(sel, me, pt.peer, pt.transport);
+    const Medium medium = pt.medium;
     std::printf("cluster_check: rank %d on %s: rank %d on %s: %s over %s (%s)\n", me,
                 mine.hostname.c_str(), pt.peer, theirs.hostname.c_str(), pt.transport.c_str(),
                 medium_name(medium), pt.reason.c_str());

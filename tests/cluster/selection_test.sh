@@ -12,6 +12,6 @@ out="$(RDMAFLOW_TRANSPORT=auto timeout 100 mpirun "${MPIRUN_ARGS[@]}" -H h0:2,h1
 echo "$out"
 grep -q "rank 0 on h0: rank 1 on h0: .* over shared memory" <<<"$out" ||
   fail "ranks 0 and 1 (both on h0) not over shared memory"
-grep -q "rank 0 on h0: rank 2 on h1: tcp over network" <<<"$out" ||
+grep -q "rank 0 on h0: rank 2 on h1: tcp over socket" <<<"$out" ||
   fail "ranks 0 (h0) and 2 (h1) not over tcp"
 [ "$(grep -c 'cluster_check: ok' <<<"$out")" -eq 3 ] || fail "not every rank passed"
