@@ -10,9 +10,11 @@ PACKAGES=(
   libboost-dev libeigen3-dev libgtest-dev libgmock-dev libspdlog-dev nlohmann-json3-dev
   libcli11-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  libgloo-dev libopenmpi-dev openmpi-bin
+  libgloo-dev libopenmpi-dev openmpi-bin libpmix-dev
   clang libclang-rt-14-dev clang-format
   iproute2 python3
+  # the cluster in a box (scripts/cluster): namespaces, Slurm and its munge
+  util-linux slurm-wlm munge
   # the soft-RoCE guest (scripts/softroce-vm): QEMU, debootstrap, initramfs packing
   qemu-system-x86 debootstrap cpio zstd
 )

@@ -24,6 +24,10 @@ struct TransportConfig {
   // Interface or address to listen on (RDMAFLOW_SOCKET_IFNAME / explicit). Empty =
   // loopback-or-auto.
   std::string ifname;
+  // Where socket transports listen when `ifname` is empty: the local address that
+  // reaches the rendezvous, set by the bootstrap when the ranks may span hosts.
+  // Empty: loopback, as on one host.
+  std::string reach_address;
   // Default deadline for connection setup.
   Millis connect_timeout{30000};
 };

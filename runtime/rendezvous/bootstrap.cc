@@ -6,6 +6,7 @@
 
 #include "common/env.h"
 #include "common/log.h"
+#include "runtime/rendezvous/launcher_rendezvous.h"
 #include "runtime/rendezvous/tcp_store.h"
 #include "runtime/rendezvous/tcp_store_protocol.h"
 
@@ -126,26 +127,50 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::create(BootstrapOptions options) {
     } else {
       text = env_string("RDMAFLOW_RENDEZVOUS");
     }
-    if (!text) {
-      if (b->info_.single_host != true) {
-        return RDMAFLOW_ERROR(
-            Code::kInvalidArgument, "bootstrap", -1,
-            "RDMAFLOW_RENDEZVOUS is not set and the " + std::to_string(world) +
-                " ranks are not known to share one host (" + b->info_.source +
-                "); set RDMAFLOW_RENDEZVOUS=host:port to an address of rank 0's host");
-      }
+    auto start_server = [&b, world](const HostPort& at) -> Result<HostPort> {
+      RDMAFLOW_ASSIGN_OR_RETURN(b->server_, TcpStoreServer::start(at, world));
+      return b->server_->address();
+    };
+    HostPort hp;
+    if (!text && b->info_.single_host == true) {
       text = kDefaultLocalRendezvous;
       RDMAFLOW_LOG_INFO("RDMAFLOW_RENDEZVOUS is not set; all {} ranks are on this host, using {}",
                         world, *text);
     }
-    RDMAFLOW_ASSIGN_OR_RETURN(HostPort hp, parse_host_port(*text, what));
-    if (hp.port == 0) {
-      return RDMAFLOW_ERROR(Code::kInvalidArgument, "bootstrap", -1,
-                            what + "='" + *text + "' has port 0; every rank must know the port");
+    if (text) {
+      RDMAFLOW_ASSIGN_OR_RETURN(hp, parse_host_port(*text, what));
+      if (hp.port == 0) {
+        return RDMAFLOW_ERROR(Code::kInvalidArgument, "bootstrap", -1,
+                              what + "='" + *text + "' has port 0; every rank must know the port");
+      }
+      if (rank == 0) RDMAFLOW_RETURN_IF_ERROR(start_server(hp).status());
+    } else {
+      // Ranks on several hosts (or a layout the source cannot tell): ask the launcher.
+      std::string why_not;
+      RDMAFLOW_ASSIGN_OR_RETURN(
+          std::optional<LauncherRendezvous> found,
+          find_launcher_rendezvous(b->info_, process_env(), start_server, b->timeout_, &why_not));
+      if (!found) {
+        return RDMAFLOW_ERROR(
+            Code::kInvalidArgument, "bootstrap", -1,
+            "RDMAFLOW_RENDEZVOUS is not set and the " + std::to_string(world) +
+                " ranks are not known to share one host (" + b->info_.source + "); " + why_not +
+                "; set RDMAFLOW_RENDEZVOUS=host:port to an address of rank 0's host");
+      }
+      hp = found->address;
+      RDMAFLOW_LOG_INFO("RDMAFLOW_RENDEZVOUS is not set; rendezvous {} from {}", hp.to_string(),
+                        found->source);
     }
     b->rendezvous_ = hp.to_string();
-    if (rank == 0) {
-      RDMAFLOW_ASSIGN_OR_RETURN(b->server_, TcpStoreServer::start(hp, world));
+    // Across hosts, socket transports listen where this host reaches rank 0's.
+    if (b->info_.single_host != true) {
+      auto toward = local_address_toward(hp.host);
+      if (toward) {
+        b->reach_address_ = *toward;
+      } else {
+        RDMAFLOW_LOG_WARN("bootstrap: {}; socket transports listen on loopback",
+                          toward.status().to_string());
+      }
     }
     RDMAFLOW_ASSIGN_OR_RETURN(std::unique_ptr<TcpStore> client,
                               TcpStore::connect(hp, b->timeout_, b->timeout_));
@@ -263,6 +288,7 @@ TransportConfig Bootstrap::transport_config() const {
   config.rank = rank();
   config.world_size = world_size();
   config.ifname = env_string("RDMAFLOW_SOCKET_IFNAME").value_or("");
+  config.reach_address = reach_address_;
   config.connect_timeout = timeout_;
   return config;
 }

@@ -6,7 +6,9 @@
 //
 // Rank and world come from runtime/rendezvous/rank_info.h. With more than one rank, rank 0
 // serves a TcpStore at RDMAFLOW_RENDEZVOUS and every rank is its client; one rank
-// alone uses an in-process store. create() returns once every rank has joined.
+// alone uses an in-process store. Unset, the rendezvous is 127.0.0.1 when every
+// rank is on this host, else found through the launcher
+// (runtime/rendezvous/launcher_rendezvous.h). create() returns once every rank has joined.
 //
 // barrier, allgather and connect_mesh are collective: every rank calls them, in
 // the same order. Each has a timeout (RDMAFLOW_TIMEOUT_MS by default) and, on
@@ -83,7 +85,9 @@ class Bootstrap {
   Result<std::vector<Bytes>> allgather(std::span<const uint8_t> mine,
                                        std::optional<Millis> timeout = std::nullopt);
 
-  // A TransportConfig for this process: rank, world, RDMAFLOW_SOCKET_IFNAME, timeout.
+  // A TransportConfig for this process: rank, world, RDMAFLOW_SOCKET_IFNAME, timeout,
+  // and, when the ranks may span hosts, the local address that reaches the
+  // rendezvous (where socket transports listen unless told otherwise).
   TransportConfig transport_config() const;
 
   // Builds a full mesh of channels over `transport`: every rank publishes its
@@ -106,6 +110,7 @@ class Bootstrap {
 
   RankInfo info_;
   std::string rendezvous_;
+  std::string reach_address_;  // empty on one host
   Millis timeout_{30000};
   std::unique_ptr<TcpStoreServer> server_;  // rank 0 of a multi-rank job
   std::shared_ptr<TcpStore> tcp_store_;     // when world > 1

@@ -43,9 +43,10 @@ std::optional<ip::address> interface_address(const std::string& ifname) {
 
 }  // namespace
 
-Result<ip::address> resolve_listen_address(const std::string& ifname) {
+Result<ip::address> resolve_listen_address(const std::string& ifname, const std::string& fallback) {
   std::string name = ifname;
   if (name.empty()) name = env_string("RDMAFLOW_SOCKET_IFNAME").value_or("");
+  if (name.empty()) name = fallback;
   if (name.empty()) return ip::address(ip::address_v4::loopback());
   boost::system::error_code ec;
   ip::address literal = ip::make_address(name, ec);

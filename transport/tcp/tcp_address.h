@@ -10,8 +10,10 @@ namespace rdmaflow::tcp {
 
 // Picks the local address to listen on. `ifname` is an interface name (resolved
 // with getifaddrs, IPv4 preferred) or a literal IPv4/IPv6 address; empty means
-// RDMAFLOW_SOCKET_IFNAME, and if that is unset too, 127.0.0.1.
-Result<boost::asio::ip::address> resolve_listen_address(const std::string& ifname);
+// RDMAFLOW_SOCKET_IFNAME, then `fallback` (TransportConfig::reach_address), then
+// 127.0.0.1.
+Result<boost::asio::ip::address> resolve_listen_address(const std::string& ifname,
+                                                        const std::string& fallback = {});
 
 std::string format_address(const boost::asio::ip::tcp::endpoint& endpoint);
 

@@ -177,7 +177,8 @@ Result<std::string> TcpTransport::listen() {
     return RDMAFLOW_ERROR(Code::kCancelled, "listen", -1, "transport is shut down");
   }
   if (acceptor_) return address_;
-  RDMAFLOW_ASSIGN_OR_RETURN(asio::ip::address host, resolve_listen_address(config_.ifname));
+  RDMAFLOW_ASSIGN_OR_RETURN(asio::ip::address host,
+                            resolve_listen_address(config_.ifname, config_.reach_address));
   tcp::endpoint endpoint(host, static_cast<uint16_t>(options_.port));
   tcp::acceptor acceptor(loop_->io());
   boost::system::error_code ec;

@@ -1,0 +1,152 @@
+// One rank of a job started by a launcher (mpirun, srun, or RDMAFLOW_RANK by
+// hand) on the simulated hosts of scripts/cluster: bootstraps from the
+// launcher's own variables, lets RDMAFLOW_TRANSPORT (auto unless set) choose
+// a transport per peer, checks every channel with a message each way, then
+// runs two allreduces and checks their sums.
+//
+//   mpirun ... -H h0:2,h1:1 cluster_check --expect-split
+//   srun -N 2 -n 4 cluster_check
+//
+// Prints one line per peer: its host, the transport and the medium the library
+// chose (PeerTransport) and why, then "cluster_check: ok ..." on success. --expect-split also
+// fails unless peers on this host (same hostname) are reached through shared
+// memory and peers on other hosts through the network, and unless hostnames and
+// the library's host identity (kernel boot, pid and IPC namespaces) agree.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "runtime/rendezvous/bootstrap.h"
+#include "runtime/selection/transport_select.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace rdmaflow;
+
+int rank_for_log = -1;
+
+int fail(const std::string& what) {
+  std::fprintf(stderr, "cluster_check rank %d: FAILED: %s\n", rank_for_log, what.c_str());
+  return 1;
+}
+
+int check_mesh(const ChannelMesh& mesh, int me, int world) {
+  CompletionGroup sent;
+  for (int p = 0; p < world; ++p) {
+    if (p == me) continue;
+    mesh[p]->send_message(to_bytes(std::to_string(me) + "->" + std::to_string(p)), sent.add(),
+                          20000ms);
+  }
+  if (Status st = sent.wait(20000ms); !st.is_ok()) return fail(st.to_string());
+  for (int p = 0; p < world; ++p) {
+    if (p == me) continue;
+    auto msg = mesh[p]->inbox().recv_message(20000ms);
+    if (!msg) return fail(msg.status().to_string());
+    const std::string expected = std::to_string(p) + "->" + std::to_string(me);
+    if (as_string(*msg) != expected) {
+      return fail("got '" + as_string(*msg) + "' from rank " + std::to_string(p) + ", expected '" +
+                  expected + "'");
+    }
+  }
+  return 0;
+}
+
+// Element i of rank r is r + i % 7: every sum is exact in float.
+int check_allreduce(Communicator& comm, int me, int world, size_t count) {
+  std::vector<float> in(count), out(count, -1.0f);
+  for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(me + static_cast<int>(i % 7));
+  Status st = comm.allreduce(in.data(), out.data(), count, DataType::kF32, ReduceOp::kSum);
+  if (!st.is_ok())
+    return fail("allreduce of " + std::to_string(count) + " floats: " + st.to_string());
+  const float ranks = static_cast<float>(world * (world - 1) / 2);
+  for (size_t i = 0; i < count; ++i) {
+    const float want = ranks + static_cast<float>(world * static_cast<int>(i % 7));
+    if (out[i] != want) {
+      return fail("allreduce of " + std::to_string(count) + " floats: element " +
+                  std::to_string(i) + " is " + std::to_string(out[i]) + ", expected " +
+                  std::to_string(want));
+    }
+  }
+  return 0;
+}
+
+int run(bool expect_split) {
+  auto boot = Bootstrap::create();
+  if (!boot) return fail(boot.status().to_string());
+  Bootstrap& b = **boot;
+  const int me = b.rank(), world = b.world_size();
+  rank_for_log = me;
+
+  auto selected = connect_selected_mesh(b, requested_transport());
+  if (!selected) return fail(selected.status().to_string());
+  TransportSelection& sel = *selected->selection;
+  const RankCapabilities& mine = sel.records()[static_cast<size_t>(me)];
+  int wrong = 0;
+  for (const PeerTransport& pt : sel.peers()) {
+    if (pt.peer == me) continue;
+    const RankCapabilities& theirs = sel.records()[static_cast<size_t>(pt.peer)];
+    const Medium medium = pt.medium;
+    std::printf("cluster_check: rank %d on %s: rank %d on %s: %s over %s (%s)\n", me,
+                mine.hostname.c_str(), pt.peer, theirs.hostname.c_str(), pt.transport.c_str(),
+                medium_name(medium), pt.reason.c_str());
+    if (!expect_split) continue;
+    const bool same_name = theirs.hostname == mine.hostname;
+    const bool same_id = !mine.host_id.empty() && theirs.host_id == mine.host_id;
+    if (same_name != same_id) {
+      wrong += fail("rank " + std::to_string(pt.peer) + ": hostnames '" + mine.hostname + "', '" +
+                    theirs.hostname + "' but host identities '" + mine.host_id + "', '" +
+                    theirs.host_id + "'");
+    } else if (same_name && medium != Medium::kSharedMemory) {
+      wrong += fail("rank " + std::to_string(pt.peer) + " shares host " + mine.hostname +
+                    " but is reached over " + medium_name(medium));
+    } else if (!same_name && medium == Medium::kSharedMemory) {
+      wrong += fail("rank " + std::to_string(pt.peer) + " is on another host (" + theirs.hostname +
+                    ") but is reached over shared memory");
+    }
+  }
+  std::fflush(stdout);
+  if (wrong) return 1;
+  if (int rc = check_mesh(selected->channels, me, world)) return rc;
+
+  CommunicatorSetup setup;
+  setup.rank = me;
+  setup.world = world;
+  setup.channels = selected->channels;
+  setup.transports = sel.per_peer();
+  CommunicatorOptions co;
+  co.measure = false;
+  auto comm = Communicator::create(std::move(setup), co);
+  if (!comm) return fail(comm.status().to_string());
+  for (size_t count : {size_t{1000}, size_t{1} << 18}) {
+    if (int rc = check_allreduce(**comm, me, world, count)) return rc;
+  }
+  comm->reset();
+  if (Status st = b.barrier(); !st.is_ok()) return fail(st.to_string());
+  sel.shutdown();
+  if (Status st = b.finalize(); !st.is_ok()) return fail(st.to_string());
+  std::printf(
+      "cluster_check: ok: rank %d of %d on %s (%s, rendezvous %s): %d channels over %s, "
+      "allreduce of 1000 and 262144 floats correct\n",
+      me, world, mine.hostname.c_str(), b.rank_info().source.c_str(), b.rendezvous().c_str(),
+      world - 1, sel.name().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool expect_split = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--expect-split") == 0) {
+      expect_split = true;
+    } else {
+      std::fprintf(stderr, "usage: cluster_check [--expect-split]\n");
+      return 2;
+    }
+  }
+  return run(expect_split);
+}
