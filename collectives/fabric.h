@@ -1,5 +1,6 @@
 // Fabric: the communicator's registered scratch memory and the slot/credit
-// protocol over the peers' channels.
+// protocol over the peers' channels, or over their memory channels where a
+// same-host pair has them (the direct path, below).
 //
 // Memory. At creation each rank allocates one registered block holding, for
 // every peer p, a region that only p writes into:
