@@ -24,11 +24,11 @@ using shm::MemoryPeer;
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kPage = 4096;
-constexpr size_t kBlock = 16 * kPage;   // registered: guard page | grant | ... | doorbell page
-constexpr size_t kGrant = 8 * kPage;    // the part of the block the peer puts into
-constexpr size_t kWord = kGrant - 8;    // the word the peer signals
-constexpr size_t kBell = 12 * kPage;    // this rank's doorbell
-constexpr uint8_t kGuard = 0xA5;        // outside the grant: must never change
+constexpr size_t kBlock = 16 * kPage;  // registered: guard page | grant | ... | doorbell page
+constexpr size_t kGrant = 8 * kPage;   // the part of the block the peer puts into
+constexpr size_t kWord = kGrant - 8;   // the word the peer signals
+constexpr size_t kBell = 12 * kPage;   // this rank's doorbell
+constexpr uint8_t kGuard = 0xA5;       // outside the grant: must never change
 
 RunOptions opts() {
   RunOptions o;

@@ -39,7 +39,9 @@ Status unexpected(int peer, const std::string& what) {
 
 }  // namespace
 
-MemoryEndpoint::~MemoryEndpoint() { revoke_keys(); }
+MemoryEndpoint::~MemoryEndpoint() {
+  revoke_keys();
+}
 
 void MemoryEndpoint::revoke_keys() {
   for (auto& [t, key] : exported_) {

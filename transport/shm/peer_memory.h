@@ -59,8 +59,7 @@ class PeerMemory {
   // Release store of the 8-byte aligned word at `offset`: whoever reads the
   // value with acquire order also sees every store this thread made before.
   Status store_release(uint64_t offset, uint64_t value) const {
-    if (!covers(offset, 8) || (reinterpret_cast<uintptr_t>(data_) + offset) % 8 != 0)
-        [[unlikely]] {
+    if (!covers(offset, 8) || (reinterpret_cast<uintptr_t>(data_) + offset) % 8 != 0) [[unlikely]] {
       return refuse("signal", offset, 8);
     }
     std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(data_ + offset))
