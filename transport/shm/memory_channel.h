@@ -135,9 +135,9 @@ class MemoryEndpoint {
   Result<std::vector<MemoryChannel>> connect_all(const std::vector<MemoryPeer>& peers, bool offer,
                                                  Millis timeout);
 
-  // Revokes the doorbell keys connect_all exported (a fence on tcp and ucx:
-  // no peer store through them is still running). Call before the doorbell's
-  // memory is deregistered; idempotent.
+  // Revokes the doorbell keys connect_all exported; idempotent. Call before
+  // the doorbell's memory is deregistered (which is what ends a peer's
+  // mapping's reach into it: UCX turns the pages private again).
   void revoke_keys();
 
   // The doorbell peers ring after each signal; a local event that a waiter on
