@@ -182,6 +182,7 @@ TEST(MemoryChannel, OutOfRangePutAndSignalAreRefused) {
           RF_ASSERT(refused(mc.signal(kGrant - 4, 1), Code::kOutOfRange));
           RF_ASSERT(refused(mc.signal(12, 1), Code::kInvalidArgument));  // not aligned
           RF_ASSERT(!MemoryChannel{}.put(0, src.p, 1).is_ok());
+          RF_ASSERT(!MemoryChannel{}.put(0, src.p, 0).is_ok());
           RF_ASSERT(!MemoryChannel{}.signal(0, 1).is_ok());
           const Status st = mc.put(kGrant - 4, src.p, 8);
           RF_ASSERT(st.to_string().find("exceeds the 32768 bytes") != std::string::npos);

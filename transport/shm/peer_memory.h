@@ -42,7 +42,7 @@ class PeerMemory {
 
   // Copies [src, src + len) to `offset` of the peer's memory.
   Status put(uint64_t offset, const void* src, size_t len) const {
-    if (!covers(offset, len)) [[unlikely]] {
+    if (!covers(offset, len) || data_ == nullptr) [[unlikely]] {
       return refuse("put", offset, len);
     }
     std::memcpy(data_ + offset, src, len);
@@ -50,7 +50,7 @@ class PeerMemory {
   }
   // Copies `len` bytes at `offset` of the peer's memory to `dst`.
   Status get(uint64_t offset, void* dst, size_t len) const {
-    if (!covers(offset, len)) [[unlikely]] {
+    if (!covers(offset, len) || data_ == nullptr) [[unlikely]] {
       return refuse("get", offset, len);
     }
     std::memcpy(dst, data_ + offset, len);
