@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "collectives/reduce_kernels.h"
-#include "common/doorbell.h"
+#include "transport/shm/memory_channel.h"
 
 namespace rdmaflow {
 namespace {
@@ -211,7 +211,11 @@ class Run {
     Fabric::Peer& peer = fabric_.peer(it.peer);
     const size_t bytes = it.elems * es_;
     if (peer.direct) {
-      fabric_.send_direct(it.peer, lane_, seq, it.src, bytes);
+      Status st = fabric_.send_direct(it.peer, lane_, seq, it.src, bytes);
+      if (!st.is_ok()) {
+        failure_ = std::move(st);
+        return false;
+      }
       finish(i);
       return true;
     }
@@ -266,7 +270,8 @@ class Run {
     } else {
       std::memcpy(it.dst, slot, it.elems * es_);
     }
-    fabric_.return_credit(it.peer, lane_, seq);  // hand the slot back
+    Status st = fabric_.return_credit(it.peer, lane_, seq);  // hand the slot back
+    if (!st.is_ok()) failure_ = std::move(st);
     finish(i);
     return true;
   }
@@ -314,46 +319,19 @@ class Run {
                               " pieces done)");
   }
 
-  // Same-host direct peers store pieces and credits straight into our
+  // Same-host direct peers signal pieces and credits straight into our
   // memory: poll (the loads are the whole cost) until `cfg.direct_spin` passed
-  // without progress, then sleep on the doorbell, which they ring (and so
-  // do local completions, for peers on the notify path). The sleep is cut
-  // into kDirectRecheck slices to notice a dead peer.
+  // without progress, then sleep on the memory endpoint's doorbell, which they
+  // ring (and so do local completions, for peers on the notify path). The
+  // sleep is cut into kDirectRecheck slices to notice a dead peer.
   void run_direct() {
-    const Doorbell& bell = fabric_.doorbell();
-    int polls = 0;
-    bool moved = true;  // progress since the clock was last read (the start counts)
-    while (finished_ < n_ && failure_.is_ok()) {
-      if (step()) {
-        moved = true;
-        polls = 0;
-        continue;
-      }
-      // The clock only every 16 idle polls (it is most of a poll's cost).
-      if ((++polls & 15) != 0 && cfg_.direct_spin.count() > 0) {
-        if (yield_every_ > 0 && polls % yield_every_ == 0) sched_yield();
-        continue;
-      }
-      const auto now = Clock::now();
-      if (moved) {
-        moved = false;
-        spin_until_ = now + cfg_.direct_spin;
-      }
-      if (now < spin_until_) {
-        if (yield_every_ > 0) sched_yield();
-        continue;
-      }
-      if (blocked(now)) break;
-      const uint32_t ticket = bell.announce();
-      if (step()) {
-        bell.retire();
-        moved = true;
-        continue;
-      }
-      fabric_.count_sleep();
-      bell.sleep(ticket, std::min<Clock::duration>(deadline_ - now, kDirectRecheck));
-      bell.retire();
-    }
+    shm::PollOptions options;
+    options.spin = cfg_.direct_spin;
+    options.yield_every = yield_every_;
+    options.recheck = kDirectRecheck;
+    fabric_.endpoint().poll([this] { return step(); }, [this] { return done(); },
+                            [this](Clock::time_point now) { return blocked(now); }, deadline_,
+                            options);
   }
 
   // Drives the backend's progress on this thread while spinning: no thread

@@ -11,10 +11,11 @@
 // oversubscribed (FabricConfig::yield_polls) and sleeps on the fabric's Signal
 // only after FabricConfig::spin without progress; never past the deadline.
 // Small sends (<= Fabric::kSmallBytes) are staged and not waited for.
-// With same-host direct peers (fabric.h, "Direct path") a send is a memcpy
-// into the peer's slot and a store, complete at once; the executor then polls
-// sequence words for `spin` and sleeps on the fabric's doorbell, waking every
-// 20 ms to look at the deadline and the peers' channels.
+// With same-host direct peers (fabric.h, "Direct path") a send is a put into
+// the peer's slot and a signal over its shm::MemoryChannel, complete at once;
+// the executor then polls sequence words for `spin` and sleeps on the memory
+// endpoint's doorbell (shm::MemoryEndpoint::poll), waking every 20 ms to look
+// at the deadline and the peers' channels.
 #pragma once
 
 #include <chrono>

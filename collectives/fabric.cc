@@ -1,8 +1,5 @@
 #include "collectives/fabric.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -13,21 +10,7 @@
 namespace rdmaflow {
 namespace {
 
-constexpr char kHello[8] = {'R', 'F', 'C', 'O', 'L', 'L', '0', '2'};
-constexpr char kDirect[8] = {'R', 'F', 'C', 'O', 'L', 'L', 'D', '1'};
-
-// Fills the page tables of a shared mapping (writable) without touching the
-// bytes: otherwise the first calls pay a page fault per 4 KiB of every slot
-// (and the cost model measures those).
-void prefault(std::byte* p, size_t len) {
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(p) / page * page;
-  const uintptr_t hi = reinterpret_cast<uintptr_t>(p) + len;
-  ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE);  // best effort
-}
+constexpr char kHello[8] = {'R', 'F', 'C', 'O', 'L', 'L', '0', '3'};
 
 // Takes every notify out of `inbox`, records ours, puts the others back.
 void drain(Fabric::Shared& s, Inbox& inbox, int peer) {
@@ -148,8 +131,7 @@ Status Fabric::setup(std::vector<Transport*> transports) {
     registrations_.push_back({t, *region});
   }
 
-  // Send every peer the key of its region (and of our doorbell, for the direct
-  // path) and our configuration.
+  // Send every peer the key of its region and our configuration.
   CompletionGroup sent;
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
@@ -158,24 +140,14 @@ Status Fabric::setup(std::vector<Transport*> transports) {
     auto key = transports[p]->export_key(peer.local, data_bytes_ + control_bytes_);
     if (!key.is_ok()) return key.status().with_op("export collective scratch key");
     exported_.emplace_back(transports[p], *key);
-    std::vector<uint8_t> bell;
-    if (config_.direct) {
-      auto bk = transports[p]->export_key(block_ + bell_offset_, Doorbell::kBytes);
-      if (!bk.is_ok()) return bk.status().with_op("export collective doorbell key");
-      exported_.emplace_back(transports[p], *bk);
-      bell = bk->serialize();
-    }
     auto kb = key->serialize();
     ByteWriter msg;
     msg.raw(kHello, sizeof(kHello)).u64(static_cast<uint64_t>(world_));
     msg.u64(static_cast<uint64_t>(rank_)).u64(config_.slot_bytes);
     msg.u64(static_cast<uint64_t>(config_.slots)).u64(static_cast<uint64_t>(config_.lanes));
     msg.u64(kb.size()).raw(kb.data(), kb.size());
-    msg.u64(bell.size()).raw(bell.data(), bell.size());
     peer.channel->send_message(msg.take(), sent.add(), config_.timeout);
   }
-  std::vector<RemoteKey> bell_keys(world_);
-  std::vector<bool> offered(world_, false);
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
     Peer& peer = peers_[p];
@@ -207,9 +179,8 @@ Status Fabric::setup(std::vector<Transport*> transports) {
               std::to_string(config_.slots) + " lanes=" + std::to_string(config_.lanes) +
               " (RDMAFLOW_COLL_SLOT_BYTES / _SLOTS / _LANES must match on every rank)");
     }
-    std::span<const uint8_t> key_bytes, bell_bytes;
-    uint64_t bell_len = 0;
-    if (!r.view(key_len, key_bytes) || !r.get(bell_len) || !r.view(bell_len, bell_bytes)) {
+    std::span<const uint8_t> key_bytes;
+    if (!r.view(key_len, key_bytes)) {
       return RDMAFLOW_ERROR(Code::kProtocolError, op, p, "truncated setup message");
     }
     auto key = RemoteKey::deserialize(key_bytes);
@@ -218,80 +189,36 @@ Status Fabric::setup(std::vector<Transport*> transports) {
       return RDMAFLOW_ERROR(Code::kProtocolError, op, p, "scratch key too short");
     }
     peer.remote = *key;
-    if (bell_len > 0) {
-      auto bk = RemoteKey::deserialize(bell_bytes);
-      if (!bk.is_ok()) return bk.status().with_op("receive collective doorbell key");
-      bell_keys[p] = *bk;
-      offered[p] = true;
-    }
   }
   RDMAFLOW_RETURN_IF_ERROR(sent.wait(config_.timeout, "send collective scratch keys"));
-  RDMAFLOW_RETURN_IF_ERROR(setup_direct(bell_keys, offered));
+  RDMAFLOW_RETURN_IF_ERROR(setup_direct(transports));
   install_listeners();
   find_common_driver();
   return Status::ok();
 }
 
-Status Fabric::setup_direct(const std::vector<RemoteKey>& bell_keys,
-                            const std::vector<bool>& offered) {
-  // Each rank maps what it can, then tells the peer; a pair takes the direct
-  // path only when both sides mapped the other's memory.
-  CompletionGroup sent;
-  std::vector<bool> mine(world_, false);
+Status Fabric::setup_direct(const std::vector<Transport*>& transports) {
+  // Every rank takes part (a rank with the direct path off says so), so the
+  // ordered message streams stay in step.
+  endpoint_ = std::make_unique<shm::MemoryEndpoint>(block_ + bell_offset_);
+  std::vector<shm::MemoryPeer> peers(world_);
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
     Peer& peer = peers_[p];
-    if (config_.direct && offered[p]) {
-      auto view =
-          peer.channel->direct_view(peer.remote, 0, data_bytes_ + control_bytes_, config_.timeout);
-      Status why;
-      if (view.is_ok()) {
-        auto bell = peer.channel->direct_view(bell_keys[p], 0, Doorbell::kBytes, config_.timeout);
-        if (bell.is_ok()) {
-          peer.view = std::move(view).value();
-          peer.bell_view = std::move(bell).value();
-          mine[p] = true;
-        } else {
-          why = bell.status();
-        }
-      } else {
-        why = view.status();
-      }
-      if (!why.is_ok()) {
-        if (why.code() != Code::kNotViable) return why.with_op("map collective scratch");
-        RDMAFLOW_LOG_DEBUG("collectives: rank {}: no direct path to rank {}: {}", rank_, p,
-                           why.to_string());
-      }
-    }
-    ByteWriter msg;
-    msg.raw(kDirect, sizeof(kDirect)).u64(mine[p] ? 1 : 0);
-    peer.channel->send_message(msg.take(), sent.add(), config_.timeout);
+    peers[p] = {peer.channel.get(), transports[p], peer.remote,
+                std::span<std::byte>(peer.local, data_bytes_ + control_bytes_)};
   }
+  auto memory = endpoint_->connect_all(peers, config_.direct, config_.timeout);
+  if (!memory.is_ok()) return memory.status().with_op("create communicator");
   for (int p = 0; p < world_; ++p) {
-    if (p == rank_) continue;
-    Peer& peer = peers_[p];
-    auto msg = peer.channel->inbox().recv_message(config_.timeout);
-    if (!msg.is_ok()) return msg.status().with_op("agree on the direct path");
-    const auto& m = *msg;
-    if (m.size() != sizeof(kDirect) + 8 || std::memcmp(m.data(), kDirect, sizeof(kDirect)) != 0) {
-      return RDMAFLOW_ERROR(Code::kProtocolError, "create communicator", p,
-                            "unexpected setup message");
-    }
-    peer.direct = mine[p] && load_le<uint64_t>(m.data() + sizeof(kDirect)) == 1;
-    if (peer.direct) {
-      peer.bell = Doorbell(peer.bell_view.data);
-      prefault(peer.view.data, peer.view.length);
-      prefault(peer.local, data_bytes_ + control_bytes_);
-      ++direct_peers_;
-    } else {
-      peer.view = DirectView{};
-      peer.bell_view = DirectView{};
-    }
+    if (p == rank_ || !(*memory)[p].connected()) continue;
+    peers_[p].memory = std::move((*memory)[p]);
+    peers_[p].direct = true;
+    ++direct_peers_;
   }
-  RDMAFLOW_RETURN_IF_ERROR(sent.wait(config_.timeout, "send collective direct-path agreement"));
   if (direct_peers_ > 0) {
-    bell_ = Doorbell(block_ + bell_offset_);
-    shared_->signal.set_doorbell(bell_);  // local events wake a doorbell sleeper too
+    shared_->signal.set_doorbell(
+        endpoint_->doorbell());  // local events wake a doorbell sleeper too
   }
   return Status::ok();
 }
@@ -330,25 +257,22 @@ Status Fabric::detached_error() {
   return shared_->detached_error;
 }
 
-void Fabric::send_direct(int p, int lane, uint64_t seq, const void* src, size_t bytes) {
-  Peer& peer = peers_[p];
-  std::memcpy(peer.view.data + slot_offset(lane, seq), src, bytes);
-  word(peer.view.data + data_word_offset(lane, seq)).store(seq + 1, std::memory_order_release);
-  peer.bell.ring();
+Status Fabric::send_direct(int p, int lane, uint64_t seq, const void* src, size_t bytes) {
+  const shm::MemoryChannel& memory = peers_[p].memory;
+  RDMAFLOW_RETURN_IF_ERROR(memory.put(slot_offset(lane, seq), src, bytes));
+  RDMAFLOW_RETURN_IF_ERROR(memory.signal(data_word_offset(lane, seq), seq + 1));
   direct_pieces_.fetch_add(1, std::memory_order_relaxed);
+  return Status::ok();
 }
 
-void Fabric::return_credit(int p, int lane, uint64_t seq) {
+Status Fabric::return_credit(int p, int lane, uint64_t seq) {
   Peer& peer = peers_[p];
-  if (peer.direct) {
-    word(peer.view.data + credit_word_offset(lane, seq)).store(seq + 1, std::memory_order_release);
-    peer.bell.ring();
-    return;
-  }
+  if (peer.direct) return peer.memory.signal(credit_word_offset(lane, seq), seq + 1);
   const std::byte* source = peer.local + control_offset() + 8;
   peer.channel->write(
       source, 8, peer.remote, control_offset(),
       notify_code::encode(notify_code::kCredit, lane, seq), [](const Status&) {}, config_.timeout);
+  return Status::ok();
 }
 
 FabricStats Fabric::stats() const {
@@ -356,7 +280,7 @@ FabricStats Fabric::stats() const {
   s.direct_peers = direct_peers_;
   s.direct_pieces = direct_pieces_.load(std::memory_order_relaxed);
   s.notify_pieces = notify_pieces_.load(std::memory_order_relaxed);
-  s.doorbell_sleeps = sleeps_.load(std::memory_order_relaxed);
+  s.doorbell_sleeps = endpoint_ ? endpoint_->sleeps() : 0;
   return s;
 }
 
@@ -396,6 +320,7 @@ Fabric::~Fabric() {
   for (Peer& p : peers_) {
     if (p.channel) p.channel->inbox().set_notify_listener(nullptr);
   }
+  if (endpoint_) endpoint_->revoke_keys();
   for (auto& [t, key] : exported_) {
     Status st = t->revoke_key(key);
     if (!st.is_ok()) RDMAFLOW_LOG_DEBUG("collectives: {}", st.to_string());

@@ -1,5 +1,6 @@
 // Fabric: the communicator's registered scratch memory and the slot/credit
-// protocol over the peers' channels.
+// protocol over the peers' channels, or over their memory channels where a
+// same-host pair has them (the direct path, below).
 //
 // Memory. At creation each rank allocates one registered block holding, for
 // every peer p, a region that only p writes into:
@@ -23,20 +24,23 @@
 // CREDIT(l, seq - slots) arrived. Notify values carry a magic byte so values of
 // other users of the channel are put back into the inbox untouched.
 //
-// Direct path. When a same-host peer's channel maps the peer's region
-// (Channel::direct_view, UCX over shared memory) and both ranks agree at
-// setup, the pair skips the channel altogether: a piece is a memcpy into the
-// peer's slot, then a release store of seq + 1 into the slot's sequence word
-// in the peer's control area; a credit is a release store of seq + 1 into the
-// sender's credit word. Receivers poll those words (acquire). Whoever waits
-// sleeps on its rank's Doorbell (doorbell.h), which writers ring after each
-// store. No active message, no acknowledgement, no progress thread. Pairs
-// without a mapping (TCP, verbs, UCX to another host) keep the notify path;
-// both can be mixed in one communicator. The control area of a region is
+// Direct path. A pair of same-host ranks whose channel maps the peer's
+// region (Channel::direct_view, UCX over shared memory) reaches it through a
+// shm::MemoryChannel (transport/shm/memory_channel.h), which connects, maps,
+// agrees (both sides or neither) and prefaults; the fabric only says which
+// words mean what. A piece is put(slot) + signal(the slot's data word,
+// seq + 1) into the peer's region; a credit is signal(the sender's credit
+// word, seq + 1). Signals ring the peer's doorbell; receivers poll their own
+// words with acquire loads and, when idle, sleep on this rank's doorbell
+// (shm::MemoryEndpoint::poll). No active message, no acknowledgement, no
+// progress thread. Pairs without a mapping (TCP, verbs, UCX to another host)
+// keep the notify path; both can be mixed in one communicator. The control
+// area of a region is
 //
 //   64 B reserved | lanes x slots u64 data words | lanes x slots u64 credit words
 //
-// and the block ends with this rank's doorbell (its own grant).
+// and the block ends with this rank's doorbell (the memory endpoint's, granted
+// to every peer on its own key).
 //
 // Small sends (<= kSmallBytes) are copied into this rank's staging cell for
 // (peer, lane, slot) and posted from there; the executor does not wait for
@@ -55,10 +59,10 @@
 #include <mutex>
 #include <vector>
 
-#include "common/doorbell.h"
 #include "common/signal.h"
 #include "common/status.h"
 #include "transport/channel.h"
+#include "transport/shm/memory_channel.h"
 #include "transport/transport.h"
 
 namespace rdmaflow {
@@ -77,7 +81,7 @@ struct FabricConfig {
 // What the fabric did, for tests and tuning.
 struct FabricStats {
   int direct_peers = 0;          // peers reached by the direct path
-  uint64_t direct_pieces = 0;    // pieces sent by memcpy + sequence word
+  uint64_t direct_pieces = 0;    // pieces sent by put + signal of a sequence word
   uint64_t notify_pieces = 0;    // pieces sent as channel writes with notify
   uint64_t doorbell_sleeps = 0;  // times a waiter slept on the doorbell
 };
@@ -125,9 +129,7 @@ class Fabric {
     std::vector<uint64_t> send_seq;    // next seq per lane, this rank -> peer
     std::vector<uint64_t> recv_seq;    // next seq per lane, peer -> this rank
     bool direct = false;               // the direct path (above)
-    DirectView view;                   // the peer's region for this rank (data + control)
-    DirectView bell_view;              // the peer's doorbell
-    Doorbell bell;
+    shm::MemoryChannel memory;         // the peer's region for this rank, when direct
   };
 
   static Result<std::unique_ptr<Fabric>> create(int rank, int world,
@@ -168,31 +170,30 @@ class Fabric {
 
   bool data_arrived(int p, int lane, uint64_t seq) const {
     if (peers_[p].direct) {
-      return word(peers_[p].local + data_word_offset(lane, seq)).load(std::memory_order_acquire) ==
-             seq + 1;
+      return shm::load_word(peers_[p].local + data_word_offset(lane, seq)) == seq + 1;
     }
     return shared_->peers[p].data[cell(lane, seq)].load(std::memory_order_acquire) == seq + 1;
   }
   bool credit_arrived(int p, int lane, uint64_t seq) const {
     if (peers_[p].direct) {
-      return word(peers_[p].local + credit_word_offset(lane, seq))
-                 .load(std::memory_order_acquire) >= seq + 1;
+      return shm::load_word(peers_[p].local + credit_word_offset(lane, seq)) >= seq + 1;
     }
     return shared_->peers[p].credit[cell(lane, seq)].load(std::memory_order_acquire) >= seq + 1;
   }
 
-  // Direct path: copies piece `seq` of `lane` into the peer's slot and
-  // publishes it. Complete on return (the bytes are in the peer's memory).
-  void send_direct(int p, int lane, uint64_t seq, const void* src, size_t bytes);
-  // Hands slot of piece `seq` of `lane` from `p` back to `p` (a store on the
-  // direct path, else an 8-byte write with notify CREDIT). A failed credit is
-  // not the caller's failure: the next call needing the peer sees the
-  // channel's sticky error.
-  void return_credit(int p, int lane, uint64_t seq);
-  // Peers on the direct path; the executor then sleeps on doorbell().
+  // Direct path: puts piece `seq` of `lane` into the peer's slot and signals
+  // it. Complete on return (the bytes are in the peer's memory); an error
+  // only for a range outside the peer's region (a bug: nothing was written).
+  Status send_direct(int p, int lane, uint64_t seq, const void* src, size_t bytes);
+  // Hands slot of piece `seq` of `lane` from `p` back to `p` (a signal on the
+  // direct path, else an 8-byte write with notify CREDIT). A failed credit
+  // write is not the caller's failure: the next call needing the peer sees
+  // the channel's sticky error. An error only for a refused signal (a bug).
+  Status return_credit(int p, int lane, uint64_t seq);
+  // Peers on the direct path; the executor then waits through endpoint().
   int direct_peers() const { return direct_peers_; }
-  const Doorbell& doorbell() const { return bell_; }
-  void count_sleep() { sleeps_.fetch_add(1, std::memory_order_relaxed); }
+  // This rank's end of the memory channels: its doorbell and the waits on it.
+  const shm::MemoryEndpoint& endpoint() const { return *endpoint_; }
   void count_notify_piece() { notify_pieces_.fetch_add(1, std::memory_order_relaxed); }
   FabricStats stats() const;
 
@@ -211,14 +212,10 @@ class Fabric {
  private:
   Fabric() = default;
   Status setup(std::vector<Transport*> transports);
-  // Maps the peers' regions where the channel can and agrees on the direct
-  // path with every peer (one ordered message each way).
-  Status setup_direct(const std::vector<RemoteKey>& bell_keys, const std::vector<bool>& offered);
+  // Connects a memory channel to every peer where both sides can map.
+  Status setup_direct(const std::vector<Transport*>& transports);
   size_t cell(int lane, uint64_t seq) const {
     return static_cast<size_t>(lane) * config_.slots + seq % config_.slots;
-  }
-  static std::atomic_ref<uint64_t> word(std::byte* at) {
-    return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(at));
   }
   void install_listeners();
   void find_common_driver();
@@ -234,11 +231,10 @@ class Fabric {
   size_t cells_ = 0;  // lanes x slots
   size_t small_bytes_ = 0;
   size_t bell_offset_ = 0;  // this rank's doorbell in the block
-  Doorbell bell_;
+  std::unique_ptr<shm::MemoryEndpoint> endpoint_;
   int direct_peers_ = 0;
   std::atomic<uint64_t> direct_pieces_{0};
   std::atomic<uint64_t> notify_pieces_{0};
-  std::atomic<uint64_t> sleeps_{0};
   size_t region_bytes_ = 0;
   std::byte* block_ = nullptr;
   size_t block_bytes_ = 0;

@@ -1,7 +1,7 @@
 // Doorbell: how a rank sleeps until a same-host peer stored something for it
-// (the fabric's direct path, fabric.h).
+// (the memory channels of transport/shm/memory_channel.h).
 //
-// Each rank owns one doorbell, 8 bytes of its scratch block that every
+// Each rank owns one doorbell, 8 bytes of registered memory that every
 // same-host peer maps: a 32-bit `bell` (a futex word) and a 32-bit count of
 // the rank's threads that announced they are about to sleep. A writer
 // publishes its data (release store), then rings: if anybody announced a

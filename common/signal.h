@@ -3,8 +3,8 @@
 // the waiter spins briefly (yielding, so oversubscribed ranks still make
 // progress) and then sleeps on a condition variable. The notifier only takes
 // the lock when somebody sleeps, so the spinning fast path is lock-free. With
-// same-host direct peers the executor sleeps on the fabric's doorbell instead,
-// which notify() rings as well.
+// same-host direct peers the executor sleeps on its memory endpoint's doorbell
+// instead (transport/shm/memory_channel.h), which notify() rings as well.
 #pragma once
 
 #include <sched.h>

@@ -1,4 +1,5 @@
-// Direct shared-memory access between same-host peers (docs/ucx.md, "Data paths").
+// Direct shared-memory access between same-host peers (docs/architecture.md,
+// "The same-host path"; docs/ucx.md, "Data paths").
 //
 // A same-host transport reaches a peer's registered memory fastest with one
 // user-space memcpy (UCX 1.13, for one, reaches ordinary memory of a same-host
@@ -7,8 +8,9 @@
 // pages are private anonymous memory (malloc'ed or mmap'ed buffers, arena slabs)
 // is re-backed in place by a memfd when it is registered: same address, same
 // contents, but now a shared mapping. A same-host peer fetches the memfd with
-// pidfd_getfd (the permission CMA needs too), maps it, and a write or read is
-// one user-space memcpy between the two processes' memory.
+// pidfd_getfd (the permission CMA needs too), maps it (PeerMemory,
+// peer_memory.h), and a write or read is one user-space memcpy between the two
+// processes' memory.
 #pragma once
 
 #include <cstddef>

@@ -145,15 +145,15 @@ Result<DirectView> UcxChannel::direct_view(const RemoteKey& key, uint64_t offset
   }
   auto m = e.region == 0 ? maps_.end() : maps_.find(e.region);
   if (m == maps_.end() || start < m->second.remote_base ||
-      start - m->second.remote_base > m->second.length ||
-      len > m->second.length - (start - m->second.remote_base)) {
+      !m->second.memory.covers(start - m->second.remote_base, len)) {
     return RDMAFLOW_ERROR(Code::kNotViable, op, peer_,
                           "the range is not in memory the peer shares");
   }
+  const shm::PeerMemory& memory = m->second.memory;
   DirectView view;
-  view.data = reinterpret_cast<std::byte*>(m->second.ptr + (start - m->second.remote_base));
+  view.data = memory.data() + (start - m->second.remote_base);
   view.length = len;
-  view.keep = m->second.mem;
+  view.keep = memory.keep();
   return view;
 }
 

@@ -32,6 +32,7 @@
 
 #include "transport/channel.h"
 #include "transport/shm/notify_ring.h"
+#include "transport/shm/peer_memory.h"
 #include "transport/ucx/ucx_core.h"
 
 namespace rdmaflow::ucx {
@@ -107,9 +108,7 @@ class UcxChannel final : public Channel {
   };
   // A same-host peer's shared region, mapped here (direct channels).
   struct Mapping {
-    std::shared_ptr<uint8_t> mem;  // munmaps when the last user (views included) lets go
-    uint8_t* ptr = nullptr;
-    uint64_t length = 0;
+    shm::PeerMemory memory;    // munmaps when the last user (views included) lets go
     uint64_t remote_base = 0;  // the region's address in the peer
     int refs = 0;              // keys_ entries using it
   };
@@ -149,14 +148,17 @@ class UcxChannel final : public Channel {
   bool post_am(Op* op, const void* data, size_t len, uint32_t am_flags);
   KeyEntry* resolve_key(Op* op, Status* refusal);
   void query_key(KeyEntry& e, const Op* op);
-  // Where [key_addr + offset, + len) of a direct key is mapped here; null if not shared.
-  uint8_t* direct_ptr(const KeyEntry& e, const Op* op) const;
+  // The peer's shared pages holding [key_addr + offset, + len) of a direct key,
+  // and in *at where the range starts in them; null if the range is not shared.
+  const shm::PeerMemory* direct_memory(const KeyEntry& e, const Op* op, uint64_t* at) const;
   // Publishes op's notify in the peer's ring (after its bytes were copied); false
   // when the ring is full, which leaves the notify to the ordered kNotify AM.
   bool publish_ring(Op* op);
-  // memcpy for the direct path, in slices with a look at the peer's pidfd between
-  // them; false (and the channel failed) once the peer is found dead.
-  bool copy_direct(void* dst, const void* src, size_t len);
+  // The direct path's copy of op's bytes into (`to_peer`) or out of `memory` at
+  // `at`: shm::PeerMemory's put / get, in slices with a look at the peer's pidfd
+  // between them. False when it completed op with a failure (the channel failed
+  // once the peer is found dead).
+  bool copy_direct(Op* op, const shm::PeerMemory& memory, uint64_t at, bool to_peer);
   static void on_send(void* request, ucs_status_t status, void* user);
   static void on_flush(void* request, ucs_status_t status, void* user);
 

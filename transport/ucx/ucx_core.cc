@@ -183,7 +183,7 @@ Status UcxCore::init(const TransportConfig& config) {
   size_t addr_len = 0;
   s = ucp_worker_get_address(worker_, &addr, &addr_len);
   if (s != UCS_OK) return not_viable("ucp_worker_get_address", s);
-  address_ = encode_address(self_identity(),
+  address_ = encode_address(shm::self_identity(),
                             std::span<const uint8_t>(reinterpret_cast<uint8_t*>(addr), addr_len));
   ucp_worker_release_address(worker_, addr);
 
@@ -396,10 +396,10 @@ Options::DataPath UcxCore::choose_data_path(ucp_ep_h ep, std::string* lanes) con
 Result<std::shared_ptr<UcxChannel>> UcxCore::make_channel_locked(int peer_rank,
                                                                  const PeerAddress& peer,
                                                                  const char* op) {
-  const bool local = same_host(self_identity(), peer.identity);
+  const bool local = shm::same_host(shm::self_identity(), peer.identity);
   int pidfd = -1;
   if (local) {
-    RDMAFLOW_ASSIGN_OR_RETURN(pidfd, open_peer_pidfd(peer.identity, peer_rank, op));
+    RDMAFLOW_ASSIGN_OR_RETURN(pidfd, shm::open_peer_pidfd(peer.identity, peer_rank, op));
   }
   bool peer_mode = !local;
   if (options_.err_mode == Options::ErrMode::kPeer) peer_mode = true;

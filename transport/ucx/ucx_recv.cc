@@ -375,8 +375,9 @@ bool UcxChannel::map_region(const DirectInfo& info) {
       return false;
     }
     const uint64_t len = info.length;
-    std::shared_ptr<uint8_t> mem(*p, [len](uint8_t* q) { ::munmap(q, len); });
-    it = maps_.emplace(info.region, Mapping{std::move(mem), *p, info.length, info.base, 0}).first;
+    std::shared_ptr<void> keep(*p, [len](void* q) { ::munmap(q, len); });
+    shm::PeerMemory memory(reinterpret_cast<std::byte*>(*p), len, std::move(keep), peer_);
+    it = maps_.emplace(info.region, Mapping{std::move(memory), info.base, 0}).first;
     RDMAFLOW_LOG_DEBUG("ucx: channel {} to rank {}: region {} ({} bytes) mapped for direct access",
                        id_, peer_, info.region, info.length);
   }

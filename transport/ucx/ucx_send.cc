@@ -4,11 +4,11 @@
 // the peer's notify ring.
 #include "transport/ucx/ucx_channel.h"
 
-#include <poll.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+
+#include "transport/shm/peer_process.h"
 
 namespace rdmaflow::ucx {
 
@@ -312,14 +312,15 @@ UcxChannel::Step UcxChannel::post_write(Op* op) {
     }
     if (k == nullptr) return Step::kStall;  // waiting for the owner to confirm the key
     if (direct_) {
-      uint8_t* target = direct_ptr(*k, op);
+      uint64_t at = 0;
+      const shm::PeerMemory* target = direct_memory(*k, op, &at);
       if (target == nullptr) {  // not in the peer's shared pages: the receiver places it
         op->put_path = false;
         return post_write(op);
       }
       // An earlier write still travelling as an AM must not land after this copy.
       if (am_writes_inflight_ > 0) return Step::kStall;
-      if (!copy_direct(target, op->src, op->len)) return Step::kPosted;  // fail() completed op
+      if (!copy_direct(op, *target, at, true)) return Step::kPosted;  // op completed, failed
       if (!op->has_notify) {
         core_->complete(op, Status::ok());  // the bytes are in the peer's memory
         return Step::kPosted;
@@ -402,12 +403,13 @@ UcxChannel::Step UcxChannel::post_read(Op* op) {
   }
   if (k == nullptr) return Step::kStall;
   if (direct_) {
-    const uint8_t* source = direct_ptr(*k, op);
+    uint64_t at = 0;
+    const shm::PeerMemory* source = direct_memory(*k, op, &at);
     if (source == nullptr) {  // not in the peer's shared pages: the owner answers a request
       op->put_path = false;
       return post_read(op);
     }
-    if (!copy_direct(op->dst, source, op->len)) return Step::kPosted;  // fail() completed op
+    if (!copy_direct(op, *source, at, false)) return Step::kPosted;  // op completed, failed
     core_->complete(op, Status::ok());
     return Step::kPosted;
   }
@@ -430,40 +432,41 @@ UcxChannel::Step UcxChannel::post_read(Op* op) {
 // ---------------------------------------------------------------------------
 // Direct path: copies into the peer's shared pages, notifies into its ring
 
-uint8_t* UcxChannel::direct_ptr(const KeyEntry& e, const Op* op) const {
+const shm::PeerMemory* UcxChannel::direct_memory(const KeyEntry& e, const Op* op,
+                                                 uint64_t* at) const {
   if (e.region == 0) return nullptr;
   // resolve_key checked [key_addr + offset, + len) against the grant; the peer shared
   // the whole pages of the grant's region, which may leave out its ragged ends.
   const Mapping& m = maps_.at(e.region);
   const uint64_t start = op->key_addr + op->offset;
-  if (start < m.remote_base || start - m.remote_base > m.length ||
-      op->len > m.length - (start - m.remote_base)) {
-    return nullptr;
-  }
-  return m.ptr + (start - m.remote_base);
+  if (start < m.remote_base || !m.memory.covers(start - m.remote_base, op->len)) return nullptr;
+  *at = start - m.remote_base;
+  return &m.memory;
 }
 
-bool UcxChannel::copy_direct(void* dst, const void* src, size_t len) {
+bool UcxChannel::copy_direct(Op* op, const shm::PeerMemory& memory, uint64_t at, bool to_peer) {
   // 4 MiB is about half a millisecond of copying: one poll() per slice costs under
   // 0.1%, and a peer that dies mid-transfer is noticed within a slice instead of
   // after the whole queue went into memory nobody will read.
   constexpr size_t kLivenessBytes = size_t{4} << 20;
-  auto* d = static_cast<uint8_t*>(dst);
-  const auto* s = static_cast<const uint8_t*>(src);
-  while (len > 0) {
+  const auto* src = static_cast<const uint8_t*>(op->src);
+  auto* dst = static_cast<uint8_t*>(op->dst);
+  for (size_t done = 0; done < op->len;) {
     if (copied_since_check_ >= kLivenessBytes) {
       copied_since_check_ = 0;
-      pollfd p{pidfd_, POLLIN, 0};
-      if (::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0) {
-        peer_exited();
+      if (shm::peer_exited(pidfd_)) {
+        peer_exited();  // fails the channel, and op with it
         return false;
       }
     }
-    const size_t n = std::min(len, kLivenessBytes - copied_since_check_);
-    std::memcpy(d, s, n);
-    d += n;
-    s += n;
-    len -= n;
+    const size_t n = std::min(op->len - done, kLivenessBytes - copied_since_check_);
+    Status st =
+        to_peer ? memory.put(at + done, src + done, n) : memory.get(at + done, dst + done, n);
+    if (!st.is_ok()) {  // direct_memory() checked the range: a bug, but never a stray write
+      core_->complete(op, std::move(st));
+      return false;
+    }
+    done += n;
     copied_since_check_ += n;
   }
   return true;
