@@ -24,8 +24,8 @@ struct TestOp : OpRecord {
 };
 
 // An op due `after` past `base` (set directly, so the test does not race the clock).
-TestOp* make(OpTable<TestOp>& table, OpLedger<TestOp>& ledger, int tag,
-             OpClock::time_point base, milliseconds after) {
+TestOp* make(OpTable<TestOp>& table, OpLedger<TestOp>& ledger, int tag, OpClock::time_point base,
+             milliseconds after) {
   TestOp* op = table.acquire();
   op->tag = tag;
   op->peer = 3;
@@ -175,9 +175,10 @@ TEST(Deadlines, AreClampedAndWordedOnce) {
   Status st = timeout_status("send message", 1, milliseconds(300), "");
   EXPECT_EQ(st.reason(), "not completed within 300 ms");
   st = timeout_status("write", 2, milliseconds(300), "partly sent");
-  EXPECT_EQ(st.to_string().rfind(
-                "write (peer rank 2) failed: timeout: not completed within 300 ms (partly sent)", 0),
-            0u)
+  EXPECT_EQ(
+      st.to_string().rfind(
+          "write (peer rank 2) failed: timeout: not completed within 300 ms (partly sent)", 0),
+      0u)
       << st.to_string();
 }
 

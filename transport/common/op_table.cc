@@ -3,8 +3,8 @@
 namespace rdmaflow {
 
 OpClock::time_point deadline_after(std::chrono::milliseconds timeout, OpClock::time_point now) {
-  constexpr auto kMax = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::hours(24 * 365));
+  constexpr auto kMax =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::hours(24 * 365));
   if (timeout < std::chrono::milliseconds(0)) timeout = std::chrono::milliseconds(0);
   if (timeout > kMax) timeout = kMax;
   return now + timeout;
