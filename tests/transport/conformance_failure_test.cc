@@ -379,6 +379,9 @@ TEST_P(Conformance, TimedOutOperationsCompleteAndTheChannelRecovers) {
     EXPECT_EQ(rs.code(), Code::kTimeout) << rs.to_string();
     EXPECT_EQ(ws.code(), Code::kTimeout) << ws.to_string();
     EXPECT_EQ(rs.peer(), 1);
+    // One wording for every backend (transport/common/op_table.h, timeout_status).
+    EXPECT_EQ(rs.reason().rfind("not completed within 300 ms", 0), 0u) << rs.to_string();
+    EXPECT_EQ(ws.reason().rfind("not completed within 300 ms", 0), 0u) << ws.to_string();
     EXPECT_GE(elapsed, kShort);
     EXPECT_LT(elapsed, kShort + Millis(700));
     RF_ASSERT_OK(ex.signal(1, SIGCONT));

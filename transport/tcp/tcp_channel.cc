@@ -19,13 +19,6 @@ namespace rdmaflow::tcp {
 
 namespace {
 
-Clock::time_point deadline_after(Millis timeout) {
-  constexpr auto kMax = std::chrono::hours(24 * 365);
-  if (timeout < Millis(0)) timeout = Millis(0);
-  if (timeout > kMax) timeout = std::chrono::duration_cast<Millis>(kMax);
-  return Clock::now() + timeout;
-}
-
 // ------------------------------------------------------------------ driver
 
 // The WaitDriver attached to a channel's inbox and operations. Holds the
@@ -89,52 +82,22 @@ void TcpChannel::start() {
 
 // ---------------------------------------------------------------- operations
 
-const char* TcpChannel::op_name(const Op* op) const {
-  switch (op->kind) {
-    case Op::kWrite:
-      return "write";
-    case Op::kRead:
-      return "read";
-    case Op::kMessage:
-      return "send message";
-    case Op::kServeRead:
-      return "serve read";
-  }
-  return "operation";
-}
-
 TcpChannel::Op* TcpChannel::new_op_locked(int kind, Callback done, Millis timeout) {
-  Op* op;
-  if (!free_slots_.empty()) {
-    op = slots_[free_slots_.back()].get();
-    free_slots_.pop_back();
-  } else {
-    slots_.push_back(std::make_unique<Op>());
-    op = slots_.back().get();
-    op->index = static_cast<uint32_t>(slots_.size() - 1);
-  }
+  Op* op = ops_.acquire();
   op->kind = static_cast<Op::Kind>(kind);
-  op->live = true;
+  op->peer = peer_;
   op->queued = op->in_batch = op->finish_pending = false;
-  op->id = (static_cast<uint64_t>(op->gen) << 32) | op->index;
   op->done = std::move(done);
-  op->timeout = timeout;
-  op->deadline = kind == Op::kServeRead ? Clock::time_point::max() : deadline_after(timeout);
+  // A read served for the peer has no deadline of its own: the peer times it out.
+  if (kind != Op::kServeRead) op->set_deadline(timeout);
   op->header = FrameHeader{};
   op->src = nullptr;
   op->dst = nullptr;
   op->len = op->emitted = op->received = 0;
   op->finish_status = Status::ok();
   op->prev = op->next = nullptr;
+  pending_.add(op);
   if (kind != Op::kServeRead) ++pending_user_ops_;
-  return op;
-}
-
-TcpChannel::Op* TcpChannel::find_op_locked(uint64_t id) {
-  uint64_t index = id & 0xffffffffu;
-  if (index >= slots_.size()) return nullptr;
-  Op* op = slots_[index].get();
-  if (!op->live || op->gen != static_cast<uint32_t>(id >> 32)) return nullptr;
   return op;
 }
 
@@ -159,17 +122,16 @@ void TcpChannel::enqueue_ctrl_locked(const FrameHeader& header, std::string reas
 }
 
 void TcpChannel::complete_locked(Op* op, const Status& status, DoneList& done) {
+  if (!pending_.complete(op)) return;
   unlink_locked(op);
   if (op->kind != Op::kServeRead) {
     done.push_back(Done{std::move(op->done), status});
     --pending_user_ops_;
   }
   op->done = nullptr;
-  op->live = false;
   op->in_batch = false;
-  ++op->gen;
   if (!op->message.empty()) std::vector<uint8_t>().swap(op->message);
-  free_slots_.push_back(op->index);
+  ops_.release(op);
 }
 
 void TcpChannel::deliver(DoneList& done, bool receive_path) {
@@ -223,8 +185,7 @@ void TcpChannel::close() {
 }
 
 Status TcpChannel::error() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return error_;
+  return error_.get();
 }
 
 bool TcpChannel::finished() const {
@@ -233,12 +194,7 @@ bool TcpChannel::finished() const {
 }
 
 void TcpChannel::fail(const Status& error) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (failing_) return;  // the first failure is the one reported
-    failing_ = true;
-    error_ = error;
-  }
+  if (!error_.set(error)) return;  // the first failure is the one reported
   rx_stopped_.store(true);
   // The peer sees EOF; a waiter polling or blocked in recvmsg on fd_ wakes up.
   ::shutdown(fd_, SHUT_RDWR);
@@ -258,11 +214,9 @@ void TcpChannel::fail(const Status& error) {
       batch_.clear();
       sender_ = Sender::kIdle;
     }
-    for (auto& slot : slots_) {
-      Op* op = slot.get();
-      if (!op->live || (sender_busy && op->in_batch)) continue;
-      complete_locked(op, error_.with_op(op_name(op)), done);
-    }
+    pending_.for_each([&](Op& op) {
+      if (!(sender_busy && op.in_batch)) complete_locked(&op, error_.for_op(op.name()), done);
+    });
     ctrl_.clear();
     ctrl_head_ = 0;
   }
@@ -289,7 +243,6 @@ void TcpChannel::release_socket() {
 
 bool TcpChannel::sweep(Clock::time_point now) {
   DoneList done;
-  bool must_fail = false;
   Status fail_status;
   bool pending;
   {
@@ -299,33 +252,32 @@ bool TcpChannel::sweep(Clock::time_point now) {
     if (!rx_lock.owns_lock()) return true;
     std::lock_guard<std::mutex> lock(mu_);
     if (failed_) return false;
-    for (auto& slot : slots_) {
-      Op* op = slot.get();
-      if (!op->live || op->kind == Op::kServeRead || op->deadline > now) continue;
-      std::string waited = std::to_string(op->timeout.count()) + " ms";
-      if (op->in_batch) {
-        must_fail = true;
-        fail_status = RDMAFLOW_ERROR(
-            Code::kTimeout, "channel", peer_,
-            std::string(op_name(op)) + " timed out after " + waited +
-                " while being transmitted (peer not reading); the stream cannot be resumed");
-        break;
-      }
-      std::string state = op->queued ? (op->emitted > 0 ? "partly sent" : "still queued to send")
-                                     : "sent, no reply from the peer";
-      if (op == rx_.op) {  // its response is arriving: drop the rest of the chunk
-        rx_.op = nullptr;
-        rx_.target = nullptr;
-      }
-      complete_locked(op,
-                      RDMAFLOW_ERROR(Code::kTimeout, op_name(op), peer_,
-                                     "not completed within " + waited + " (" + state + ")"),
-                      done);
-    }
+    pending_.sweep(
+        now,
+        [](const Op& op) -> std::string_view {
+          if (op.in_batch) {
+            return "being transmitted while the peer does not read; the stream cannot be resumed";
+          }
+          if (op.queued) return op.emitted > 0 ? "partly sent" : "still queued to send";
+          return "sent, no reply from the peer";
+        },
+        [&](Op& op, Status timeout) {
+          if (op.in_batch) {
+            // Half way onto the wire: withdrawing it would desynchronize the stream.
+            fail_status = std::move(timeout);
+            return false;
+          }
+          if (&op == rx_.op) {  // its response is arriving: drop the rest of the chunk
+            rx_.op = nullptr;
+            rx_.target = nullptr;
+          }
+          complete_locked(&op, timeout, done);
+          return true;
+        });
     pending = pending_user_ops_ > 0;
   }
   deliver(done);
-  if (must_fail) {
+  if (!fail_status.is_ok()) {
     fail(fail_status);
     return false;
   }

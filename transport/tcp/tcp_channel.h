@@ -36,6 +36,8 @@
 
 #include "transport/channel.h"
 #include "transport/common/grant_table.h"
+#include "transport/common/op_table.h"
+#include "transport/common/sticky_error.h"
 #include "transport/tcp/tcp_progress.h"
 #include "transport/tcp/tcp_wire.h"
 
@@ -152,14 +154,13 @@ class TcpChannel final : public Channel,
     std::unique_ptr<uint8_t[]> discard;
   };
 
-  // Ops and slots (tcp_channel.cc; mu_ held).
+  // Ops (tcp_channel.cc; mu_ held).
   Op* new_op_locked(int kind, Callback done, Millis timeout);
-  Op* find_op_locked(uint64_t id);
+  // Exactly once per op: queues its callback (user ops) and recycles its slot.
   void complete_locked(Op* op, const Status& status, DoneList& done);
   void unlink_locked(Op* op);
   void enqueue_locked(Op* op);
   void enqueue_ctrl_locked(const FrameHeader& header, std::string reason);
-  const char* op_name(const Op* op) const;
 
   // Completion delivery: directly on the progress thread (and, with
   // `receive_path`, on a driving waiter); elsewhere posted to the progress thread.
@@ -197,12 +198,11 @@ class TcpChannel final : public Channel,
   int peer_;
   TcpOptions options_;
 
+  StickyError error_;  // set first thing in fail(); checked by the issuing paths
   mutable std::mutex mu_;
-  bool failing_ = false;  // fail() started (error_ is final)
   bool failed_ = false;   // fail() completed the operations
-  Status error_;
-  std::vector<std::unique_ptr<Op>> slots_;
-  std::vector<uint32_t> free_slots_;
+  OpTable<Op> ops_;       // (mu_) every op's slot: user ops and reads being served
+  OpLedger<Op> pending_;  // (mu_) the ops not yet completed, oldest first
   size_t pending_user_ops_ = 0;
   Op* send_head_ = nullptr;  // FIFO of ops with frames still to emit
   Op* send_tail_ = nullptr;

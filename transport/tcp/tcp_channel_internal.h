@@ -35,21 +35,16 @@ inline int thread_event_fd() {
 }
 
 // One operation: a user write / read / message, or the serving side of a peer's
-// read. Slots are recycled (no allocation per operation once warm); the id is
-// (generation << 32 | slot) so a late reply never matches a recycled slot.
-struct TcpChannel::Op {
+// read. Pooled in the channel's OpTable (no allocation per operation once warm);
+// its id (generation << 32 | slot) rides in its frames, so a late reply never
+// matches a recycled slot. Listed in the channel's OpLedger until it completes.
+struct TcpChannel::Op : OpRecord {
   enum Kind : int { kWrite, kRead, kMessage, kServeRead };
   Kind kind = kWrite;
-  bool live = false;
   bool queued = false;    // in the send FIFO (frames left to emit)
   bool in_batch = false;  // a frame of it is in the batch on the wire
   bool finish_pending = false;
-  uint32_t gen = 0;
-  uint32_t index = 0;
-  uint64_t id = 0;
   Callback done;
-  Clock::time_point deadline;
-  Millis timeout{0};
   FrameHeader header;  // template of this op's frames
   const uint8_t* src = nullptr;
   uint8_t* dst = nullptr;
@@ -62,8 +57,22 @@ struct TcpChannel::Op {
   uint64_t grant_gen = 0;
   std::vector<uint8_t> message;
   Status finish_status;
-  Op* prev = nullptr;
+  Op* prev = nullptr;  // send FIFO
   Op* next = nullptr;
+
+  const char* name() const {
+    switch (kind) {
+      case kWrite:
+        return "write";
+      case kRead:
+        return "read";
+      case kMessage:
+        return "send message";
+      case kServeRead:
+        return "serve read";
+    }
+    return "operation";
+  }
 };
 
 }  // namespace rdmaflow::tcp

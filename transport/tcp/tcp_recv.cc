@@ -359,7 +359,7 @@ bool TcpChannel::on_header() {
       bool mismatch = false;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        Op* op = find_op_locked(h.op_id);
+        Op* op = ops_.find(h.op_id);
         if (op != nullptr) {
           mismatch = op->kind != Op::kRead || op->queued || h.offset != op->received ||
                      h.length > op->len - op->received;
@@ -449,7 +449,7 @@ bool TcpChannel::on_payload_done() {
       }
       std::lock_guard<std::mutex> lock(mu_);
       if (failed_) return false;
-      Op* op = find_op_locked(h.op_id);
+      Op* op = ops_.find(h.op_id);
       if (op == nullptr) break;  // already timed out
       if (op->kind != (is_write ? Op::kWrite : Op::kRead) ||
           (type == FrameType::kWriteAck && op->queued)) {

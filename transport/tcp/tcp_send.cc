@@ -44,10 +44,9 @@ void TcpChannel::write(const void* src, size_t len, const RemoteKey& dst, uint64
                                                          "null source buffer"));
   }
   std::unique_lock<std::mutex> lock(mu_);
-  if (failed_) {
-    Status st = error_.with_op("write");
+  if (!error_.ok()) {
     lock.unlock();
-    return complete_soon(std::move(done), std::move(st));
+    return complete_soon(std::move(done), error_.for_op("write"));
   }
   Op* op = new_op_locked(Op::kWrite, std::move(done), timeout);
   FrameHeader& h = op->header;
@@ -74,10 +73,9 @@ void TcpChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t src_
                                                          "null destination buffer"));
   }
   std::unique_lock<std::mutex> lock(mu_);
-  if (failed_) {
-    Status st = error_.with_op("read");
+  if (!error_.ok()) {
     lock.unlock();
-    return complete_soon(std::move(done), std::move(st));
+    return complete_soon(std::move(done), error_.for_op("read"));
   }
   Op* op = new_op_locked(Op::kRead, std::move(done), timeout);
   FrameHeader& h = op->header;
@@ -101,10 +99,9 @@ void TcpChannel::send_message(std::vector<uint8_t> bytes, Callback done, Millis 
                            " bytes exceeds the limit of " + std::to_string(kMaxMessageBytes)));
   }
   std::unique_lock<std::mutex> lock(mu_);
-  if (failed_) {
-    Status st = error_.with_op("send message");
+  if (!error_.ok()) {
     lock.unlock();
-    return complete_soon(std::move(done), std::move(st));
+    return complete_soon(std::move(done), error_.for_op("send message"));
   }
   Op* op = new_op_locked(Op::kMessage, std::move(done), timeout);
   op->header.type = static_cast<uint8_t>(FrameType::kMessage);
@@ -218,9 +215,9 @@ void TcpChannel::settle_batch_locked(DoneList& done) {
   for (int i = 0; i < b.op_count; ++i) {
     Op* op = b.ops[i];
     op->in_batch = false;
-    if (!op->live) continue;
+    if (op->completed) continue;
     if (failed_) {
-      complete_locked(op, error_.with_op(op_name(op)), done);
+      complete_locked(op, error_.for_op(op->name()), done);
     } else if (op->finish_pending) {
       complete_locked(op, op->finish_status, done);
     } else if (b.op_last[i] && (op->kind == Op::kMessage || op->kind == Op::kServeRead)) {

@@ -24,8 +24,7 @@ UcxChannel::~UcxChannel() {
 }
 
 Status UcxChannel::error() const {
-  std::lock_guard<std::mutex> lock(err_mu_);
-  return error_;
+  return error_.get();
 }
 
 // ---------------------------------------------------------------------------
@@ -127,7 +126,7 @@ Result<DirectView> UcxChannel::direct_view(const RemoteKey& key, uint64_t offset
   read(&probe, 1, key, offset, resolved.callback(), timeout);
   RDMAFLOW_RETURN_IF_ERROR(resolved.wait(timeout + Millis(1000), "resolve key for direct view"));
   std::lock_guard<std::mutex> lock(core_->worker_mu_);
-  if (failed_) return error().with_op(op);
+  if (failed()) return error_.for_op(op);
   auto it = keys_.find(key.key_id);
   if (it == keys_.end() || it->second.state != KeyEntry::State::kValid ||
       it->second.secret != key.secret) {
@@ -186,10 +185,7 @@ void UcxChannel::opened() {
 // Failure
 
 Status UcxChannel::ucs_error(const char* op, ucs_status_t status) const {
-  {
-    std::lock_guard<std::mutex> lock(err_mu_);
-    if (!error_.is_ok()) return error_.with_op(op);
-  }
+  if (failed()) return error_.for_op(op);
   return RDMAFLOW_ERROR(Code::kPeerFailed, op, peer_,
                         std::string("UCX reports ") + ucs_status_string(status));
 }
@@ -199,7 +195,7 @@ void UcxChannel::protocol_error(const std::string& what) {
 }
 
 void UcxChannel::close_locked(const Status& st) {
-  if (failed_) return;
+  if (failed()) return;
   Op* bye = nullptr;
   if (ep_ != nullptr && state() == State::kOpen) {
     // Goodbye, ordered after everything already sent. The endpoint is closed (FORCE)
@@ -219,12 +215,7 @@ void UcxChannel::close_locked(const Status& st) {
 }
 
 void UcxChannel::fail(const Status& st, Op* linger_on) {
-  if (failed_) return;
-  failed_ = true;
-  {
-    std::lock_guard<std::mutex> lock(err_mu_);
-    error_ = st;
-  }
+  if (!error_.set(st)) return;  // the first failure is the one reported
   state_.store(State::kFailed, std::memory_order_release);
   RDMAFLOW_LOG_DEBUG("ucx: channel {} to rank {} failed: {}", id_, peer_, st.to_string());
   for (Op* op = q_head_; op != nullptr;) {
@@ -288,7 +279,7 @@ void UcxChannel::fail(const Status& st, Op* linger_on) {
 
 void UcxChannel::peer_exited() {
   peer_gone = true;
-  if (failed_) return;
+  if (failed()) return;
   fail(RDMAFLOW_ERROR(Code::kPeerFailed, "channel", peer_,
                       "peer process " + std::to_string(peer_identity_.pid) + " exited"));
 }

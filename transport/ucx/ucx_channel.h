@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "transport/channel.h"
+#include "transport/common/sticky_error.h"
 #include "transport/shm/notify_ring.h"
 #include "transport/shm/peer_memory.h"
 #include "transport/ucx/ucx_core.h"
@@ -64,7 +65,7 @@ class UcxChannel final : public Channel {
   // ---- progress context (the core's worker lock held) ----
   uint32_t id() const { return id_; }
   State state() const { return state_.load(std::memory_order_acquire); }
-  bool failed() const { return failed_; }
+  bool failed() const { return !error_.ok(); }
   const ProcessIdentity& peer_identity() const { return peer_identity_; }
   void attach(ucp_ep_h ep, bool put_path, int pidfd);
   void set_remote_id(uint32_t remote) { remote_id_ = remote; }
@@ -185,8 +186,7 @@ class UcxChannel final : public Channel {
   const ProcessIdentity peer_identity_;
   std::atomic<State> state_{State::kConnecting};
 
-  mutable std::mutex err_mu_;
-  Status error_;
+  StickyError error_;  // set by fail(), in progress context; read anywhere
 
   // Issuing threads: keys this channel has already been given the blob of.
   std::mutex known_mu_;
@@ -213,7 +213,6 @@ class UcxChannel final : public Channel {
   // them would still "succeed". copy_direct() looks at the pidfd every
   // kLivenessBytes copied; this counts the bytes since the last look.
   size_t copied_since_check_ = 0;
-  bool failed_ = false;
   uint32_t remote_id_ = 0;
   Op* q_head_ = nullptr;
   Op* q_tail_ = nullptr;

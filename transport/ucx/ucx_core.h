@@ -45,6 +45,7 @@
 #include "common/status.h"
 #include "transport/channel.h"
 #include "transport/common/grant_table.h"
+#include "transport/common/op_table.h"
 #include "transport/remote_key.h"
 #include "transport/shm/notify_ring.h"
 #include "transport/shm/shared_pages.h"
@@ -78,23 +79,20 @@ class UcxChannel;
 
 enum class OpKind : uint8_t { kWrite, kRead, kMessage, kRevokeAck, kCtrl };
 
-// One operation, from issue to its last UCP completion. Pooled; touched by the
-// issuing thread until submit(), then only in progress context.
-struct Op {
+// One operation, from issue to its last UCP completion. Pooled in the core's
+// OpTable; touched by the issuing thread until submit(), then only in progress
+// context, where it is listed in the core's OpLedger until its callback is queued
+// (OpRecord::completed: exactly once).
+struct Op : OpRecord {
   OpKind kind = OpKind::kCtrl;
-  bool user_done = false;     // the callback has been queued (exactly once)
   bool put_path = false;      // rma path: ucp_put_nbx / ucp_get_nbx
   bool notify_stage = false;  // put done, the ordered kNotify AM is next
   bool has_notify = false;
-  bool in_active = false;
   int refs = 0;   // reasons the op must stay allocated (see UcxCore::release)
   int parts = 0;  // completions still needed before success
   UcxChannel* ch = nullptr;
   Callback done;
   Status preset;  // an error found at issue time, reported from progress context
-  Clock::time_point deadline;
-  int64_t timeout_ms = 0;
-  uint64_t id = 0;
   uint64_t seq = 0;
   const void* src = nullptr;
   void* dst = nullptr;
@@ -106,8 +104,6 @@ struct Op {
   std::vector<uint8_t> bytes;  // message / control payload
   AmHeader hdr;                // must outlive the UCP send
   Op* qnext = nullptr;         // channel send queue
-  Op* prev = nullptr;          // active list (ops with a pending user callback)
-  Op* next = nullptr;
 
   const char* name() const;
 };
@@ -237,11 +233,11 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   bool arm_rings_locked(std::vector<std::shared_ptr<shm::NotifyRing>>& armed);
   static void disarm_rings(std::vector<std::shared_ptr<shm::NotifyRing>>& armed);
   bool poll_rings_locked();
+  // The deadline sweep over the ops with a pending callback.
   void scan_timeouts_locked(Clock::time_point now);
   // Control-plane wait (connect, accept, revoke) on ctl_cv_; drives progress itself when
   // nobody else can (called from a callback, or after the progress thread stopped).
   bool wait_control(const std::function<bool()>& pred, Clock::time_point deadline);
-  void unlink_active(Op* op);
   void watch_pidfd(int fd, uint32_t channel);
   void on_peer_exit(uint32_t channel);
   // control_ep_'s event for wake_fd_; a peer's pidfd carries its channel id (from 1).
@@ -304,8 +300,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   std::vector<Hello> hellos_;
   std::vector<ToClose> to_close_;
   std::vector<Closing> closing_;
-  Op* active_head_ = nullptr;
-  Op* active_tail_ = nullptr;
+  OpLedger<Op> active_;  // ops whose callback is still pending, oldest first
   Clock::time_point next_scan_{};
   GrantTable grants_{"ucx"};
   std::unordered_map<RegionId, Region> regions_;
@@ -321,11 +316,9 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   std::mutex dispatch_mu_;
   std::vector<Event> dispatching_;
 
-  // Op pool.
+  // Op pool: taken by issuing threads, returned in progress context.
   std::mutex pool_mu_;
-  std::vector<std::unique_ptr<Op>> pool_all_;
-  std::vector<Op*> pool_free_;
-  std::atomic<uint64_t> next_op_id_{1};
+  OpTable<Op> ops_;  // (pool_mu_)
 
   // Control plane: connect/accept/revoke waiters (never held with worker_mu_ taken after it).
   std::mutex ctl_mu_;

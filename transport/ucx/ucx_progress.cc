@@ -43,35 +43,27 @@ Op* UcxCore::new_op(OpKind kind, UcxChannel* ch, Callback done, Millis timeout) 
   Op* op = nullptr;
   {
     std::lock_guard<std::mutex> lock(pool_mu_);
-    if (!pool_free_.empty()) {
-      op = pool_free_.back();
-      pool_free_.pop_back();
-    } else {
-      pool_all_.push_back(std::make_unique<Op>());
-      op = pool_all_.back().get();
-    }
+    op = ops_.acquire();
   }
   op->kind = kind;
   op->ch = ch;
+  op->peer = ch != nullptr ? ch->peer_rank() : -1;
   op->done = std::move(done);
   op->refs = 1;  // the user's callback
-  op->user_done = false;
-  op->deadline = Clock::now() + timeout;
-  op->timeout_ms = timeout.count();
-  op->id = next_op_id_.fetch_add(1, std::memory_order_relaxed);
+  op->set_deadline(timeout);
   return op;
 }
 
 Op* UcxCore::ctrl_op(UcxChannel* ch) {
   Op* op = new_op(OpKind::kCtrl, ch, nullptr, Millis(0));
-  op->user_done = true;
+  op->completed = true;  // owes nobody a callback: never listed, never swept
   op->refs = 0;
   return op;
 }
 
 void UcxCore::release(Op* op) {
   if (--op->refs > 0) return;
-  op->put_path = op->notify_stage = op->has_notify = op->in_active = false;
+  op->put_path = op->notify_stage = op->has_notify = false;
   op->parts = 0;
   op->ch = nullptr;
   op->done = nullptr;
@@ -83,23 +75,13 @@ void UcxCore::release(Op* op) {
   op->blob.clear();
   op->bytes.clear();
   op->hdr = AmHeader{};
-  op->qnext = op->prev = op->next = nullptr;
+  op->qnext = nullptr;
   std::lock_guard<std::mutex> lock(pool_mu_);
-  pool_free_.push_back(op);
-}
-
-void UcxCore::unlink_active(Op* op) {
-  if (!op->in_active) return;
-  op->in_active = false;
-  (op->prev ? op->prev->next : active_head_) = op->next;
-  (op->next ? op->next->prev : active_tail_) = op->prev;
-  op->prev = op->next = nullptr;
+  ops_.release(op);
 }
 
 void UcxCore::complete(Op* op, Status st) {
-  if (op->user_done) return;
-  op->user_done = true;
-  unlink_active(op);
+  if (!active_.complete(op)) return;
   if (op->done) {
     Event e;
     e.kind = Event::kCallback;
@@ -119,11 +101,9 @@ void UcxCore::part_done(Op* op, const Status& st) {
 }
 
 void UcxCore::complete_channel_ops(UcxChannel* ch, const Status& st) {
-  for (Op* op = active_head_; op != nullptr;) {
-    Op* next = op->next;
-    if (op->ch == ch) complete(op, st.with_op(op->name()));
-    op = next;
-  }
+  active_.for_each([&](Op& op) {
+    if (op.ch == ch) complete(&op, st.with_op(op.name()));
+  });
 }
 
 void UcxCore::emit_notify(Inbox& inbox, uint64_t value) {
@@ -158,17 +138,17 @@ void UcxCore::mark_dirty(UcxChannel* ch) {
 
 void UcxCore::scan_timeouts_locked(Clock::time_point now) {
   next_scan_ = now + kScanPeriod;
-  Op* op = active_head_;
-  while (op != nullptr) {
-    Op* next = op->next;
-    if (op->deadline <= now) {
-      const int peer = op->ch ? op->ch->peer_rank() : -1;
-      complete(op,
-               RDMAFLOW_ERROR(Code::kTimeout, op->name(), peer,
-                              "no completion within " + std::to_string(op->timeout_ms) + " ms"));
-    }
-    op = next;
-  }
+  active_.sweep(
+      now,
+      [](const Op& op) -> std::string_view {
+        // parts is set when the op is posted and counts down to its completion.
+        return op.parts == 0 ? "still queued to send"
+                             : "sent, no completion from UCX or reply from the peer yet";
+      },
+      [&](Op& op, Status timeout) {
+        complete(&op, std::move(timeout));
+        return true;
+      });
 }
 
 // ---------------------------------------------------------------------------
@@ -182,7 +162,7 @@ void UcxCore::submit(Op* op) {
                     ? RDMAFLOW_ERROR(Code::kCancelled, op->name(),
                                      op->ch ? op->ch->peer_rank() : -1, "transport shut down")
                     : op->preset;
-    op->user_done = true;
+    op->completed = true;
     release(op);
     if (cb) cb(st);
     return;
@@ -248,11 +228,7 @@ void UcxCore::drain_submissions_locked() {
     subs_count_.store(0, std::memory_order_seq_cst);
   }
   for (Op* op : subs) {
-    op->in_active = true;
-    op->prev = active_tail_;
-    op->next = nullptr;
-    (active_tail_ ? active_tail_->next : active_head_) = op;
-    active_tail_ = op;
+    active_.add(op);
     if (!op->preset.is_ok()) {
       complete(op, std::move(op->preset));
       continue;
@@ -318,8 +294,8 @@ bool UcxCore::pass_locked() {
       ++i;
     }
   }
-  const auto now = active_head_ ? Clock::now() : Clock::time_point{};
-  if (active_head_ && now >= next_scan_) scan_timeouts_locked(now);
+  const auto now = active_.empty() ? Clock::time_point{} : Clock::now();
+  if (!active_.empty() && now >= next_scan_) scan_timeouts_locked(now);
   if (!events_.empty()) {
     std::lock_guard<std::mutex> lock(ready_mu_);
     if (ready_.empty()) {
@@ -474,7 +450,7 @@ void UcxCore::progress_thread() {
       if (busy_waiters_.load(std::memory_order_seq_cst) == 0) {
         // The waiters left: do the housekeeping they may have skipped.
         std::lock_guard<std::mutex> lock(worker_mu_);
-        if (active_head_) scan_timeouts_locked(Clock::now());
+        if (!active_.empty()) scan_timeouts_locked(Clock::now());
       }
       last_activity = Clock::now();
       continue;
@@ -507,9 +483,8 @@ void UcxCore::progress_thread() {
       }
       if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;
       if (!arm_rings_locked(pt_armed_)) continue;
-      if (active_head_) {
-        Clock::time_point earliest = Clock::time_point::max();
-        for (Op* op = active_head_; op; op = op->next) earliest = std::min(earliest, op->deadline);
+      if (!active_.empty()) {
+        const Clock::time_point earliest = active_.earliest_deadline();
         const auto ms =
             std::chrono::duration_cast<std::chrono::milliseconds>(earliest - Clock::now()).count();
         timeout_ms = static_cast<int>(std::clamp<int64_t>(ms + 1, 1, kMaxSleepMs));
@@ -599,7 +574,7 @@ bool UcxCore::drive_blocking(const std::function<bool()>& ready, Clock::time_poi
       if (!did && !arm_rings_locked(waiter_armed_)) did = true;
       if (!did) {
         Clock::time_point wake = std::min(deadline, now + std::chrono::milliseconds(kMaxSleepMs));
-        for (Op* op = active_head_; op; op = op->next) wake = std::min(wake, op->deadline);
+        wake = std::min(wake, active_.earliest_deadline());
         if (!closing_.empty() || !to_close_.empty()) wake = now + std::chrono::milliseconds(1);
         const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count();
         timeout_ms = static_cast<int>(std::clamp<int64_t>(ms + 1, 1, kMaxSleepMs));

@@ -261,7 +261,7 @@ void UcxChannel::deliver(RxItem& item) {
 }
 
 void UcxChannel::deliver_ready() {
-  while (!failed_ && !rx_held_.empty()) {
+  while (!failed() && !rx_held_.empty()) {
     auto it = rx_held_.begin();
     if (it->first != rx_next_ || !it->second->ready) break;
     RxItem* item = it->second;
@@ -421,7 +421,7 @@ ucs_status_t UcxChannel::on_read_resp(const AmHeader& h, void* data, size_t leng
   if (it == reads_.end()) return UCS_OK;  // unknown or already failed: drop
   Op* op = it->second;
   reads_.erase(it);
-  if (op->user_done) {  // timed out: never touch the caller's buffer any more
+  if (op->completed) {  // timed out: never touch the caller's buffer any more
     core_->release(op);
     return UCS_OK;
   }
@@ -473,7 +473,7 @@ void UcxChannel::ring_error(const std::string& what) {
 }
 
 bool UcxChannel::poll_ring() {
-  if (rx_ring_ == nullptr || failed_) return false;
+  if (rx_ring_ == nullptr || failed()) return false;
   // Everything read from the ring is the peer's word: indices come from our own head,
   // the tail is bounds-checked, every entry is checked against the grant table.
   const uint64_t tail = rx_ring_->header()->tail.load(std::memory_order_acquire);
@@ -489,7 +489,7 @@ bool UcxChannel::poll_ring() {
   // One hold of the grant table for the whole batch (lock order: ucx_core.h). Nothing
   // below changes the table; what runs from here (deliveries, fail()) only queues.
   const GrantTable::Reader grants(core_->grants());
-  while (rx_head_ != tail && !failed_) {
+  while (rx_head_ != tail && !failed()) {
     shm::RingSlot s;
     std::memcpy(&s, ring->slot(rx_head_), sizeof(s));  // checked as copied
     if (s.seq != rx_next_) {
@@ -526,7 +526,7 @@ bool UcxChannel::poll_ring() {
 }
 
 bool UcxChannel::ring_deliverable() const {
-  if (rx_ring_ == nullptr || failed_) return false;
+  if (rx_ring_ == nullptr || failed()) return false;
   const uint64_t tail = rx_ring_->header()->tail.load(std::memory_order_seq_cst);
   if (tail == rx_head_) return false;
   if (tail - rx_head_ > rx_ring_->slots()) return true;  // poll_ring reports it

@@ -30,8 +30,8 @@ ucp_request_param_t send_param(ucp_send_nbx_callback_t cb, void* user, uint32_t 
 // Send queue and ordering
 
 void UcxChannel::enqueue(Op* op) {
-  if (failed_) {
-    core_->complete(op, error().with_op(op->name()));
+  if (failed()) {
+    core_->complete(op, error_.for_op(op->name()));
     return;
   }
   core_->add_ref(op);  // the queue's
@@ -42,10 +42,10 @@ void UcxChannel::enqueue(Op* op) {
 }
 
 void UcxChannel::pump() {
-  while (q_head_ != nullptr && !failed_) {
+  while (q_head_ != nullptr && !failed()) {
     Op* op = q_head_;
     const Step step = post(op);
-    if (failed_) return;  // fail() emptied the queue, this op included
+    if (failed()) return;  // fail() emptied the queue, this op included
     if (step == Step::kStall) return;
     q_head_ = op->qnext;
     if (q_head_ == nullptr) q_tail_ = nullptr;
@@ -55,7 +55,7 @@ void UcxChannel::pump() {
 }
 
 UcxChannel::Step UcxChannel::post(Op* op) {
-  if (op->user_done && op->kind != OpKind::kRevokeAck) return Step::kPosted;  // timed out
+  if (op->completed && op->kind != OpKind::kRevokeAck) return Step::kPosted;  // timed out
   switch (op->kind) {
     case OpKind::kMessage:
       if (!ordered_ready()) return Step::kStall;
@@ -86,7 +86,7 @@ bool UcxChannel::ordered_ready() {
   if ((unflushed_ > 0 || force_flush_) && flush_ == nullptr) {
     force_flush_ = false;
     issue_flush();
-    if (failed_) return false;
+    if (failed()) return false;
   }
   return unflushed_ == 0 && !force_flush_ && flush_ == nullptr;
 }
@@ -124,7 +124,7 @@ void UcxChannel::on_flush_done(FlushCtx* ctx, ucs_status_t status) {
   }
   for (ucp_rkey_h k : ctx->rkeys) ucp_rkey_destroy(k);
   delete ctx;
-  if (failed_) return;
+  if (failed()) return;
   if (status != UCS_OK) return fail(st);
   if (!flush_waiters_.empty() || !retired_rkeys_.empty()) issue_flush();
   core_->mark_dirty(this);
@@ -174,7 +174,7 @@ void UcxChannel::send_ctrl(MsgType type, uint64_t id, std::vector<uint8_t> data,
 }
 
 void UcxChannel::post_ctrl(const AmHeader& h, std::vector<uint8_t> data) {
-  if (failed_ || ep_ == nullptr) return;
+  if (failed() || ep_ == nullptr) return;
   Op* op = core_->ctrl_op(this);
   op->hdr = h;
   op->bytes = std::move(data);
@@ -184,7 +184,7 @@ void UcxChannel::post_ctrl(const AmHeader& h, std::vector<uint8_t> data) {
 }
 
 void UcxChannel::flush_acks() {
-  if (!ack_needed_ || failed_) return;
+  if (!ack_needed_ || failed()) return;
   AmHeader h;
   h.type = static_cast<uint8_t>(MsgType::kAck);
   h.channel = remote_id_;

@@ -164,33 +164,29 @@ int VerbsChannel::peer_rank() const {
 }
 
 Status VerbsChannel::error() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return error_;
+  return error_.get();
 }
 
 // ---------------------------------------------------------------- failure
 
-void VerbsChannel::finish_op_locked(const std::shared_ptr<Op>& op, const Status& status,
-                                    Tasks& out) {
-  if (!op || op->finished) return;
-  op->finished = true;
-  Status st = status.is_ok() ? status : status.with_op(op->name);
+void VerbsChannel::finish_op_locked(Op* op, const Status& status, Tasks& out) {
+  if (op == nullptr || !pending_.complete(op)) return;
+  Status st = status.is_ok() ? status : status.with_op(op->name());
   out.push_back([done = std::move(op->done), st = std::move(st)] {
     if (done) done(st);
   });
 }
 
 void VerbsChannel::fail_locked(Status error, Tasks& out) {
-  if (!error_.is_ok()) return;
-  error_ = error;
+  if (!error_.set(error)) return;          // the first failure is the one reported
   if (error.code() == Code::kCancelled) {  // closed or shut down here: the usual end
     RDMAFLOW_LOG_DEBUG("verbs: channel to rank {} ends: {}", peer_rank_, error.to_string());
   } else {
     RDMAFLOW_LOG_WARN("verbs: channel to rank {} failed: {}", peer_rank_, error.to_string());
   }
-  for (auto& [id, f] : inflight_) finish_op_locked(f.op, error, out);
+  pending_.for_each([&](Op& op) { finish_op_locked(&op, error, out); });
   inflight_.clear();
-  for (auto& item : window_.take_all()) finish_op_locked(item.op, error, out);
+  window_.take_all();
   if (qp_ != nullptr) {
     // No late DMA into memory whose operation was just reported.
     ibv_qp_attr attr{};
@@ -272,32 +268,29 @@ void VerbsChannel::check_timeouts(Clock::time_point now) {
   Tasks out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!error_.is_ok()) return;
-    auto late = [&](const Op& op, bool started) {
-      std::string ms = std::to_string(op.timeout.count());
-      return RDMAFLOW_ERROR(
-          Code::kTimeout, op.name, peer_rank_,
-          started ? "no completion within " + ms +
-                        " ms (a posted RDMA operation cannot be recalled: it may still complete)"
-                  : "not started within " + ms +
-                        " ms: waiting for send-queue slots, receive credits or the peer's "
-                        "verdict on the remote key");
-    };
-    // Not started: withdrawn. Half-sent messages keep their remaining fragments
-    // queued so the peer's message stream stays whole.
-    auto expired = window_.remove_if([&](const WorkItem& it) {
-      return it.op->deadline <= now && !(it.kind == Kind::kSend && it.op->parts_posted > 0);
-    });
-    for (auto& it : expired) finish_op_locked(it.op, late(*it.op, it.op->parts_posted > 0), out);
-    window_.for_each([&](const WorkItem& it) {
-      if (!it.op->finished && it.op->deadline <= now)
-        finish_op_locked(it.op, late(*it.op, true), out);
-    });
-    // Posted: reported now; the late completion is dropped (the op is finished).
-    for (auto& [id, f] : inflight_) {
-      if (f.op && !f.op->finished && f.op->deadline <= now) {
-        finish_op_locked(f.op, late(*f.op, true), out);
-      }
+    if (!error_.ok()) return;
+    bool expired = false;
+    pending_.sweep(
+        now,
+        [](const Op& op) -> std::string_view {
+          return op.parts_posted > 0
+                     ? "posted; a posted RDMA operation cannot be recalled: it may still complete"
+                     : "not started: waiting for send-queue slots, receive credits or the peer's "
+                       "verdict on the remote key";
+        },
+        [&](Op& op, Status timeout) {
+          finish_op_locked(&op, timeout, out);
+          expired = true;
+          return true;
+        });
+    // Their parts not yet posted are withdrawn; a half-sent message keeps its
+    // remaining fragments queued so the peer's message stream stays whole.
+    // Posted parts stay in flight: their late completions find the op completed.
+    if (expired) {
+      window_.remove_if([&](const WorkItem& it) {
+        return it.op->completed && it.op->overdue(now) &&
+               !(it.kind == Kind::kSend && it.op->parts_posted > 0);
+      });
     }
   }
   run_tasks(out);
@@ -318,9 +311,7 @@ void VerbsChannel::run_tasks(Tasks& tasks) {
 void VerbsChannel::destroy_resources() {
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
-  if (error_.is_ok()) {
-    error_ = RDMAFLOW_ERROR(Code::kCancelled, "channel", peer_rank_, "the transport shut down");
-  }
+  error_.set(RDMAFLOW_ERROR(Code::kCancelled, "channel", peer_rank_, "the transport shut down"));
   release_recv_reservation_locked();
   if (id_ != nullptr && qp_ != nullptr) rdma_destroy_qp(id_);
   qp_ = nullptr;

@@ -17,10 +17,11 @@
 // refused key fails its operations with kNotFound / kOutOfRange and the
 // channel carries on. revoke_key() on the target drops the verdict (KeyRevoked).
 //
-// Timeouts: an operation not yet posted is withdrawn with kTimeout. A posted
-// one is reported as kTimeout too, but a work request cannot be recalled: it
-// may still execute. RC completes work requests in order, so once a later
-// operation on the channel has completed, the timed-out one is finished too.
+// Timeouts (the shared deadline sweep, transport/common/op_table.h): an
+// operation not yet posted is withdrawn with kTimeout. A posted one is reported
+// as kTimeout too, but a work request cannot be recalled: it may still execute.
+// RC completes work requests in order, so once a later operation on the channel
+// has completed, the timed-out one is finished too.
 //
 // A failed work completion, a disconnect or a protocol violation makes the
 // error sticky: the QP is moved to the error state (no late DMA touches memory
@@ -44,6 +45,8 @@
 #include <vector>
 
 #include "transport/channel.h"
+#include "transport/common/op_table.h"
+#include "transport/common/sticky_error.h"
 #include "transport/verbs/flow_control.h"
 #include "transport/verbs/notify.h"
 #include "transport/verbs/verbs_core.h"
@@ -102,15 +105,21 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   void destroy_resources();
 
  private:
-  struct Op {
-    std::string name;  // "write", "read", "send message"
+  // One operation. Its parts are work items, first queued in the SendWindow,
+  // then in flight (inflight_) until the NIC completes them, and every part
+  // shares the op; a timed-out op's posted parts stay in flight (a work request
+  // cannot be recalled) after its callback ran. So ops are shared by their parts
+  // (shared_ptr) instead of living in an OpTable, whose slot would be recycled
+  // while the NIC still owns a part. From submit() until its callback is queued
+  // an op is listed in pending_, the shared ledger: exactly-once completion, the
+  // deadline sweep and the timeout wording are the ones every backend uses.
+  struct Op : OpRecord {
+    const char* what = "operation";  // "write", "read", "send message"
     Callback done;
-    Clock::time_point deadline;
-    Millis timeout{0};
     uint32_t parts_total = 1;
     uint32_t parts_posted = 0;
     uint32_t parts_done = 0;
-    bool finished = false;
+    const char* name() const { return what; }
   };
   enum class Kind : uint8_t { kWrite, kRead, kSend };
   struct WorkItem {
@@ -164,7 +173,8 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   void on_control_locked(const MsgHeader& h, std::span<const uint8_t> payload, Tasks& out);
   bool post_locked(ibv_send_wr* wr, const char* what, Tasks& out);
   void on_send_wc_locked(const ibv_wc& wc, Tasks& out);
-  void finish_op_locked(const std::shared_ptr<Op>& op, const Status& status, Tasks& out);
+  // Exactly once per op (later calls do nothing): queues its callback.
+  void finish_op_locked(Op* op, const Status& status, Tasks& out);
   void fail_locked(Status error, Tasks& out);
   // Runs tasks here on the progress thread, or hands them to it.
   void run_tasks(Tasks& tasks);
@@ -197,12 +207,15 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   // fails before (a message overtook the RTU) defers its disconnect.
   bool cm_established_ = false;
   bool disconnect_deferred_ = false;
-  Status error_;
+  StickyError error_;  // set under mu_ (fail_locked); ok() read anywhere without it
   SendWindow<WorkItem> window_;
   CreditCounter credits_;
   NotifyEncoder encoder_{0};
   MessageReassembler reassembler_{kMaxMessageBytes};
   std::unordered_map<uint64_t, InFlight> inflight_;
+  // Ops not yet completed, oldest first. Declared after window_ and inflight_,
+  // which hold the ops: it is destroyed (it owns nothing) before they are.
+  OpLedger<Op> pending_;
   std::map<KeyClaim, KeyState> keys_;
   std::unordered_map<uint64_t, KeyClaim> key_requests_;
   uint64_t next_key_request_ = 1;

@@ -16,7 +16,7 @@ void VerbsChannel::handle_recv(const ibv_wc& wc) {
   Tasks out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    bool live = error_.is_ok() && qp_ != nullptr;
+    bool live = error_.ok() && qp_ != nullptr;
     const uint8_t* buf = core_->recv_buffer(wc.wr_id);
     if (wc.status != IBV_WC_SUCCESS) {
       if (live && wc.status != IBV_WC_WR_FLUSH_ERR) {
@@ -65,7 +65,7 @@ void VerbsChannel::handle_recv(const ibv_wc& wc) {
     }
     if (Status st = core_->repost_recv(wc.wr_id); !st.is_ok()) {
       fail_locked(st, out);
-    } else if (live && error_.is_ok()) {
+    } else if (live && error_.ok()) {
       credits_.on_buffer_reposted();
     }
     pump_locked(out);
@@ -106,8 +106,8 @@ void VerbsChannel::on_control_locked(const MsgHeader& h, std::span<const uint8_t
         return it.key && *it.key == claim && it.op->parts_posted == 0;
       });
       for (auto& it : refused) {
-        finish_op_locked(it.op,
-                         Status(v->code, it.op->name, peer_rank_,
+        finish_op_locked(it.op.get(),
+                         Status(v->code, it.op->name(), peer_rank_,
                                 "peer rank " + std::to_string(peer_rank_) +
                                     " refused the remote key: " + v->reason),
                          out);

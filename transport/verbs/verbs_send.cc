@@ -26,10 +26,9 @@ std::string range_text(uint64_t offset, uint64_t len) {
 std::shared_ptr<VerbsChannel::Op> VerbsChannel::make_op(const char* name, Callback done,
                                                         Millis timeout, uint32_t parts) {
   auto op = std::make_shared<Op>();
-  op->name = name;
+  op->what = name;
   op->done = std::move(done);
-  op->timeout = timeout.count() > 0 ? timeout : default_timeout();
-  op->deadline = Clock::now() + op->timeout;
+  op->set_deadline(timeout.count() > 0 ? timeout : default_timeout());
   op->parts_total = parts;
   return op;
 }
@@ -67,7 +66,7 @@ Result<uint32_t> VerbsChannel::check_key(const char* op, const RemoteKey& key, u
 void VerbsChannel::write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                          std::optional<uint64_t> notify, Callback done, Millis timeout) {
   const char* name = "write";
-  if (Status st = error(); !st.is_ok()) return reject(std::move(done), st.with_op(name));
+  if (!error_.ok()) return reject(std::move(done), error_.for_op(name));
   auto rkey = check_key(name, dst, dst_offset, len);
   if (!rkey.is_ok()) return reject(std::move(done), rkey.status());
   std::optional<LocalMr> mr;
@@ -110,7 +109,7 @@ void VerbsChannel::write(const void* src, size_t len, const RemoteKey& dst, uint
 void VerbsChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset,
                         Callback done, Millis timeout) {
   const char* name = "read";
-  if (Status st = error(); !st.is_ok()) return reject(std::move(done), st.with_op(name));
+  if (!error_.ok()) return reject(std::move(done), error_.for_op(name));
   auto rkey = check_key(name, src, src_offset, len);
   if (!rkey.is_ok()) return reject(std::move(done), rkey.status());
   if (len == 0) return reject(std::move(done), Status::ok());
@@ -146,7 +145,7 @@ void VerbsChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t sr
 
 void VerbsChannel::send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) {
   const char* name = "send message";
-  if (Status st = error(); !st.is_ok()) return reject(std::move(done), st.with_op(name));
+  if (!error_.ok()) return reject(std::move(done), error_.for_op(name));
   if (bytes.size() > kMaxMessageBytes) {
     return reject(std::move(done), RDMAFLOW_ERROR(Code::kInvalidArgument, name, peer_rank(),
                                                   "message of " + std::to_string(bytes.size()) +
@@ -184,9 +183,11 @@ void VerbsChannel::submit(std::vector<WorkItem> items, const std::shared_ptr<Op>
   Tasks out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!error_.is_ok()) {
-      finish_op_locked(op, error_, out);
+    if (!error_.ok()) {
+      finish_op_locked(op.get(), error_.get(), out);
     } else {
+      op->peer = peer_rank_;
+      pending_.add(op.get());
       if (!items.empty() && items.front().key) request_key_check_locked(*items.front().key);
       for (auto& it : items) {
         uint32_t slots = 1;
@@ -218,7 +219,7 @@ bool VerbsChannel::resources_ready(const WorkItem& item) const {
 }
 
 void VerbsChannel::pump_locked(Tasks& out) {
-  if (!connected_ || !error_.is_ok() || qp_ == nullptr) return;
+  if (!connected_ || !error_.ok() || qp_ == nullptr) return;
   // Credit returns first: ordinary traffic may be waiting for the peer's credits,
   // and the peer's for ours.
   if (credits_.credit_message_due() && window_.free_slots() >= 1 && !free_bufs_.empty()) {
@@ -228,13 +229,13 @@ void VerbsChannel::pump_locked(Tasks& out) {
   if (const WorkItem* head = window_.front(); head && head->key && !keys_.count(*head->key)) {
     request_key_check_locked(*head->key);
   }
-  while (!control_out_.empty() && error_.is_ok() && window_.free_slots() >= 1 &&
-         !free_bufs_.empty() && credits_.can_send()) {
+  while (!control_out_.empty() && error_.ok() && window_.free_slots() >= 1 && !free_bufs_.empty() &&
+         credits_.can_send()) {
     Control c = std::move(control_out_.front());
     control_out_.pop_front();
     post_control_locked(c, out);
   }
-  while (error_.is_ok()) {
+  while (error_.ok()) {
     auto next = window_.pop_ready([&](const WorkItem& it) { return resources_ready(it); });
     if (!next) break;
     post_item_locked(std::move(next->first), next->second, out);
@@ -279,7 +280,7 @@ void VerbsChannel::post_item_locked(WorkItem item, uint32_t slots, Tasks& out) {
       auto enc = encoder_.encode(*item.notify);
       if (!enc.is_ok()) {  // the peer's hello always offers a ring; defensive
         window_.release(slots);
-        finish_op_locked(item.op, enc.status().with_op(item.op->name), out);
+        finish_op_locked(item.op.get(), enc.status(), out);
         return;
       }
       credits_.consume(false);
@@ -332,8 +333,8 @@ void VerbsChannel::post_item_locked(WorkItem item, uint32_t slots, Tasks& out) {
       break;
     }
   }
-  if (!post_locked(head, item.op->name.c_str(), out)) {
-    finish_op_locked(item.op, error_.with_op(item.op->name), out);
+  if (!post_locked(head, item.op->name(), out)) {
+    finish_op_locked(item.op.get(), error_.get(), out);
     return;
   }
   ++item.op->parts_posted;
@@ -402,7 +403,7 @@ void VerbsChannel::announce_revoked(uint64_t key_id) {
   Tasks out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!error_.is_ok() || !connected_) return;
+    if (!error_.ok() || !connected_) return;
     control_out_.push_back({MsgType::kKeyRevoked, KeyRevoked{key_id}.encode()});
     pump_locked(out);
   }
@@ -443,16 +444,18 @@ void VerbsChannel::on_send_wc_locked(const ibv_wc& wc, Tasks& out) {
   }
   if (f.send_buf >= 0) free_bufs_.push_back(f.send_buf);
   if (wc.status != IBV_WC_SUCCESS) {
-    if (!error_.is_ok()) return;
-    std::string what = f.op ? f.op->name : std::string("return receive credits");
+    if (!error_.ok()) return;
+    const char* what = f.op ? f.op->name() : "return receive credits";
     Status err = RDMAFLOW_ERROR(
         Code::kPeerFailed, what, peer_rank_,
         wc_error(wc) + "; the channel to peer rank " + std::to_string(peer_rank_) + " is closed");
-    if (f.op) finish_op_locked(f.op, err, out);
+    if (f.op) finish_op_locked(f.op.get(), err, out);
     fail_locked(err, out);
     return;
   }
-  if (f.op && ++f.op->parts_done == f.op->parts_total) finish_op_locked(f.op, Status::ok(), out);
+  if (f.op && ++f.op->parts_done == f.op->parts_total) {
+    finish_op_locked(f.op.get(), Status::ok(), out);
+  }
 }
 
 }  // namespace rdmaflow::verbs
