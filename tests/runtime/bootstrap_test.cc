@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "tests/support/process.h"
+#include "tests/support/text.h"
 #include "tools/free_port.h"
 
 namespace rdmaflow {
@@ -38,9 +39,7 @@ BootstrapOptions options_for(int rank, int world, int port, Millis timeout = 100
   return o;
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testing::contains;
 
 std::string text_of(const Bytes& b) {
   return as_string(b);

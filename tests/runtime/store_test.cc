@@ -10,6 +10,7 @@
 #include "runtime/rendezvous/tcp_store.h"
 #include "runtime/rendezvous/tcp_store_protocol.h"
 #include "tests/support/process.h"
+#include "tests/support/text.h"
 #include "tools/free_port.h"
 
 namespace rdmaflow {
@@ -33,9 +34,7 @@ std::unique_ptr<TcpStore> connect_or_die(const HostPort& hp, Millis timeout = 50
   return std::move(*store);
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testing::contains;
 
 // A TcpStoreServer in a process of its own (the test process stays free of
 // threads, so it can still fork), serving until stop().

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "tests/session/session_test_util.h"
+#include "tests/support/text.h"
 
 namespace rdmaflow {
 namespace {
@@ -25,9 +26,7 @@ using testing::plan_of;
 using testing::run_ranks;
 using testing::RunOptions;
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using testing::contains;
 
 void fill(float* p, size_t n, uint64_t step, int salt) {
   for (size_t i = 0; i < n; ++i) p[i] = pattern(step, i, salt);

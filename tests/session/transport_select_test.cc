@@ -16,6 +16,7 @@
 #include "examples/trainer/data_parallel.h"
 #include "runtime/session/session.h"
 #include "tests/session/session_test_util.h"
+#include "tests/support/text.h"
 
 namespace rdmaflow {
 namespace {
@@ -26,9 +27,7 @@ using testing::boot_rank;
 using testing::pattern;
 using testing::run_ranks;
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using testing::contains;
 
 // ---------------------------------------------------------------- the pair rule
 
