@@ -105,6 +105,11 @@ int run(int argc, char** argv) {
   host_options.add_to(app);
   if (auto exit_code = cli::parse(app, argc, argv)) return *exit_code;
   const std::optional<HostLayout> layout = host_options.layout("e2e");
+  if (layout && layout->slots() < 4) {
+    std::fprintf(stderr, "e2e: --hosts %s has %d slots; the training configurations run 4 ranks\n",
+                 host_options.hosts.c_str(), layout->slots());
+    return cli::kUsageError;
+  }
   const HostView host = host_view(layout ? &*layout : nullptr);
   const std::string& chosen = host.auto_transport;
   // A backend this machine cannot run (verbs without an RDMA device) is reported
