@@ -617,13 +617,12 @@ int main(int argc, char** argv) {
   out_json["type"] = std::string(dtype_name(a.type));
   out_json["redop"] = std::string(reduce_op_name(a.redop));
   out_json["ranks"] = world;
-  auto env_or = [](const char* name, const char* otherwise) {
-    const char* v = std::getenv(name);
-    return std::string(v != nullptr && *v != '\0' ? v : otherwise);
+  auto or_default = [](const char* v) {
+    return std::string(v != nullptr && *v != '\0' ? v : "Open MPI's default");
   };
   // Open MPI's transports as mpirun gave them (--mca pml / --mca btl).
-  const std::string mpi_pml = env_or("OMPI_MCA_pml", "Open MPI's default");
-  const std::string mpi_btl = env_or("OMPI_MCA_btl", "Open MPI's default");
+  const std::string mpi_pml = or_default(std::getenv("OMPI_MCA_pml"));
+  const std::string mpi_btl = or_default(std::getenv("OMPI_MCA_btl"));
   out_json["transport"] = requested;
   out_json["transport_chosen"] = selection.name();
   out_json["rank0_peers"] = nlohmann::json::array();
