@@ -69,6 +69,8 @@ KNOWN_INDIRECT=(
   "runtime/rendezvous/rank_info.cc|getenv(name"
   # Saves and restores UCX_TLS / UCX_NET_DEVICES around make_transport.
   "bench/p2p/contender.h|getenv(k.c_str"
+  # OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK.
+  "bench/p2p/p2p.cc|getenv(v"
 )
 
 if [ ! -f "$DOC" ]; then
