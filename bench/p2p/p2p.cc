@@ -331,7 +331,9 @@ int run(int rank, Oob& oob, const Options& o) {
     j["wait"] = o.spin ? "spin" : "block";
     j["busy_poll_us"] = busy ? std::atoi(busy) : 0;
     for (auto& r : lat) j["latency_us"].push_back(latency_json(r));
-    for (auto& r : bw) j["bandwidth_MBps"].push_back(bandwidth_json(r, link_MBps));
+    // A row through memory is not bounded by the link; its reference is memcpy.
+    const double row_link = memcpy_ref ? 0.0 : link_MBps;
+    for (auto& r : bw) j["bandwidth_MBps"].push_back(bandwidth_json(r, row_link));
     report.push_back(j);
     if (o.json) continue;
     std::string env;
@@ -342,7 +344,7 @@ int run(int rank, Oob& oob, const Options& o) {
                  "transport: " + name + "  (" + where + "; medium: " + medium.text +
                      "; notify wait: " + (o.spin ? "spin" : "block") +
                      "; RDMAFLOW_TCP_BUSY_POLL=" + (busy ? busy : "0") + env + ")",
-                 lat, bw, link_MBps, o);
+                 lat, bw, row_link, o);
   }
   if (rank == 0) {
     nlohmann::json out = {{"auto", pair.auto_line}, {"rows", report}};
