@@ -4,6 +4,15 @@
 //
 //   mpirun --allow-run-as-root --oversubscribe -np 4 rdmaflow_coll_bench
 //       --op allreduce --type f32 --sizes 8,1M,16M,64M --vs gloo --vs mpi [--json out.json]
+//   mpirun --mca plm_rsh_agent "scripts/cluster rsh" --mca pml ob1 --mca btl tcp,self,vader
+//       -H h0:2,h1:2 -np 4 rdmaflow_coll_bench --vs gloo --vs mpi     (docs/cluster.md)
+//
+// rdmaflow runs as a user's job does: RDMAFLOW_TRANSPORT=auto unless
+// --transport says otherwise (shared memory within a host, the network between),
+// its rendezvous at RDMAFLOW_RENDEZVOUS, else on a free loopback port when every
+// rank is on one host, else found through the launcher (PMIx). Gloo meets
+// through rdmaflow's rendezvous store and listens on the address that reaches
+// rank 0's host; Open MPI uses the transports mpirun gave it (--mca btl).
 //
 // Columns: size (bytes of the largest buffer), count (its elements), type,
 // redop, algo (ours, from the cost model or RDMAFLOW_<OP>_ALGO / --algo), then
@@ -18,7 +27,6 @@
 #include <gloo/math.h>
 #include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
 #include <mpi.h>
 #include <netinet/in.h>
@@ -35,13 +43,16 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "bench/collectives/gloo_store.h"
 #include "collectives/algorithms/registry.h"
 #include "collectives/communicator.h"
 #include "runtime/rendezvous/bootstrap.h"
+#include "runtime/selection/transport_select.h"
 #include "tools/cli.h"
 #include "tools/free_port.h"
 #include "transport/transport.h"
@@ -62,7 +73,7 @@ struct Args {
   int warmup = 3;
   bool vs_gloo = false, vs_mpi = false;
   std::string json;
-  std::string transport = "ucx";
+  std::string transport;  // empty: RDMAFLOW_TRANSPORT, else auto
   Algorithm algo = Algorithm::kAuto;
 };
 
@@ -123,7 +134,9 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
       ->check(CLI::IsMember({"gloo", "mpi"}))
       ->default_str("none");
   app.add_option("--json", a.json, "also write every field to FILE")->type_name("FILE");
-  app.add_option("--transport", a.transport, "rdmaflow's transport: ucx or tcp");
+  app.add_option("--transport", a.transport,
+                 "rdmaflow's transport: auto (a transport per peer), ucx or tcp")
+      ->default_str("RDMAFLOW_TRANSPORT, else auto");
   app.add_option("--algo", algo,
                  "rdmaflow's algorithm (" + algo_choices() + "); wins over RDMAFLOW_<OP>_ALGO")
       ->check(named("algorithm", parse_algorithm));
@@ -425,22 +438,40 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
 
-  // rdmaflow: bootstrap (rendezvous on a free port rank 0 picked), mesh, communicator.
-  int port = rank == 0 ? dev::free_port() : 0;
-  MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  // Where the ranks run, by rank (Open MPI's names of the hosts).
+  std::vector<std::string> hosts(world);
+  {
+    char name[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    MPI_Get_processor_name(name, &len);
+    std::vector<char> all(static_cast<size_t>(world) * MPI_MAX_PROCESSOR_NAME);
+    MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
+                  MPI_CHAR, MPI_COMM_WORLD);
+    for (int r = 0; r < world; ++r)
+      hosts[r] = &all[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME];
+  }
+  const bool one_host =
+      std::all_of(hosts.begin(), hosts.end(), [&](const std::string& h) { return h == hosts[0]; });
+
+  // rdmaflow: bootstrap, a transport per peer (auto unless --transport), communicator.
   BootstrapOptions bo;
-  bo.rendezvous = "127.0.0.1:" + std::to_string(port);
+  if (one_host && std::getenv("RDMAFLOW_RENDEZVOUS") == nullptr) {
+    // A free port rank 0 picked, so that jobs on one machine never collide.
+    int port = rank == 0 ? dev::free_port() : 0;
+    MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    bo.rendezvous = "127.0.0.1:" + std::to_string(port);
+  }
   auto boot = Bootstrap::create(bo);
   if (!boot.is_ok()) die(boot.status().to_string());
-  auto transport = make_transport(a.transport, (*boot)->transport_config());
-  if (!transport.is_ok()) die(transport.status().to_string());
-  auto mesh = (*boot)->connect_mesh(**transport);
+  const std::string requested = requested_transport(a.transport);
+  auto mesh = connect_selected_mesh(**boot, requested);
   if (!mesh.is_ok()) die(mesh.status().to_string());
+  TransportSelection& selection = *mesh->selection;
   CommunicatorSetup setup;
   setup.rank = rank;
   setup.world = world;
-  setup.channels = *mesh;
-  setup.transport = transport->get();
+  setup.channels = mesh->channels;
+  setup.transports = selection.per_peer();
   auto t_create = Clock::now();
   auto comm_r = Communicator::create(setup);
   if (!comm_r.is_ok()) die(comm_r.status().to_string());
@@ -448,20 +479,24 @@ int main(int argc, char** argv) {
       std::chrono::duration<double, std::milli>(Clock::now() - t_create).count();
   Communicator& comm = **comm_r;
 
-  // Gloo over its TCP transport, rendezvous through a FileStore in a temp dir.
+  // Gloo over its TCP transport (it has no other between processes), meeting
+  // through rdmaflow's store and listening where rdmaflow's sockets do.
   std::shared_ptr<gloo::rendezvous::Context> gctx;
+  std::string gloo_address = "127.0.0.1";
   if (a.vs_gloo) {
-    char dir[256] = "/tmp/rdmaflow_coll_bench_XXXXXX";
-    if (rank == 0 && mkdtemp(dir) == nullptr) die("mkdtemp failed");
-    MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
+    const std::string reach = (*boot)->transport_config().reach_address;
+    if (!reach.empty()) gloo_address = reach;
     gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1";
+    attr.hostname = gloo_address;
     auto dev = gloo::transport::tcp::CreateDevice(attr);
-    gloo::rendezvous::FileStore store(dir);
+    bench::GlooStore store(std::make_shared<PrefixStore>((*boot)->shared_store(), "gloo"));
     gctx = std::make_shared<gloo::rendezvous::Context>(rank, world);
-    gctx->connectFullMesh(store, dev);
+    try {
+      gctx->connectFullMesh(store, dev);
+    } catch (const std::exception& e) {
+      die(std::string("Gloo: ") + e.what());
+    }
     MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) (void)!std::system((std::string("rm -rf ") + dir).c_str());
   }
 
   std::vector<Lib> libs;
@@ -582,16 +617,47 @@ int main(int argc, char** argv) {
   out_json["type"] = std::string(dtype_name(a.type));
   out_json["redop"] = std::string(reduce_op_name(a.redop));
   out_json["ranks"] = world;
-  out_json["transport"] = a.transport;
+  auto or_default = [](const char* v) {
+    return std::string(v != nullptr && *v != '\0' ? v : "Open MPI's default");
+  };
+  // Open MPI's transports as mpirun gave them (--mca pml / --mca btl).
+  const std::string mpi_pml = or_default(std::getenv("OMPI_MCA_pml"));
+  const std::string mpi_btl = or_default(std::getenv("OMPI_MCA_btl"));
+  out_json["transport"] = requested;
+  out_json["transport_chosen"] = selection.name();
+  out_json["rank0_peers"] = nlohmann::json::array();
+  for (const PeerTransport& p : selection.peers()) {
+    if (p.transport.empty()) continue;
+    out_json["rank0_peers"].push_back({{"peer", p.peer},
+                                       {"host", hosts[p.peer]},
+                                       {"transport", p.transport},
+                                       {"medium", medium_name(p.medium)},
+                                       {"reason", p.reason}});
+  }
+  out_json["hosts"] = hosts;
+  out_json["host_count"] = std::set<std::string>(hosts.begin(), hosts.end()).size();
+  if (a.vs_mpi) out_json["mpi"] = {{"pml", mpi_pml}, {"btl", mpi_btl}};
+  if (a.vs_gloo) out_json["gloo"] = {{"transport", "tcp"}, {"address", gloo_address}};
   out_json["cost_model"] = comm.cost_model().params().to_string();
   out_json["communicator_create_ms"] = create_ms;
   out_json["direct_peers"] = comm.stats().direct_peers;
   out_json["rows"] = nlohmann::json::array();
 
   if (rank == 0) {
-    std::printf("# rdmaflow_coll_bench: %s, %s, %s, %d ranks, transport %s\n",
+    std::string layout;
+    for (int r = 0; r < world; ++r) layout += (r ? " " : "") + hosts[r];
+    std::printf("# rdmaflow_coll_bench: %s, %s, %s, %d ranks on %zu host(s) (%s), transport %s\n",
                 std::string(collective_name(a.op)).c_str(), std::string(dtype_name(a.type)).c_str(),
-                std::string(reduce_op_name(a.redop)).c_str(), world, a.transport.c_str());
+                std::string(reduce_op_name(a.redop)).c_str(), world,
+                std::set<std::string>(hosts.begin(), hosts.end()).size(), layout.c_str(),
+                requested.c_str());
+    for (const PeerTransport& p : selection.peers()) {
+      if (p.transport.empty()) continue;
+      std::printf("#   rank 0 -> rank %d on %s: %s over %s (%s)\n", p.peer, hosts[p.peer].c_str(),
+                  p.transport.c_str(), medium_name(p.medium), p.reason.c_str());
+    }
+    if (a.vs_mpi) std::printf("# Open MPI: pml %s, btl %s\n", mpi_pml.c_str(), mpi_btl.c_str());
+    if (a.vs_gloo) std::printf("# Gloo: its tcp transport on %s\n", gloo_address.c_str());
     std::printf("# cost model: %s (communicator created in %.1f ms)\n",
                 comm.cost_model().params().to_string().c_str(), create_ms);
     std::printf("# same-host direct path (RDMAFLOW_COLL_DIRECT): %d of %d peers\n",
@@ -704,7 +770,7 @@ int main(int argc, char** argv) {
   // Every rank finished every call before anyone closes its channels.
   MPI_Barrier(MPI_COMM_WORLD);
   comm_r->reset();
-  (*transport)->shutdown();
+  selection.shutdown();
   MPI_Finalize();
   return 0;
 }

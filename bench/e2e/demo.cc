@@ -11,8 +11,14 @@
 // of the same graph. The headline ratio is like for like: tcp against gRPC,
 // both over sockets.
 //
+// With --hosts the processes run on the hosts of a cluster through mpirun
+// (bench/e2e/launch.h; docs/cluster.md), the link rate between two of them is
+// measured first, and the table gives the link bound of a step beside the
+// step times (bench/e2e/e2e.cc says how).
+//
 //   rdmaflow-demo [--steps N] [--widths 784,2048,2048,10] [--batch 48]
 //                 [--transports auto,tcp,grpc] [--ranks 4] [--json]
+//                 [--hosts h0:2,h1:2 --rsh-agent "$PWD/scripts/cluster rsh"]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -22,8 +28,10 @@
 #include <string>
 #include <vector>
 
+#include "bench/e2e/host_options.h"
 #include "bench/e2e/job.h"
 #include "bench/e2e/launch.h"
+#include "bench/link_rate.h"
 #include "examples/trainer/trainer.h"
 #include "tools/cli.h"
 
@@ -40,6 +48,7 @@ struct Options {
   std::vector<std::string> transports = {"auto", "tcp", "grpc"};
   double lr = 0.1;
   bool json_out = false;
+  HostOptions hosts;
 };
 
 // Returns the exit status when the command line says not to run (--help, or a
@@ -66,6 +75,7 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
       ->check(CLI::Range(2, 1024));
   app.add_option("--lr", o.lr, "SGD learning rate");
   app.add_flag("--json", o.json_out, "also print the results as JSON");
+  o.hosts.add_to(app);
   if (auto exit_code = cli::parse(app, argc, argv)) return exit_code;
   if (o.widths.size() < 2 || o.transports.empty()) {
     std::fprintf(stderr,
@@ -83,13 +93,39 @@ std::string widths_text(const std::vector<int64_t>& w) {
 
 int run(const Options& o) {
   const int workers = o.ranks - 1;
+  const std::optional<HostLayout> layout = o.hosts.layout("rdmaflow-demo");
+  const HostLayout* hosts = layout ? &*layout : nullptr;
+  if (layout && o.ranks > layout->slots()) {
+    std::fprintf(stderr, "rdmaflow-demo: --ranks %d, but --hosts %s has %d slots\n", o.ranks,
+                 o.hosts.hosts.c_str(), layout->slots());
+    return cli::kUsageError;
+  }
+  std::vector<std::string> placement(static_cast<size_t>(o.ranks), "this host");
+  std::string where = std::to_string(o.ranks) + " local processes";
+  if (layout) {
+    placement = layout->place(o.ranks);
+    where = std::to_string(o.ranks) + " processes on";
+    for (const auto& h : placement) where += " " + h;
+  }
   std::printf(
       "rdmaflow demo: parameter-server training of an MLP %s on synthetic data\n"
-      "  %d local processes (rank 0 holds the weights, %d workers with %lld rows each), "
+      "  %s (rank 0 holds the weights, %d workers with %lld rows each), "
       "%d steps, SGD lr %.2g\n"
-      "  each step the workers pull every weight and push every gradient through the Session\n\n",
-      widths_text(o.widths).c_str(), o.ranks, workers,
+      "  each step the workers pull every weight and push every gradient through the Session\n",
+      widths_text(o.widths).c_str(), where.c_str(), workers,
       static_cast<long long>(o.batch / std::max(1, workers)), o.steps, o.lr);
+  double link_MBps = 0;
+  if (layout && layout->hosts.size() > 1 && o.hosts.link_seconds > 0) {
+    auto link = measure_link(*layout, o.hosts.link_seconds);
+    if (!link) {
+      std::fprintf(stderr, "rdmaflow-demo: link rate: %s\n", link.status().to_string().c_str());
+      return 1;
+    }
+    const bench::LinkRate rate = bench::LinkRate::from_json(*link);
+    link_MBps = rate.best_MBps();
+    std::printf("  link rate measured in this run: %s\n", rate.describe().c_str());
+  }
+  std::printf("\n");
   std::fflush(stdout);
 
   exec::TrainConfig c;
@@ -108,10 +144,15 @@ int run(const Options& o) {
   };
   std::vector<Run> runs;
   for (const auto& t : o.transports) {
-    const std::string weights =
-        "/tmp/rdmaflow-demo-weights-" + std::to_string(::getpid()) + "-" + t;
+    auto weights_path = shared_path(hosts, "weights");
+    if (!weights_path) {
+      std::fprintf(stderr, "%s\n", weights_path.status().to_string().c_str());
+      return 1;
+    }
+    const std::string weights = *weights_path;
     LaunchSpec spec;
     spec.ranks = o.ranks;
+    spec.hosts = hosts;
     spec.transport = t;
     spec.env.emplace_back("GLIBC_TUNABLES", kMallocTunables);
     spec.job =
@@ -120,6 +161,7 @@ int run(const Options& o) {
              {"progress", t},    {"weights_out", weights}};
     auto r = launch(spec);
     if (!r) {
+      std::remove(weights.c_str());
       std::fprintf(stderr, "\ndemo over %s failed: %s\n", t.c_str(),
                    r.status().to_string().c_str());
       return 1;
@@ -160,15 +202,28 @@ int run(const Options& o) {
 
   // Step time, bytes and speedup. gRPC runs over a socket, so the headline is
   // the row over a socket too (tcp); a shared-memory row is labelled same-host.
-  const HostView host = host_view();
+  const HostView host = host_view(hosts);
+  // The bound the busiest host link sets on a step (the same plan for every row).
+  double bound_ms = 0;
+  if (layout && link_MBps > 0) {
+    json job{{"kind", "train"},  {"mode", "ps"},     {"widths", o.widths},
+             {"batch", o.batch}, {"steps", o.steps}, {"servers", 1}};
+    if (auto traffic = job_traffic(job, o.ranks)) {
+      const double busiest = static_cast<double>(busiest_link_bytes(*traffic, placement));
+      bound_ms = busiest / (link_MBps * 1e6) * 1e3;
+      std::printf("\n  busiest host link %.1f MB/step at %.0f MB/s: link bound %.2f ms/step\n",
+                  busiest / 1e6, link_MBps, bound_ms);
+    }
+  }
   const json* grpc = nullptr;
   const json* tcp = nullptr;
   for (const auto& r : runs) {
     if (r.label == "grpc") grpc = &r.result;
     if (r.label == "tcp") tcp = &r.result;
   }
-  std::printf("\n  %-14s %-26s %12s %18s %17s\n", "transport", "medium", "step time",
-              "bytes moved/step", "speedup vs gRPC");
+  const int medium_width = layout ? 44 : 26;
+  std::printf("\n  %-14s %-*s %12s %18s %17s%s\n", "transport", medium_width, "medium", "step time",
+              "bytes moved/step", "speedup vs gRPC", bound_ms > 0 ? "   x bound" : "");
   for (const auto& r : runs) {
     const double ms = r.result["step_ms_median"].get<double>();
     const double mb = r.result["bytes_per_step"].get<double>() / 1e6;
@@ -180,15 +235,22 @@ int run(const Options& o) {
     }
     std::string name = r.result["transport"].get<std::string>();
     if (r.label != name) name += " (" + r.label + ")";
-    std::printf("  %-14s %-26s %9.1f ms %15.1f MB %17s\n", name.c_str(),
-                host.medium_text(r.label).c_str(), ms, mb, speed.c_str());
+    std::printf("  %-14s %-*s %9.1f ms %15.1f MB %17s", name.c_str(), medium_width,
+                host.medium_text(r.label, placement).c_str(), ms, mb, speed.c_str());
+    if (bound_ms > 0) std::printf(" %8.2fx", ms / bound_ms);
+    std::printf("\n");
   }
   if (grpc && tcp) {
     std::printf(
-        "\n  like for like, both over sockets on this host: rdmaflow tcp is %.2fx gRPC\n"
+        "\n  like for like, both over sockets %s: rdmaflow tcp is %.2fx gRPC\n"
         "  (gRPC with GLIBC_TUNABLES=%s)\n",
+        layout ? "between the same hosts" : "on this host",
         grpc->at("step_ms_median").get<double>() / tcp->at("step_ms_median").get<double>(),
         kMallocTunables);
+  }
+  if (layout) {
+    std::printf("  (shared memory moves only between ranks of one host%s)\n",
+                bound_ms > 0 ? "; x bound = step time / link bound" : "");
   }
 
   // Weights against the single-process run.

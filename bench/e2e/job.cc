@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "bench/e2e/launch.h"
+#include "bench/link_rate.h"
 #include "common/log.h"
 #include "examples/trainer/trainer.h"
 #include "graph/analyze.h"
@@ -48,9 +49,8 @@ Status write_weights(const std::string& path, const std::map<std::string, std::v
   return Status::ok();
 }
 
-Status run_train(const json& job, Bootstrap& boot) {
+exec::TrainConfig train_config(const json& job) {
   exec::TrainConfig c;
-  RDMAFLOW_ASSIGN_OR_RETURN(c.mode, exec::parse_mlp_mode(job.value("mode", "ps")));
   c.model.widths = job.value("widths", std::vector<int64_t>{784, 1024, 10});
   c.model.batch = job.value("batch", int64_t{48});
   c.model.learning_rate = job.value("lr", 0.1);
@@ -58,6 +58,13 @@ Status run_train(const json& job, Bootstrap& boot) {
   c.servers = job.value("servers", 1);
   c.seed = job.value("seed", uint64_t{1});
   c.plan.pipeline_depth = job.value("depth", 2u);
+  return c;
+}
+
+// Rank 0's result, null on the other ranks.
+Result<json> run_train(const json& job, Bootstrap& boot) {
+  exec::TrainConfig c = train_config(job);
+  RDMAFLOW_ASSIGN_OR_RETURN(c.mode, exec::parse_mlp_mode(job.value("mode", "ps")));
   const std::string label = job.value("progress", std::string());
   // The progress line comes from the last rank: a worker, which sees a loss.
   // On a terminal it is rewritten in place; in a log, a line per tenth of the run.
@@ -93,7 +100,7 @@ Status run_train(const json& job, Bootstrap& boot) {
   const std::string text = mine.dump();
   RDMAFLOW_ASSIGN_OR_RETURN(std::vector<Bytes> all,
                             boot.allgather(std::vector<uint8_t>(text.begin(), text.end())));
-  if (boot.rank() != 0) return Status::ok();
+  if (boot.rank() != 0) return json();
   json result{{"transport", report.transport},
               {"loss", report.loss},
               {"step_ms", report.step_ms},
@@ -112,10 +119,10 @@ Status run_train(const json& job, Bootstrap& boot) {
     RDMAFLOW_RETURN_IF_ERROR(
         write_weights(job["weights_out"].get<std::string>(), report.variables));
   }
-  return write_result(result);
+  return result;
 }
 
-Status run_transfer(const json& job, Bootstrap& boot) {
+Result<json> run_transfer(const json& job, Bootstrap& boot) {
   const uint64_t bytes = job.value("bytes", uint64_t{16} << 20);
   const int steps = job.value("steps", 30);
   graph::GraphFile f;
@@ -158,13 +165,41 @@ Status run_transfer(const json& job, Bootstrap& boot) {
     ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   }
   RDMAFLOW_RETURN_IF_ERROR(s->finish());
-  if (boot.rank() != 0) return Status::ok();
+  if (boot.rank() != 0) return json();
   const double med = median_after(ms, 3);
-  return write_result(json{{"transport", s->transport_name()},
-                           {"bytes", bytes},
-                           {"step_ms", ms},
-                           {"step_ms_median", med},
-                           {"gbytes_per_s", static_cast<double>(bytes) / (med * 1e6)}});
+  return json{{"transport", s->transport_name()},
+              {"bytes", bytes},
+              {"step_ms", ms},
+              {"step_ms_median", med},
+              {"gbytes_per_s", static_cast<double>(bytes) / (med * 1e6)}};
+}
+
+// The link rate between ranks 0 and 1 (bench/link_rate.h), rank 0 sending.
+Result<json> run_link(const json& job, Bootstrap& boot) {
+  if (boot.world_size() != 2) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, "measure the link rate", -1,
+                          "needs 2 ranks, the job has " + std::to_string(boot.world_size()));
+  }
+  std::string address = boot.transport_config().reach_address;
+  if (address.empty()) address = "127.0.0.1";
+  auto exchange = [&boot](const std::string& mine) -> Result<std::string> {
+    RDMAFLOW_ASSIGN_OR_RETURN(std::vector<Bytes> all,
+                              boot.allgather(Bytes(mine.begin(), mine.end())));
+    const Bytes& theirs = all.at(static_cast<size_t>(1 - boot.rank()));
+    return std::string(theirs.begin(), theirs.end());
+  };
+  RDMAFLOW_ASSIGN_OR_RETURN(
+      bench::LinkRate rate,
+      bench::measure_link_rate(boot.rank() == 0, address, exchange, job.value("seconds", 2.0),
+                               job.value("streams", 4)));
+  if (boot.rank() != 0) return json();
+  return rate.to_json();
+}
+
+std::string hostname() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
 }
 
 }  // namespace
@@ -194,22 +229,69 @@ Result<std::map<std::string, std::vector<float>>> read_weights(const std::string
   return w;
 }
 
+namespace {
+
+Status run_job(const json& job, Bootstrap& boot) {
+  // Where every rank runs, for the result (and the launcher's link bound).
+  const std::string me = hostname();
+  RDMAFLOW_ASSIGN_OR_RETURN(std::vector<Bytes> names, boot.allgather(Bytes(me.begin(), me.end())));
+  const std::string kind = job.value("kind", std::string("train"));
+  Result<json> result = json();
+  if (kind == "train") {
+    result = run_train(job, boot);
+  } else if (kind == "transfer") {
+    result = run_transfer(job, boot);
+  } else if (kind == "link") {
+    result = run_link(job, boot);
+  } else {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, "run job", -1, "unknown kind " + kind);
+  }
+  if (!result.is_ok() || boot.rank() != 0) return result.status();
+  json hosts = json::array();
+  for (const Bytes& n : names) hosts.push_back(std::string(n.begin(), n.end()));
+  (*result)["hosts"] = hosts;
+  return write_result(*result);
+}
+
+}  // namespace
+
+Result<std::vector<PairTraffic>> job_traffic(const json& job, int ranks) {
+  const std::string kind = job.value("kind", std::string("train"));
+  if (kind == "transfer") {
+    return std::vector<PairTraffic>{{0, 1, job.value("bytes", uint64_t{16} << 20)}, {1, 0, 64}};
+  }
+  if (kind != "train") return std::vector<PairTraffic>{};
+  exec::TrainConfig c = train_config(job);
+  RDMAFLOW_ASSIGN_OR_RETURN(c.mode, exec::parse_mlp_mode(job.value("mode", "ps")));
+  RDMAFLOW_ASSIGN_OR_RETURN(exec::PlannedMlp p, exec::plan_mlp(c, ranks));
+  std::vector<PairTraffic> out;
+  for (const auto& t : p.plan.transfers) out.push_back({t.src_rank, t.dst_rank, t.bytes});
+  return out;
+}
+
+uint64_t busiest_link_bytes(const std::vector<PairTraffic>& traffic,
+                            const std::vector<std::string>& hosts) {
+  std::map<std::string, uint64_t> out, in;
+  for (const PairTraffic& t : traffic) {
+    const auto src = static_cast<size_t>(t.src), dst = static_cast<size_t>(t.dst);
+    if (src >= hosts.size() || dst >= hosts.size() || hosts[src] == hosts[dst]) continue;
+    out[hosts[src]] += t.bytes;
+    in[hosts[dst]] += t.bytes;
+  }
+  uint64_t busiest = 0;
+  for (const auto& m : {out, in}) {
+    for (const auto& [host, bytes] : m) busiest = std::max(busiest, bytes);
+  }
+  return busiest;
+}
+
 int worker_main() {
   auto job = worker_job();
   Status st = job.status();
   if (st.is_ok()) {
     auto boot = Bootstrap::create();
     st = boot.status();
-    if (st.is_ok()) {
-      const std::string kind = job->value("kind", std::string("train"));
-      if (kind == "train") {
-        st = run_train(*job, **boot);
-      } else if (kind == "transfer") {
-        st = run_transfer(*job, **boot);
-      } else {
-        st = RDMAFLOW_ERROR(Code::kInvalidArgument, "run job", -1, "unknown kind " + kind);
-      }
-    }
+    if (st.is_ok()) st = run_job(*job, **boot);
   }
   if (!st.is_ok()) {
     std::fprintf(stderr, "\nrdmaflow e2e worker (rank %s): %s\n",

@@ -68,13 +68,22 @@ inline std::vector<Spec> expand(const std::string& name) {
   return {unknown};
 }
 
-// A row per medium of every backend built in.
-inline std::vector<Spec> default_specs() {
+// A row per medium of every backend built in. Across hosts, every backend as
+// it is: the pinned rows are for ranks of one host (ucx_tcp stays on lo).
+inline std::vector<Spec> default_specs(bool across_hosts) {
   std::vector<Spec> out;
   for (const Spec& v : transport_variants()) {
-    if (v.built && v.per_medium) out.push_back(v);
+    if (v.built && (across_hosts ? !v.pinned : v.per_medium)) out.push_back(v);
   }
   return out;
+}
+
+// Why `spec` does not run between two hosts, or empty when it does.
+inline std::string same_host_only(const Spec& spec) {
+  if (!spec.pinned) return {};
+  std::string env;
+  for (const auto& [k, v] : spec.env) env += (env.empty() ? "" : " ") + k + "=" + v;
+  return "pinned to a same-host medium (" + env + "); the two ranks are on different hosts";
 }
 
 inline Result<std::unique_ptr<Transport>> create_in_env(const Spec& spec,
@@ -96,12 +105,16 @@ inline Result<std::unique_ptr<Transport>> create_in_env(const Spec& spec,
   return t;
 }
 
+// `reach_address`: where socket backends listen (TransportConfig::reach_address);
+// empty on one host.
 inline std::unique_ptr<Contender> setup(const Spec& spec, int rank, Oob& oob, size_t bytes,
+                                        const std::string& reach_address,
                                         std::string* skip_reason) {
   auto c = std::make_unique<Contender>();
   TransportConfig config;
   config.rank = rank;
   config.world_size = 2;
+  config.reach_address = reach_address;
   auto t = create_in_env(spec, config);
   // Both sides must agree on skipping.
   std::string mine = t.is_ok() ? "ok" : t.status().to_string();

@@ -47,6 +47,8 @@ struct Options {
   int rank = -1;                // -1 = fork both processes here
   std::string rendezvous;
   std::string host = "127.0.0.1";  // rank 0's address for the reference socket
+  std::string json_file;           // also write the JSON report there
+  double link_seconds = 2;         // each link-rate measurement; 0: none
   size_t lat_min = 8, lat_max = 1 << 20;
   size_t bw_min = 1 << 10, bw_max = 256u << 20;
   double seconds = 0.25;  // measuring time per size and contender

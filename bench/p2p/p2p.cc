@@ -3,7 +3,12 @@
 //
 //   p2p                        # forks its two processes; every available transport
 //   p2p --transport tcp --quick --json
-//   mpirun -n 2 p2p --rendezvous 10.0.0.1:29500   # or --rank R with the same flag
+//   mpirun -H h0:1,h1:1 -np 2 p2p --json-file p2p.json   # two hosts (docs/cluster.md)
+//   p2p --rank R --rendezvous 10.0.0.1:29500             # started by hand on each host
+//
+// Under a launcher (mpirun, srun) rank 0's out-of-band socket is found the way
+// rdmaflow's own launcher rendezvous finds its store
+// (runtime/rendezvous/launcher_rendezvous.h): no --rendezvous needed.
 //
 // Latency (osu_latency style): ping-pong of `size` bytes; each side writes with
 // notify into the other's registered buffer and waits for the notify; one-way
@@ -24,12 +29,23 @@
 // measurement asks for (p2p re-executes itself with GLIBC_TUNABLES set unless
 // --default-malloc); every transport's table has a gRPC column and its ratio.
 //
+// Link rate (bench/link_rate.h): plain TCP sockets from rank 0 to rank 1, one
+// connection then four, before everything else; the bandwidth tables give each
+// row's share of it.
+//
 // Contenders: tcp; ucx_shm (UCX_TLS=posix,sysv,cma,self); ucx_tcp (UCX_TLS=tcp,self
 // on lo); verbs (skipped with its reason where no RDMA device exists); ucx (UCX's
-// own choice of transports).
+// own choice of transports). Across hosts every backend as it is (tcp, ucx,
+// verbs), listening on the address that reaches the peer; the rows pinned to a
+// same-host medium are skipped with the reason.
 #include "bench/p2p/contender.h"
 #include "bench/p2p/grpc_reference.h"
 #include "bench/p2p/harness.h"
+
+#include <fstream>
+
+#include "bench/link_rate.h"
+#include "runtime/rendezvous/launcher_rendezvous.h"
 
 namespace rdmaflow::bench {
 namespace {
@@ -66,10 +82,145 @@ std::string own_address(int rank, int ref_fd, const Options& o) {
   return text;
 }
 
+// The two ranks as transport selection sees them: their capability records,
+// exchanged, and what RDMAFLOW_TRANSPORT=auto picks for the pair.
+struct Pair {
+  RankCapabilities rank0, rank1;
+  bool decoded = false;
+  bool across_hosts = false;
+  std::string auto_line;
+};
+
+Pair exchange_records(int rank, Oob& oob) {
+  Pair p;
+  TransportConfig tc;
+  tc.rank = rank;
+  tc.world_size = 2;
+  LocalProbe probe = probe_transports("auto", tc);
+  for (auto& t : probe.transports) t->shutdown();
+  Bytes mine = probe.record.encode();
+  oob.send(std::string(mine.begin(), mine.end()));
+  std::string peer = oob.recv();
+  auto theirs = RankCapabilities::decode(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(peer.data()), peer.size()));
+  if (!theirs.is_ok()) {
+    p.auto_line = "auto: the peer's capability record is malformed: " + theirs.status().reason();
+    return p;
+  }
+  p.decoded = true;
+  p.rank0 = rank == 0 ? probe.record : *theirs;
+  p.rank1 = rank == 0 ? *theirs : probe.record;
+  p.across_hosts = p.rank0.host_id.empty() || p.rank1.host_id.empty()
+                       ? p.rank0.hostname != p.rank1.hostname
+                       : p.rank0.host_id != p.rank1.host_id;
+  auto d = decide_pair(0, p.rank0, 1, p.rank1);
+  p.auto_line = d.is_ok() ? "RDMAFLOW_TRANSPORT=auto picks " + d->transport + " for this pair (" +
+                                d->reason + ")"
+                          : "RDMAFLOW_TRANSPORT=auto: " + d.status().reason();
+  return p;
+}
+
+// What a row's data moves over between the two ranks: a pinned row over its
+// medium, a backend as it is over what it answers for the pair. A backend that
+// would not offer itself for the pair (UCX between hosts without RDMA) still
+// runs when named: over its own TCP when it has one.
+struct RowMedium {
+  Medium medium = Medium::kNone;
+  std::string text;
+};
+RowMedium row_medium(const Spec& spec, const Pair& p) {
+  if (spec.pinned) {
+    const Medium m = spec.shared_memory ? Medium::kSharedMemory : Medium::kSocket;
+    return {m, medium_name(m)};
+  }
+  const BackendReport* a = p.decoded ? p.rank0.usable(spec.backend) : nullptr;
+  const BackendReport* b = p.decoded ? p.rank1.usable(spec.backend) : nullptr;
+  if (a == nullptr || b == nullptr) return {Medium::kNone, medium_name(Medium::kNone)};
+  const Endpoint e0{0, p.rank0.hostname, &a->caps};
+  const Endpoint e1{1, p.rank1.hostname, &b->caps};
+  const Reach r = transport_reach(spec.backend, e0, e1, !p.across_hosts);
+  if (r.medium != Medium::kNone) return {r.medium, medium_name(r.medium)};
+  const auto& c = a->caps.components;
+  if (std::find(c.begin(), c.end(), "tcp") != c.end()) {
+    return {Medium::kSocket, "socket (" + spec.backend + "'s own TCP; auto would not pick " +
+                                 spec.backend + " here: " + r.reason + ")"};
+  }
+  return {Medium::kNone, "none offered (" + r.reason + ")"};
+}
+
+nlohmann::json latency_json(const Row& r) {
+  nlohmann::json row = {{"size", r.size},
+                        {"transport", r.value},
+                        {"socket", r.reference},
+                        {"ratio", r.value / r.reference},
+                        {"transport_p50", r.value_p50},
+                        {"socket_p50", r.reference_p50},
+                        {"ratio_p50", r.value_p50 / r.reference_p50}};
+  if (r.grpc > 0) {
+    row["grpc"] = r.grpc;
+    row["ratio_grpc"] = r.grpc / r.value;  // > 1: faster than gRPC
+  }
+  return row;
+}
+
+nlohmann::json bandwidth_json(const Row& r, double link) {
+  nlohmann::json row = {{"size", r.size},
+                        {"transport", r.value},
+                        {"socket", r.reference},
+                        {"ratio", r.value / r.reference}};
+  if (r.memcpy > 0) {
+    row["memcpy"] = r.memcpy;
+    row["ratio_memcpy"] = r.value / r.memcpy;
+  }
+  if (r.grpc > 0) {
+    row["grpc"] = r.grpc;
+    row["ratio_grpc"] = r.value / r.grpc;
+  }
+  if (link > 0) row["ratio_link"] = r.value / link;
+  return row;
+}
+
+void print_tables(const std::string& name, bool memcpy_column, const std::string& header,
+                  const std::vector<Row>& lat, const std::vector<Row>& bw, double link,
+                  const Options& o) {
+  std::printf("%s\n", header.c_str());
+  std::printf("\nLatency in us, one-way = half round trip (osu_latency style)\n");
+  std::printf("%10s %12s %12s %8s   %12s %12s %8s", "size", (name + " avg").c_str(), "socket avg",
+              "ratio", (name + " p50").c_str(), "socket p50", "ratio");
+  if (o.grpc) std::printf("   %10s %9s", "gRPC avg", "vs gRPC");
+  std::printf("\n");
+  for (auto& r : lat) {
+    std::printf("%10s %12.2f %12.2f %8.2f   %12.2f %12.2f %8.2f", human(r.size).c_str(), r.value,
+                r.reference, r.value / r.reference, r.value_p50, r.reference_p50,
+                r.value_p50 / r.reference_p50);
+    if (r.grpc > 0) std::printf("   %10.2f %8.2fx", r.grpc, r.grpc / r.value);
+    std::printf("\n");
+  }
+  std::printf("\nBandwidth, windowed one-sided writes (osu_bw style)");
+  if (link > 0) std::printf("; link rate measured in this run: %.0f MB/s", link);
+  std::printf("\n%10s %8s %14s %14s %8s", "size", "window", (name + " MB/s").c_str(), "socket MB/s",
+              "ratio");
+  if (memcpy_column) std::printf(" %14s %8s", "memcpy MB/s", "ratio");
+  if (o.grpc) std::printf(" %12s %9s", "gRPC MB/s", "vs gRPC");
+  if (link > 0) std::printf(" %8s", "of link");
+  std::printf("\n");
+  for (auto& r : bw) {
+    std::printf("%10s %8zu %14.1f %14.1f %8.2f", human(r.size).c_str(), window_for(r.size), r.value,
+                r.reference, r.value / r.reference);
+    if (memcpy_column) std::printf(" %14.1f %8.2f", r.memcpy, r.value / r.memcpy);
+    if (r.grpc > 0) std::printf(" %12.1f %8.2fx", r.grpc, r.value / r.grpc);
+    if (link > 0) std::printf(" %7.0f%%", 100 * r.value / link);
+    std::printf("\n");
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
 int run(int rank, Oob& oob, const Options& o) {
+  const Pair pair = exchange_records(rank, oob);
   std::vector<Spec> specs;
   if (o.transports.empty()) {
-    specs = default_specs();
+    specs = default_specs(pair.across_hosts);
   } else {
     for (const auto& n : o.transports) {
       for (auto& s : expand(n)) specs.push_back(std::move(s));
@@ -87,32 +238,34 @@ int run(int rank, Oob& oob, const Options& o) {
     ref.fd = connect_to(o.host, static_cast<uint16_t>(std::stoul(oob.recv())), Millis(30000));
   }
   nodelay(ref.fd);
-
-  // What RDMAFLOW_TRANSPORT=auto picks for this pair, and why (both records
-  // exchanged, so a two-host run reports the real pair).
-  std::string auto_line;
-  {
-    TransportConfig tc;
-    tc.rank = rank;
-    tc.world_size = 2;
-    LocalProbe probe = probe_transports("auto", tc);
-    for (auto& t : probe.transports) t->shutdown();
-    Bytes mine = probe.record.encode();
-    oob.send(std::string(mine.begin(), mine.end()));
-    std::string peer = oob.recv();
-    auto theirs = RankCapabilities::decode(
-        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(peer.data()), peer.size()));
-    if (!theirs.is_ok()) {
-      auto_line = "auto: the peer's capability record is malformed: " + theirs.status().reason();
-    } else {
-      auto d = rank == 0 ? decide_pair(0, probe.record, 1, *theirs)
-                         : decide_pair(0, *theirs, 1, probe.record);
-      auto_line = d.is_ok() ? "RDMAFLOW_TRANSPORT=auto picks " + d->transport + " for this pair (" +
-                                  d->reason + ")"
-                            : "RDMAFLOW_TRANSPORT=auto: " + d.status().reason();
-    }
-    if (rank == 0 && !o.json) std::printf("%s\n\n", auto_line.c_str());
+  // This rank's address toward the other: where its gRPC server, its link-rate
+  // listener and, across hosts, the socket backends listen.
+  const std::string address = own_address(rank, ref.fd, o);
+  const std::string reach = pair.across_hosts ? address : std::string();
+  const std::string hosts = pair.rank0.hostname + " -> " + pair.rank1.hostname;
+  if (rank == 0 && !o.json) {
+    std::printf("%s\n", pair.auto_line.c_str());
+    std::printf("ranks: 0 on %s, 1 on %s (%s)\n", pair.rank0.hostname.c_str(),
+                pair.rank1.hostname.c_str(), pair.across_hosts ? "two hosts" : "one host");
   }
+
+  // The link rate between the two ranks, rank 0 sending (as in the bandwidth loops).
+  LinkRate link;
+  if (o.link_seconds > 0) {
+    auto measured = measure_link_rate(
+        rank == 0, address,
+        [&oob](const std::string& mine) -> Result<std::string> {
+          oob.send(mine);
+          return oob.recv();
+        },
+        o.link_seconds);
+    check(measured.status(), "link rate");
+    link = *measured;
+    if (rank == 0 && !o.json)
+      std::printf("link rate measured in this run: %s\n", link.describe().c_str());
+  }
+  const double link_MBps = link.best_MBps();
+  if (rank == 0 && !o.json) std::printf("\n");
 
   const auto lat_sizes = sizes(o.lat_min, o.lat_max, o.quick);
   const auto bw_sizes = sizes(o.bw_min, o.bw_max, o.quick);
@@ -126,8 +279,7 @@ int run(int rank, Oob& oob, const Options& o) {
     // process goes on races gRPC 1.51's own teardown of its callback completion
     // queue (a double free on one of its threads, in about a third of the runs
     // here); the process's exit ends it instead.
-    GrpcReference* grpc =
-        GrpcReference::connect(rank, oob, own_address(rank, ref.fd, o), max_bytes).release();
+    GrpcReference* grpc = GrpcReference::connect(rank, oob, address, max_bytes).release();
     for (size_t s : lat_sizes) grpc_lat[s] = grpc->latency(rank, oob, s, o).avg_us;
     for (size_t s : bw_sizes) grpc_bw[s] = grpc->bandwidth(rank, oob, s, o);
     oob.send("grpc done");
@@ -140,18 +292,19 @@ int run(int rank, Oob& oob, const Options& o) {
 
   for (const Spec& spec : specs) {
     const std::string& name = spec.label;
-    std::string skip;
-    auto c = setup(spec, rank, oob, max_bytes, &skip);
+    std::string skip = pair.across_hosts ? same_host_only(spec) : std::string();
+    std::unique_ptr<Contender> c;
+    if (skip.empty()) c = setup(spec, rank, oob, max_bytes, reach, &skip);
     if (!c) {
       if (rank == 0) {
-        if (o.json) {
-          report.push_back({{"transport", name}, {"skipped", skip}});
-        } else {
-          std::printf("transport %s: skipped (%s)\n", name.c_str(), skip.c_str());
-        }
+        report.push_back({{"transport", name}, {"skipped", skip}});
+        if (!o.json) std::printf("transport %s: skipped (%s)\n", name.c_str(), skip.c_str());
       }
       continue;
     }
+    // The memcpy reference is for rows whose data moves through memory.
+    const RowMedium medium = row_medium(spec, pair);
+    const bool memcpy_ref = medium.medium == Medium::kSharedMemory;
     std::vector<Row> lat, bw;
     for (size_t s : lat_sizes) {
       Latency r = ref.latency(rank, oob, s, o);
@@ -164,95 +317,54 @@ int run(int rank, Oob& oob, const Options& o) {
       double t = transport_bandwidth(*c, rank, oob, s, o);
       bw.push_back({s, t, r});
       bw.back().grpc = grpc_at(grpc_bw, s);
-      if (spec.shared_memory && rank == 0) bw.back().memcpy = memcpy_bandwidth(s, max_bytes, o);
+      if (memcpy_ref && rank == 0) bw.back().memcpy = memcpy_bandwidth(s, max_bytes, o);
     }
     oob.send("next");
     oob.recv();
     if (rank != 0) continue;
     const char* busy = std::getenv("RDMAFLOW_TCP_BUSY_POLL");
-    if (o.json) {
-      nlohmann::json j;
-      j["transport"] = name;
-      for (const auto& [k, v] : spec.env) j["env"][k] = v;
-      j["wait"] = o.spin ? "spin" : "block";
-      j["busy_poll_us"] = busy ? std::atoi(busy) : 0;
-      for (auto& r : lat) {
-        nlohmann::json row = {{"size", r.size},
-                              {"transport", r.value},
-                              {"socket", r.reference},
-                              {"ratio", r.value / r.reference},
-                              {"transport_p50", r.value_p50},
-                              {"socket_p50", r.reference_p50},
-                              {"ratio_p50", r.value_p50 / r.reference_p50}};
-        if (r.grpc > 0) {
-          row["grpc"] = r.grpc;
-          row["ratio_grpc"] = r.grpc / r.value;  // > 1: faster than gRPC
-        }
-        j["latency_us"].push_back(row);
-      }
-      for (auto& r : bw) {
-        nlohmann::json row = {{"size", r.size},
-                              {"transport", r.value},
-                              {"socket", r.reference},
-                              {"ratio", r.value / r.reference}};
-        if (r.memcpy > 0) {
-          row["memcpy"] = r.memcpy;
-          row["ratio_memcpy"] = r.value / r.memcpy;
-        }
-        if (r.grpc > 0) {
-          row["grpc"] = r.grpc;
-          row["ratio_grpc"] = r.value / r.grpc;
-        }
-        j["bandwidth_MBps"].push_back(row);
-      }
-      report.push_back(j);
-      continue;
-    }
+    nlohmann::json j;
+    j["transport"] = name;
+    j["medium"] = medium_name(medium.medium);
+    if (medium.text != medium_name(medium.medium)) j["medium_note"] = medium.text;
+    for (const auto& [k, v] : spec.env) j["env"][k] = v;
+    j["wait"] = o.spin ? "spin" : "block";
+    j["busy_poll_us"] = busy ? std::atoi(busy) : 0;
+    for (auto& r : lat) j["latency_us"].push_back(latency_json(r));
+    // A row through memory is not bounded by the link; its reference is memcpy.
+    const double row_link = memcpy_ref ? 0.0 : link_MBps;
+    for (auto& r : bw) j["bandwidth_MBps"].push_back(bandwidth_json(r, row_link));
+    report.push_back(j);
+    if (o.json) continue;
     std::string env;
     for (const auto& [k, v] : spec.env) env += " " + k + "=" + v;
-    const std::string where =
-        o.rank >= 0 ? "2 ranks, rank 0 at " + o.host : std::string("2 processes over loopback");
-    std::printf("transport: %s  (%s; notify wait: %s; RDMAFLOW_TCP_BUSY_POLL=%s%s)\n", name.c_str(),
-                where.c_str(), o.spin ? "spin" : "block", busy ? busy : "0", env.c_str());
-    std::printf("\nLatency in us, one-way = half round trip (osu_latency style)\n");
-    std::printf("%10s %12s %12s %8s   %12s %12s %8s", "size", (name + " avg").c_str(), "socket avg",
-                "ratio", (name + " p50").c_str(), "socket p50", "ratio");
-    if (o.grpc) std::printf("   %10s %9s", "gRPC avg", "vs gRPC");
-    std::printf("\n");
-    for (auto& r : lat) {
-      std::printf("%10s %12.2f %12.2f %8.2f   %12.2f %12.2f %8.2f", human(r.size).c_str(), r.value,
-                  r.reference, r.value / r.reference, r.value_p50, r.reference_p50,
-                  r.value_p50 / r.reference_p50);
-      if (r.grpc > 0) std::printf("   %10.2f %8.2fx", r.grpc, r.grpc / r.value);
-      std::printf("\n");
-    }
-    std::printf("\nBandwidth, windowed one-sided writes (osu_bw style)\n");
-    std::printf("%10s %8s %14s %14s %8s", "size", "window", (name + " MB/s").c_str(), "socket MB/s",
-                "ratio");
-    if (spec.shared_memory) std::printf(" %14s %8s", "memcpy MB/s", "ratio");
-    if (o.grpc) std::printf(" %12s %9s", "gRPC MB/s", "vs gRPC");
-    std::printf("\n");
-    for (auto& r : bw) {
-      std::printf("%10s %8zu %14.1f %14.1f %8.2f", human(r.size).c_str(), window_for(r.size),
-                  r.value, r.reference, r.value / r.reference);
-      if (spec.shared_memory) std::printf(" %14.1f %8.2f", r.memcpy, r.value / r.memcpy);
-      if (r.grpc > 0) std::printf(" %12.1f %8.2fx", r.grpc, r.value / r.grpc);
-      std::printf("\n");
-    }
-    std::printf("\n");
-    std::fflush(stdout);
+    const std::string where = o.rank >= 0 ? "2 ranks, " + hosts + ", rank 0 at " + o.host
+                                          : std::string("2 processes over loopback");
+    print_tables(name, memcpy_ref,
+                 "transport: " + name + "  (" + where + "; medium: " + medium.text +
+                     "; notify wait: " + (o.spin ? "spin" : "block") +
+                     "; RDMAFLOW_TCP_BUSY_POLL=" + (busy ? busy : "0") + env + ")",
+                 lat, bw, row_link, o);
   }
-  if (rank == 0 && o.json) {
-    nlohmann::json out = {{"auto", auto_line}, {"rows", report}};
+  if (rank == 0) {
+    nlohmann::json out = {{"auto", pair.auto_line}, {"rows", report}};
+    out["hosts"] = {pair.rank0.hostname, pair.rank1.hostname};
+    out["across_hosts"] = pair.across_hosts;
     const char* tunables = std::getenv("GLIBC_TUNABLES");
     out["malloc"] = tunables ? tunables : "glibc default";
+    if (o.link_seconds > 0) out["link_rate"] = link.to_json();
     if (o.grpc) {
       for (size_t s : lat_sizes)
         out["grpc"]["latency_us"].push_back({{"size", s}, {"avg", grpc_lat[s]}});
       for (size_t s : bw_sizes)
         out["grpc"]["bandwidth_MBps"].push_back({{"size", s}, {"MBps", grpc_bw[s]}});
     }
-    std::printf("%s\n", out.dump(2).c_str());
+    if (o.json) std::printf("%s\n", out.dump(2).c_str());
+    if (!o.json_file.empty()) {
+      std::ofstream f(o.json_file);
+      f << out.dump(2) << "\n";
+      if (!f) die("cannot write " + o.json_file);
+    }
   }
   ::close(ref.fd);
   return 0;
@@ -262,19 +374,23 @@ int run(int rank, Oob& oob, const Options& o) {
 // bad command line).
 std::optional<int> parse(int argc, char** argv, Options& o) {
   CLI::App app{
-      "Point-to-point latency and bandwidth of each transport beside a plain-socket reference\n"
-      "measured in the same run. Forks its two processes unless --rank (or OMPI_COMM_WORLD_RANK /\n"
-      "PMI_RANK / PMIX_RANK) is given; then rank 0 listens on the rendezvous port and rank 1\n"
-      "connects to it.",
+      "Point-to-point latency and bandwidth of each transport beside a plain-socket reference,\n"
+      "the gRPC reference and the link rate, measured in the same run. Forks its two processes\n"
+      "unless started by a launcher (mpirun, srun: rank 0 serves the out-of-band socket where\n"
+      "rdmaflow's launcher rendezvous would serve its store) or given --rank and --rendezvous.",
       "p2p"};
   cli::configure(app);
   std::vector<std::string> transports;
   app.add_option("--transport", transports,
                  "tcp, ucx_shm, ucx_tcp, ucx, verbs or all; repeat for several")
       ->allow_extra_args(false)
-      ->default_str("all: every backend built in");
-  app.add_flag("--quick", o.quick, "a handful of sizes, 0.05 s each unless --seconds is given");
-  app.add_flag("--json", o.json, "the report as JSON on stdout");
+      ->default_str("all: every backend built in (across hosts: each as it is)");
+  app.add_flag("--quick", o.quick,
+               "a handful of sizes, 0.05 s each unless --seconds is given; link rate 0.5 s");
+  app.add_flag("--json", o.json, "the report as JSON on stdout instead of the tables");
+  app.add_option("--json-file", o.json_file,
+                 "also write the JSON report to FILE (rank 0 writes it)")
+      ->type_name("FILE");
   app.add_flag("--spin", o.spin, "busy-wait for notifies instead of blocking");
   bool no_grpc = false;
   app.add_flag("--no-grpc", no_grpc, "skip the gRPC reference");
@@ -282,32 +398,84 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
                "run with glibc's default malloc instead of the tunables gRPC is measured with");
   auto* seconds = app.add_option("--seconds", o.seconds, "measuring time per size and contender")
                       ->check(cli::at_least(0.001));
+  auto* link_seconds =
+      app.add_option("--link-seconds", o.link_seconds,
+                     "time of each link-rate measurement (1 stream, then 4); 0 skips it")
+          ->check(cli::at_least(0.0));
   cli::add_size(app, "--lat-min", o.lat_min, "smallest latency message");
   cli::add_size(app, "--lat-max", o.lat_max, "largest latency message");
   cli::add_size(app, "--bw-min", o.bw_min, "smallest bandwidth message");
   cli::add_size(app, "--bw-max", o.bw_max, "largest bandwidth message");
   app.add_option("--rank", o.rank, "this process's rank (0 or 1; others exit at once)")
       ->check(cli::at_least(0))
-      ->default_str("fork both ranks here");
-  app.add_option("--rendezvous", o.rendezvous, "HOST:PORT rank 0 listens on (with --rank)");
+      ->default_str("the launcher's, else fork both ranks here");
+  app.add_option("--rendezvous", o.rendezvous,
+                 "HOST:PORT rank 0 listens on (with --rank, or to override the launcher's)");
   if (auto exit_code = cli::parse(app, argc, argv)) return exit_code;
   for (const auto& t : transports) {
     if (t != "all") o.transports.push_back(t);
   }
   o.grpc = !no_grpc;
   if (o.quick && seconds->count() == 0) o.seconds = 0.05;
+  if (o.quick && link_seconds->count() == 0) o.link_seconds = 0.5;
   if (o.lat_min == 0 || o.bw_min == 0 || o.lat_min > o.lat_max || o.bw_min > o.bw_max) {
     std::fprintf(stderr,
                  "p2p: sizes must be at least 1 byte and each minimum at most its maximum\n");
     return cli::kUsageError;
   }
-  if (o.rank < 0) {
-    for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
-      if (const char* r = std::getenv(v); r != nullptr && o.rank < 0) o.rank = std::atoi(r);
-    }
-  }
   if (!o.rendezvous.empty()) o.host = o.rendezvous.substr(0, o.rendezvous.rfind(':'));
   return std::nullopt;
+}
+
+// Connects the out-of-band channel of a launched rank (--rank, or the
+// launcher's variables). Returns false when this process takes no part (rank > 1).
+bool connect_launched(Oob& oob, Options& o) {
+  int listen_fd = -1;
+  if (o.rendezvous.empty()) {
+    if (o.rank >= 0) die("--rank needs --rendezvous HOST:PORT");
+    // Where rdmaflow's bootstrap would serve its store (PMIx or Slurm), rank 0
+    // serves the out-of-band socket: collective under PMIx, so every rank asks.
+    auto info = detect_rank_info();
+    check(info.status(), "rank detection");
+    if (info->world_size < 2) {
+      die("started as a single process (" + info->source +
+          "); run 2 ranks under a launcher, or give --rank and --rendezvous");
+    }
+    auto start = [&](const HostPort& at) -> Result<HostPort> {
+      uint16_t bound = 0;
+      listen_fd = listen_on(at.host, at.port, &bound);
+      return HostPort{at.host, bound};
+    };
+    std::string why_not;
+    auto found = find_launcher_rendezvous(*info, process_env(), start, Millis(60000), &why_not);
+    check(found.status(), "launcher rendezvous");
+    if (!*found) die("no --rendezvous HOST:PORT and " + why_not);
+    o.rank = info->rank;
+    o.host = (*found)->address.host;
+    o.rendezvous = (*found)->address.to_string();
+    if (o.rank > 1) return false;
+    if (o.rank == 1) oob.fd = connect_to(o.host, (*found)->address.port, Millis(60000));
+  } else {
+    if (o.rank < 0) {
+      auto info = detect_rank_info();
+      check(info.status(), "rank detection");
+      o.rank = info->rank;
+    }
+    if (o.rank > 1) return false;  // only two ranks take part
+    size_t colon = o.rendezvous.rfind(':');
+    auto port = static_cast<uint16_t>(std::stoul(o.rendezvous.substr(colon + 1)));
+    if (o.rank == 0) {
+      uint16_t bound = 0;
+      listen_fd = listen_on(o.host, port, &bound);
+    } else {
+      oob.fd = connect_to(o.host, port, Millis(60000));
+    }
+  }
+  if (o.rank == 0) {
+    oob.fd = accept_one(listen_fd);
+    ::close(listen_fd);
+  }
+  return true;
 }
 
 }  // namespace
@@ -319,20 +487,11 @@ int main(int argc, char** argv) {
   if (auto exit_code = parse(argc, argv, o)) return *exit_code;
   if (!o.default_malloc) ensure_malloc_tunables(argv);
   Oob oob;
-  if (o.rank >= 0) {
-    if (o.rank > 1) return 0;  // only two ranks take part
-    if (o.rendezvous.empty()) die("--rank needs --rendezvous HOST:PORT");
-    size_t colon = o.rendezvous.rfind(':');
-    std::string host = o.rendezvous.substr(0, colon);
-    auto port = static_cast<uint16_t>(std::stoul(o.rendezvous.substr(colon + 1)));
-    if (o.rank == 0) {
-      uint16_t bound = 0;
-      int lfd = listen_on(host, port, &bound);
-      oob.fd = accept_one(lfd);
-      ::close(lfd);
-    } else {
-      oob.fd = connect_to(host, port, Millis(60000));
-    }
+  const bool launched = o.rank >= 0 || std::getenv("OMPI_COMM_WORLD_RANK") != nullptr ||
+                        std::getenv("PMI_RANK") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
+                        std::getenv("SLURM_PROCID") != nullptr;
+  if (launched) {
+    if (!connect_launched(oob, o)) return 0;
     return run(o.rank, oob, o);
   }
   int sv[2];

@@ -106,7 +106,8 @@ Result<std::unique_ptr<Session>> Session::create(const graph::TransferPlan& plan
                               choose_transport(requested, boot.transport_config(), allgather));
     (void)name;
 #ifdef RDMAFLOW_HAVE_GRPC
-    engine = std::make_unique<session_detail::GrpcEngine>(boot.rank(), boot.world_size());
+    engine = std::make_unique<session_detail::GrpcEngine>(boot.rank(), boot.world_size(),
+                                                          boot.transport_config().reach_address);
 #endif
   } else {
     // A transport per peer (runtime/selection/transport_select.h).

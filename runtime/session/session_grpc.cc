@@ -21,7 +21,8 @@ void GrpcEngine::FreeDeleter::operator()(uint8_t* p) const {
   std::free(p);
 }
 
-GrpcEngine::GrpcEngine(int rank, int world) : rank_(rank), world_(world) {}
+GrpcEngine::GrpcEngine(int rank, int world, std::string reach_address)
+    : rank_(rank), world_(world), reach_address_(std::move(reach_address)) {}
 
 GrpcEngine::~GrpcEngine() {
   // Calls still in flight write into the frames: let them end first.
@@ -47,6 +48,7 @@ Status GrpcEngine::setup(const SessionLayout& layout, const AllGather& allgather
   std::memset(frames_.get(), 0, layout.total_bytes());
   GrpcServerOptions so;
   so.rank = rank_;
+  so.reach_address = reach_address_;
   so.max_wait = timeout;
   RDMAFLOW_ASSIGN_OR_RETURN(server_, GrpcTensorServer::start(so));
   const std::string& address = server_->address();

@@ -19,7 +19,9 @@ namespace rdmaflow::session_detail {
 
 class GrpcEngine final : public Session::Engine {
  public:
-  GrpcEngine(int rank, int world);
+  // `reach_address`: where the server listens when RDMAFLOW_SOCKET_IFNAME is
+  // unset (Bootstrap::transport_config(), as the socket backends listen).
+  GrpcEngine(int rank, int world, std::string reach_address);
   ~GrpcEngine() override;
 
   std::string name() const override { return "grpc"; }
@@ -54,6 +56,7 @@ class GrpcEngine final : public Session::Engine {
 
   int rank_;
   int world_;
+  std::string reach_address_;
   const SessionLayout* layout_ = nullptr;
   Millis timeout_{30000};
   std::unique_ptr<uint8_t, FreeDeleter> frames_;

@@ -19,8 +19,10 @@ Status from_grpc(const grpc::Status& s, const char* op, int peer, const std::str
 
 // The host part to listen on: `ifname` (an interface name, resolved with
 // getifaddrs, IPv4 preferred, or a literal address), else
-// RDMAFLOW_SOCKET_IFNAME, else 127.0.0.1. IPv6 comes back in brackets.
-Result<std::string> listen_host(const std::string& ifname);
+// RDMAFLOW_SOCKET_IFNAME, else `reach_address` (the bootstrap's address toward
+// the rendezvous when ranks span hosts, as the tcp backend listens), else
+// 127.0.0.1. IPv6 comes back in brackets.
+Result<std::string> listen_host(const std::string& ifname, const std::string& reach_address = {});
 
 // Arguments of every channel the baseline opens: unlimited message sizes, no
 // HTTP proxy from the environment, quick reconnects (as TensorFlow sets them).

@@ -56,9 +56,10 @@ Status from_grpc(const grpc::Status& s, const char* op, int peer, const std::str
   return Status(code, op, peer, context + ": gRPC " + name + ": " + s.error_message(), where);
 }
 
-Result<std::string> listen_host(const std::string& ifname) {
+Result<std::string> listen_host(const std::string& ifname, const std::string& reach_address) {
   std::string name = ifname;
   if (name.empty()) name = env_string("RDMAFLOW_SOCKET_IFNAME").value_or("");
+  if (name.empty()) name = reach_address;
   if (name.empty()) return std::string("127.0.0.1");
 
   in_addr v4{};

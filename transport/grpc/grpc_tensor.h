@@ -66,9 +66,12 @@ struct ReceivedTensor {
 struct GrpcServerOptions {
   int rank = 0;
   // Interface name or literal address to listen on; empty means
-  // RDMAFLOW_SOCKET_IFNAME, and if that is unset too, 127.0.0.1. The port is
-  // always chosen by the kernel.
+  // RDMAFLOW_SOCKET_IFNAME, and if that is unset too, `reach_address`, then
+  // 127.0.0.1. The port is always chosen by the kernel.
   std::string ifname;
+  // The local address that reaches the other ranks' hosts
+  // (TransportConfig::reach_address, from the bootstrap); empty on one host.
+  std::string reach_address;
   // Longest a RecvTensor call waits on this server for its tensor, also for
   // calls without a deadline; calls with a shorter deadline end at it.
   // Zero means default_timeout() (RDMAFLOW_TIMEOUT_MS).

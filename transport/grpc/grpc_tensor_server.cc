@@ -250,7 +250,8 @@ Result<std::unique_ptr<GrpcTensorServer>> GrpcTensorServer::start(
     const GrpcServerOptions& options) {
   auto impl = std::make_unique<Impl>(options);
   impl->max_wait = options.max_wait.count() > 0 ? options.max_wait : default_timeout();
-  RDMAFLOW_ASSIGN_OR_RETURN(std::string host, grpc_common::listen_host(options.ifname));
+  RDMAFLOW_ASSIGN_OR_RETURN(std::string host,
+                            grpc_common::listen_host(options.ifname, options.reach_address));
 
   grpc::ServerBuilder builder;
   int port = 0;
