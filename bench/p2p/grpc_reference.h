@@ -1,8 +1,9 @@
 // bench/p2p's gRPC reference: tensors moved the way TensorFlow's gRPC
 // rendezvous moves them (transport/grpc, docs/grpc-baseline.md), between the
-// same two processes as the transports, with the malloc tunables its own
-// measurement asks for (p2p re-executes itself with them; --default-malloc
-// turns that off).
+// same two hosts as the transports, with the malloc tunables its own
+// measurement asks for (p2p-grpc-reference re-executes itself with them unless
+// --default-malloc). p2p runs it in a child process of each rank
+// (bench/p2p/grpc_main.cc), so gRPC never lives in the measuring process.
 //
 // Latency: a ping-pong of tensors. Each side has its RecvTensor call for the
 // peer's next tensor waiting on the peer's server before it publishes its own

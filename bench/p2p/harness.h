@@ -43,7 +43,7 @@ struct Options {
   bool json = false;
   bool spin = false;            // busy-wait for notifies instead of blocking
   bool grpc = true;             // measure the gRPC reference
-  bool default_malloc = false;  // do not re-execute with the malloc tunables
+  bool default_malloc = false;  // the gRPC reference without the malloc tunables
   int rank = -1;                // -1 = fork both processes here
   std::string rendezvous;
   std::string host = "127.0.0.1";  // rank 0's address for the reference socket

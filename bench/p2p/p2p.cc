@@ -24,10 +24,11 @@
 // two buffers of this process (what one core can move at best).
 //
 // gRPC reference (bench/p2p/grpc_reference.h): the same latency and bandwidth
-// loops over TensorFlow-style RecvTensor between the same two processes, once
-// per size before the transports, with the malloc tunables gRPC's own
-// measurement asks for (p2p re-executes itself with GLIBC_TUNABLES set unless
-// --default-malloc); every transport's table has a gRPC column and its ratio.
+// loops over TensorFlow-style RecvTensor between the same two hosts, once per
+// size before the transports, in a child process of each rank
+// (p2p-grpc-reference, over the rank's out-of-band socket) with the malloc
+// tunables gRPC's own measurement asks for (unless --default-malloc); every
+// transport's table has a gRPC column and its ratio.
 //
 // Link rate (bench/link_rate.h): plain TCP sockets from rank 0 to rank 1, one
 // connection then four, before everything else; the bandwidth tables give each
@@ -39,7 +40,6 @@
 // verbs), listening on the address that reaches the peer; the rows pinned to a
 // same-host medium are skipped with the reason.
 #include "bench/p2p/contender.h"
-#include "bench/p2p/grpc_reference.h"
 #include "bench/p2p/harness.h"
 
 #include <fstream>
@@ -216,6 +216,72 @@ void print_tables(const std::string& name, bool memcpy_column, const std::string
   std::fflush(stdout);
 }
 
+// Runs p2p-grpc-reference (beside this executable) as a child of this rank
+// over the rank's out-of-band socket, both ranks at once; fills the figures and
+// returns the malloc the child ran with.
+std::string run_grpc_reference(int rank, Oob& oob, const std::string& address,
+                               const std::vector<size_t>& lat_sizes,
+                               const std::vector<size_t>& bw_sizes, const Options& o,
+                               std::map<size_t, double>& lat, std::map<size_t, double>& bw) {
+  std::vector<char> self(4096);
+  const ssize_t n = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
+  std::string exe = n > 0 ? std::string(self.data(), static_cast<size_t>(n)) : "";
+  exe = exe.substr(0, exe.rfind('/') + 1) + "p2p-grpc-reference";
+  auto list = [](const std::vector<size_t>& v) {
+    std::string t;
+    for (size_t x : v) t += (t.empty() ? "" : ",") + std::to_string(x);
+    return t;
+  };
+  std::vector<std::string> args = {exe,
+                                   "--rank",
+                                   std::to_string(rank),
+                                   "--oob-fd",
+                                   std::to_string(oob.fd),
+                                   "--address",
+                                   address,
+                                   "--lat",
+                                   list(lat_sizes),
+                                   "--bw",
+                                   list(bw_sizes),
+                                   "--seconds",
+                                   std::to_string(o.seconds)};
+  if (o.default_malloc) args.push_back("--default-malloc");
+  int out[2];
+  if (::pipe(out) != 0) die("gRPC reference: pipe failed");
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) die("gRPC reference: fork failed");
+  if (pid == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    ::close(out[0]);
+    ::close(out[1]);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(exe.c_str(), argv.data());
+    std::fprintf(stderr, "p2p: cannot run %s: %s\n", exe.c_str(), std::strerror(errno));
+    std::_Exit(127);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t k; (k = ::read(out[0], buf, sizeof buf)) != 0;) {
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) break;
+    text.append(buf, static_cast<size_t>(k));
+  }
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || j.is_discarded()) {
+    die("the gRPC reference (" + exe + ") failed (status " + std::to_string(status) + ")");
+  }
+  for (auto& [k, v] : j["latency_us"].items()) lat[std::stoull(k)] = v.get<double>();
+  for (auto& [k, v] : j["bandwidth_MBps"].items()) bw[std::stoull(k)] = v.get<double>();
+  return j.value("malloc", std::string());
+}
+
 int run(int rank, Oob& oob, const Options& o) {
   const Pair pair = exchange_records(rank, oob);
   std::vector<Spec> specs;
@@ -272,19 +338,12 @@ int run(int rank, Oob& oob, const Options& o) {
   const size_t max_bytes = std::max(lat_sizes.back(), bw_sizes.back());
   nlohmann::json report = nlohmann::json::array();
 
-  // The gRPC reference, once per size, between the same two processes.
+  // The gRPC reference, once per size, between the same two hosts: each rank
+  // runs it in a child process over this rank's out-of-band socket.
   std::map<size_t, double> grpc_lat, grpc_bw;
-  if (o.grpc) {
-    // Never destroyed: tearing down the last gRPC server and channel while the
-    // process goes on races gRPC 1.51's own teardown of its callback completion
-    // queue (a double free on one of its threads, in about a third of the runs
-    // here); the process's exit ends it instead.
-    GrpcReference* grpc = GrpcReference::connect(rank, oob, address, max_bytes).release();
-    for (size_t s : lat_sizes) grpc_lat[s] = grpc->latency(rank, oob, s, o).avg_us;
-    for (size_t s : bw_sizes) grpc_bw[s] = grpc->bandwidth(rank, oob, s, o);
-    oob.send("grpc done");
-    oob.recv();
-  }
+  std::string grpc_malloc;
+  if (o.grpc)
+    grpc_malloc = run_grpc_reference(rank, oob, address, lat_sizes, bw_sizes, o, grpc_lat, grpc_bw);
   auto grpc_at = [](const std::map<size_t, double>& m, size_t s) {
     auto it = m.find(s);
     return it == m.end() ? 0.0 : it->second;
@@ -350,8 +409,7 @@ int run(int rank, Oob& oob, const Options& o) {
     nlohmann::json out = {{"auto", pair.auto_line}, {"rows", report}};
     out["hosts"] = {pair.rank0.hostname, pair.rank1.hostname};
     out["across_hosts"] = pair.across_hosts;
-    const char* tunables = std::getenv("GLIBC_TUNABLES");
-    out["malloc"] = tunables ? tunables : "glibc default";
+    if (o.grpc) out["grpc"]["malloc"] = grpc_malloc;
     if (o.link_seconds > 0) out["link_rate"] = link.to_json();
     if (o.grpc) {
       for (size_t s : lat_sizes)
@@ -395,7 +453,7 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
   bool no_grpc = false;
   app.add_flag("--no-grpc", no_grpc, "skip the gRPC reference");
   app.add_flag("--default-malloc", o.default_malloc,
-               "run with glibc's default malloc instead of the tunables gRPC is measured with");
+               "run the gRPC reference with glibc's default malloc instead of the tunables");
   auto* seconds = app.add_option("--seconds", o.seconds, "measuring time per size and contender")
                       ->check(cli::at_least(0.001));
   auto* link_seconds =
@@ -485,7 +543,6 @@ int main(int argc, char** argv) {
   using namespace rdmaflow::bench;
   Options o;
   if (auto exit_code = parse(argc, argv, o)) return *exit_code;
-  if (!o.default_malloc) ensure_malloc_tunables(argv);
   Oob oob;
   const bool launched = o.rank >= 0 || std::getenv("OMPI_COMM_WORLD_RANK") != nullptr ||
                         std::getenv("PMI_RANK") != nullptr || std::getenv("PMIX_RANK") != nullptr ||

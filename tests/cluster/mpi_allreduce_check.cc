@@ -10,7 +10,9 @@
 // This program checks Open MPI itself across the hosts (no rdmaflow code in
 // it), and Open MPI leaves allocations behind at MPI_Finalize: leak checking
 // would report Open MPI's leaks, not ours.
-extern "C" const char* __asan_default_options() { return "detect_leaks=0"; }
+extern "C" const char* __asan_default_options() {
+  return "detect_leaks=0";
+}
 #endif
 
 int main(int argc, char** argv) {
