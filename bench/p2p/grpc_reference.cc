@@ -132,21 +132,7 @@ double GrpcReference::bandwidth(int rank, Oob& oob, size_t size, const Options& 
       }
     }
   };
-  run(1);
-  uint64_t windows;
-  if (rank == 0) {
-    auto t0 = Clock::now();
-    run(2);
-    windows = pick_iters(since(t0), 2, o.seconds, 3, 100000);
-    oob.send(std::to_string(windows));
-  } else {
-    run(2);
-    windows = oob.recv_u64();
-  }
-  auto t0 = Clock::now();
-  run(windows);
-  const double s = since(t0);
-  return rank == 0 ? static_cast<double>(windows * window * size) / s / 1e6 : 0;
+  return measure_windows(rank, oob, o, window * size, run);
 }
 
 void ensure_malloc_tunables(char** argv) {

@@ -224,6 +224,29 @@ inline Latency measure_pingpong(int rank, Oob& oob, const Options& o, size_t siz
   return l;
 }
 
+// Both ranks run `run(windows)` in step: once to warm up, then a short trial
+// from which rank 0 picks how many windows take about `seconds` (and tells the
+// peer), then those. Returns MB/s on rank 0 (`window_bytes` per window), 0 on
+// rank 1.
+inline double measure_windows(int rank, Oob& oob, const Options& o, size_t window_bytes,
+                              const std::function<void(uint64_t)>& run) {
+  run(1);
+  uint64_t windows;
+  if (rank == 0) {
+    auto t0 = Clock::now();
+    run(2);
+    windows = pick_iters(since(t0), 2, o.seconds, 3, 100000);
+    oob.send(std::to_string(windows));
+  } else {
+    run(2);
+    windows = oob.recv_u64();
+  }
+  auto t0 = Clock::now();
+  run(windows);
+  const double s = since(t0);
+  return rank == 0 ? static_cast<double>(windows * window_bytes) / s / 1e6 : 0;
+}
+
 // ------------------------------------------------------ reference: sockets
 
 struct Reference {
@@ -262,21 +285,7 @@ struct Reference {
         }
       }
     };
-    run(1);
-    uint64_t windows;
-    if (rank == 0) {
-      auto t0 = Clock::now();
-      run(2);
-      windows = pick_iters(since(t0), 2, o.seconds, 3, 100000);
-      oob.send(std::to_string(windows));
-    } else {
-      run(2);
-      windows = oob.recv_u64();
-    }
-    auto t0 = Clock::now();
-    run(windows);
-    double s = since(t0);
-    return rank == 0 ? static_cast<double>(windows * window * size) / s / 1e6 : 0;
+    return measure_windows(rank, oob, o, window * size, run);
   }
 };
 
