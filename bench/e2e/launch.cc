@@ -252,7 +252,7 @@ Result<nlohmann::json> launch(const LaunchSpec& spec) {
   return result;
 }
 
-Result<nlohmann::json> measure_link(const HostLayout& hosts, double seconds) {
+Result<bench::LinkRate> measure_link(const HostLayout& hosts, double seconds) {
   if (hosts.hosts.size() < 2) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, "measure the link rate", -1,
                           "needs two hosts; --hosts names one");
@@ -262,7 +262,8 @@ Result<nlohmann::json> measure_link(const HostLayout& hosts, double seconds) {
   spec.hosts = &hosts;
   spec.job = {{"kind", "link"}, {"seconds", seconds}, {"streams", 4}};
   spec.timeout = std::chrono::milliseconds(60000 + static_cast<int64_t>(seconds * 2000));
-  return launch(spec);
+  RDMAFLOW_ASSIGN_OR_RETURN(nlohmann::json result, launch(spec));
+  return bench::LinkRate::from_json(result);
 }
 
 HostView host_view(const HostLayout* hosts) {

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/link_rate.h"
 #include "bench/malloc_tunables.h"
 #include "common/status.h"
 #include "transport/transport.h"
@@ -63,7 +64,7 @@ Result<nlohmann::json> launch(const LaunchSpec& spec);
 
 // The link rate between the first two hosts of `hosts` (a "link" job, rank 0
 // sending; bench/link_rate.h).
-Result<nlohmann::json> measure_link(const HostLayout& hosts, double seconds);
+Result<bench::LinkRate> measure_link(const HostLayout& hosts, double seconds);
 
 // A path every rank's host sees, for files the job writes and the launcher
 // reads: in /tmp on this host; across hosts beside the executable (the hosts
