@@ -14,16 +14,6 @@
 
 #ifdef RDMAFLOW_HAVE_PMIX
 #include <pmix.h>
-
-#if defined(__SANITIZE_ADDRESS__)
-// libpmix keeps a few strings from PMIx_Init past PMIx_Finalize (pmix_rte_init,
-// pmix_bfrops_base_value_load); LeakSanitizer would fail every job of a
-// sanitizer build that went through PMIx. Only those are suppressed: leaks of
-// rdmaflow's own stay reported.
-extern "C" const char* __lsan_default_suppressions() {
-  return "leak:pmix_rte_init\nleak:pmix_bfrops_base_value_load\n";
-}
-#endif
 #endif
 
 #include "common/log.h"
