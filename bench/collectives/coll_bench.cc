@@ -639,6 +639,14 @@ int main(int argc, char** argv) {
   if (a.vs_mpi) out_json["mpi"] = {{"pml", mpi_pml}, {"btl", mpi_btl}};
   if (a.vs_gloo) out_json["gloo"] = {{"transport", "tcp"}, {"address", gloo_address}};
   out_json["cost_model"] = comm.cost_model().params().to_string();
+  {
+    const CostParams& cp = comm.cost_model().params();
+    out_json["cost_params"] = {{"alpha_s", cp.alpha},
+                               {"beta_s_per_byte", cp.beta},
+                               {"gamma_s_per_byte", cp.gamma},
+                               {"round_s", cp.round},
+                               {"piece_bytes", cp.piece_bytes}};
+  }
   out_json["communicator_create_ms"] = create_ms;
   out_json["direct_peers"] = comm.stats().direct_peers;
   out_json["rows"] = nlohmann::json::array();
