@@ -114,10 +114,15 @@ Result<int64_t> knob(const char* name, int64_t given, int64_t fallback, int64_t 
 
 // More spinning threads than cores on this host: the ranks of this host (from
 // the launcher, else the whole world) against the host's online CPUs.
-// Open MPI says so itself when it places more ranks than slots.
+// Open MPI says so itself when it places more ranks than slots
+// (mpi_oversubscribe); where ranks share cores the launcher cannot see (hosts
+// that are containers or namespaces of one machine, as scripts/cluster makes)
+// the user says so the way Open MPI's documentation asks, with
+// mpi_yield_when_idle, and rdmaflow's ranks yield as Open MPI's do.
 bool oversubscribed(int world) {
-  if (auto v = env_string("OMPI_MCA_mpi_oversubscribe")) {
-    if (*v == "1" || *v == "true") return true;
+  for (const char* name : {"OMPI_MCA_mpi_oversubscribe", "OMPI_MCA_mpi_yield_when_idle"}) {
+    auto v = env_string(name);
+    if (v && (*v == "1" || *v == "true")) return true;
   }
   int64_t local = world;
   for (const char* name :

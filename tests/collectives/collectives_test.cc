@@ -4,6 +4,7 @@
 // asynchronous calls in flight at once, algorithm forcing, and failures that
 // name the peer and the collective.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <thread>
@@ -175,6 +176,28 @@ TEST_P(Collectives, EnvironmentForcesTheAlgorithm) {
   });
   if (r.skipped) GTEST_SKIP() << r.message;
   ASSERT_TRUE(r.ok) << r.message;
+}
+
+// Ranks that share cores the launcher cannot see (containers, the namespaces of
+// scripts/cluster) are told so as Open MPI's are, with mpi_yield_when_idle: the
+// communicator then prices each dependent round (cost_model.h, round) and
+// yields instead of spinning. Unset, two ranks on a host of two or more cores
+// are not crowded.
+TEST_P(Collectives, YieldWhenIdleMarksTheRanksOversubscribed) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs 2 cores: 2 ranks on 1 are crowded";
+  for (const char* yield : {"0", "1"}) {
+    auto r = run_ranks(2, [&](int rank, int n, Exchange& ex) {
+      setenv("OMPI_MCA_mpi_yield_when_idle", yield, 1);
+      CommNode node;
+      RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node));
+      EXPECT_EQ(node.comm->cost_model().params().round > 0, yield[0] == '1')
+          << "OMPI_MCA_mpi_yield_when_idle=" << yield << ": "
+          << node.comm->cost_model().params().to_string();
+      return 0;
+    });
+    if (r.skipped) GTEST_SKIP() << r.message;
+    ASSERT_TRUE(r.ok) << r.message;
+  }
 }
 
 // A rank that dies: the others' collective fails within its deadline, with an
