@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -41,6 +43,11 @@ const std::vector<Tool>& tools() {
         "--dynamic-hint", "--no-reuse", "--list", "--write-plan", "--write-placement"},
        "graph.json"},
       {"rdmaflow-make-examples", RDMAFLOW_TOOL_RDMAFLOW_MAKE_EXAMPLES, {"OUT_DIR"}, "out"},
+      {"rdmaflow_cost_model",
+       RDMAFLOW_TOOL_RDMAFLOW_COST_MODEL,
+       {"--op", "--hosts", "--per-host", "--alpha", "--beta", "--gamma", "--intra-alpha",
+        "--intra-beta", "--round", "--piece", "--sizes", "--json"},
+       "--alpha 1e-5 --beta 1e-9 --gamma 1e-10 --sizes 8"},
   };
   return kTools;
 }
@@ -156,6 +163,43 @@ TEST(ToolsCli, PlanReadsSizeSuffixes) {
                                    "--alignment 4K --dynamic-hint 1M --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("\"alignment\": 4096"), std::string::npos) << r.output;
+}
+
+// rdmaflow_cost_model answers with the library's own terms (ring, one rank
+// per host, against the formula of collectives/algorithms/ring.cc); a flat
+// ring over hosts x q ranks costs what the one-level ring over as many ranks
+// does; pairing the near partners first never costs more than the far first;
+// a layout it cannot model is refused.
+TEST(ToolsCli, CostModelPredictions) {
+  const Tool& t = tool("rdmaflow_cost_model");
+  SKIP_IF_NOT_BUILT(t);
+  const std::string costs = "--alpha 1e-5 --beta 1e-9 --gamma 1e-10 --sizes 16M --json ";
+  auto rows = [&](const std::string& args) {
+    Outcome r = run_tool(t.path, costs + args, /*merge_stderr=*/false);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::map<std::string, double> out;
+    auto j = nlohmann::json::parse(r.output, nullptr, false);
+    if (j.is_discarded()) return out;
+    for (const auto& row : j["rows"]) out[row["schedule"]] = row["seconds"].get<double>();
+    return out;
+  };
+  const double m = 16 << 20, n = 8;
+  const double pieces = std::ceil(m / n / (512 * 1024));
+  const double ring =
+      2 * (n - 1) * 1e-5 * pieces + 2 * (n - 1) / n * m * 1e-9 + (n - 1) / n * m * 1e-10;
+  auto flat = rows("--hosts 8");
+  EXPECT_NEAR(flat["ring"], ring, 1e-12);
+  EXPECT_TRUE(flat.count("rabenseifner") && flat.count("tree") && flat.count("direct"));
+  auto two = rows("--hosts 4 --per-host 2 --intra-alpha 1e-7 --intra-beta 1e-10");
+  EXPECT_NEAR(two["flat ring"], ring, 1e-12);
+  EXPECT_LE(two["flat rabenseifner near"], two["flat rabenseifner"]);
+  EXPECT_GT(two["hier rabenseifner"], 0);
+  Outcome bad = run_tool(t.path, costs + "--hosts 4 --per-host 3 --intra-alpha 1 --intra-beta 1");
+  EXPECT_EQ(bad.exit_code, rdmaflow::cli::kUsageError) << bad.output;
+  EXPECT_NE(bad.output.find("powers of two"), std::string::npos) << bad.output;
+  bad = run_tool(t.path, costs + "--hosts 4 --per-host 2");
+  EXPECT_EQ(bad.exit_code, rdmaflow::cli::kUsageError) << bad.output;
+  EXPECT_NE(bad.output.find("--intra-alpha"), std::string::npos) << bad.output;
 }
 
 TEST(ToolsCli, ParseSize) {
