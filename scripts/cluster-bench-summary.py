@@ -12,20 +12,7 @@ import json
 import os
 import sys
 
-
-def human(n):
-    for shift, suffix in ((30, "G"), (20, "M"), (10, "K")):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift}{suffix}"
-    return str(n)
-
-
-def load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
+from bench_json import human, load
 
 
 def p2p_summary(d):
@@ -121,20 +108,20 @@ def main():
     d = sys.argv[1]
     summary = {}
     lines = ["", "## headline: like for like, references measured on the same hosts in the same run"]
-    p2p = load(os.path.join(d, "p2p.json"))
+    p2p = load(os.path.join(d, "p2p.json"), missing_ok=True)
     if p2p:
         summary["p2p"], more = p2p_summary(p2p)
         lines += [""] + more
     coll = {}
     for path in sorted(glob.glob(os.path.join(d, "coll-*.json"))):
         name = os.path.basename(path)[:-len(".json")]
-        data = load(path)
+        data = load(path, missing_ok=True)
         if data:
             coll[name], more = coll_summary(name, data)
             lines += [""] + more
     if coll:
         summary["collectives"] = coll
-    e2e = load(os.path.join(d, "e2e.json"))
+    e2e = load(os.path.join(d, "e2e.json"), missing_ok=True)
     if e2e:
         summary["e2e"], more = e2e_summary(e2e)
         lines += [""] + more

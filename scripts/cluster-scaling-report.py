@@ -21,21 +21,11 @@ import statistics
 import subprocess
 import sys
 
+from bench_json import human, load
+
 TOLERANCE = 0.25  # the model is "within" when |measured / predicted - 1| <= this
 PROJECTION_SIZES = [1 << 20, 16 << 20, 64 << 20, 256 << 20]
 NAMES = {"flat ring": "ring", "flat rabenseifner": "rabenseifner"}
-
-
-def human(n):
-    for shift, suffix in ((30, "G"), (20, "M"), (10, "K")):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift}{suffix}"
-    return str(n)
-
-
-def load(path):
-    with open(path) as f:
-        return json.load(f)
 
 
 def us(seconds):
