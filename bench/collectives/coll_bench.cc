@@ -16,6 +16,8 @@
 //
 // Columns: size (bytes of the largest buffer), count (its elements), type,
 // redop, algo (ours, from the cost model or RDMAFLOW_<OP>_ALGO / --algo), then
+// (--algo all) one column per algorithm of --op, forced, with a line per size
+// naming the fastest and the selector's choice as a multiple of its time; then
 // per library: time (us, p50 over iterations of the slowest rank), algbw and
 // busbw (GB/s = 1e9 B/s; busbw = algbw x 2(n-1)/n for allreduce, (n-1)/n for
 // reduce_scatter, allgather and alltoall, 1 for broadcast and reduce), #wrong,
@@ -75,6 +77,7 @@ struct Args {
   std::string json;
   std::string transport;  // empty: RDMAFLOW_TRANSPORT, else auto
   Algorithm algo = Algorithm::kAuto;
+  bool all_algos = false;  // --algo all: every algorithm of --op beside the selector's
 };
 
 // The name each accepted spelling of --op, --type, --redop and --algo parses to;
@@ -88,11 +91,17 @@ CLI::Validator named(const std::string& what, Parse parse) {
       "", what);
 }
 
-// "auto|ring|tree|...": the --algo choices, from the algorithm registry.
+// "auto|all|ring|tree|...": the --algo choices, from the algorithm registry.
 std::string algo_choices() {
   std::string s(algorithm_name(Algorithm::kAuto));
+  s += "|all";
   for (const AlgorithmInfo& info : algorithm_table()) s += "|" + std::string(info.name);
   return s;
+}
+
+std::optional<Algorithm> parse_algo_or_all(std::string_view name) {
+  if (name == "all") return Algorithm::kAuto;
+  return parse_algorithm(name);
 }
 
 std::optional<CollectiveKind> parse_op(std::string_view name) {
@@ -138,13 +147,16 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
                  "rdmaflow's transport: auto (a transport per peer), ucx or tcp")
       ->default_str("RDMAFLOW_TRANSPORT, else auto");
   app.add_option("--algo", algo,
-                 "rdmaflow's algorithm (" + algo_choices() + "); wins over RDMAFLOW_<OP>_ALGO")
-      ->check(named("algorithm", parse_algorithm));
+                 "rdmaflow's algorithm (" + algo_choices() +
+                     "); wins over RDMAFLOW_<OP>_ALGO. all: the selector's choice beside every "
+                     "algorithm of --op, with the fastest and how far the choice is from it")
+      ->check(named("algorithm", parse_algo_or_all));
   if (auto exit_code = cli::parse(app, argc, argv)) return exit_code;
   a.op = *parse_op(op);
   a.type = *parse_dtype(type);
   a.redop = *parse_reduce_op(redop);
-  a.algo = *parse_algorithm(algo);
+  a.algo = *parse_algo_or_all(algo);
+  a.all_algos = algo == "all";
   for (const auto& v : vs) {
     if (v == "gloo") a.vs_gloo = true;
     if (v == "mpi") a.vs_mpi = true;
@@ -414,6 +426,30 @@ void gloo_set(Opts& o, const Args& a, void* in, size_t in_elems, void* out, size
   }
 }
 
+// --algo all: the fastest algorithm of the row, and the selector's choice (the
+// "rdmaflow" column) as a multiple of its time, on a line of its own and in
+// the row's JSON ("selector").
+void note_selector(const std::vector<Lib>& libs, size_t first_reference, nlohmann::json& row) {
+  const auto& auto_row = row["rdmaflow"];
+  if (!auto_row.contains("time_us")) return;
+  std::string fastest;
+  double best = 0;
+  for (size_t l = 1; l < first_reference; ++l) {
+    const auto& r = row[libs[l].name];
+    if (!r.contains("time_us")) continue;
+    const double t = r["time_us"].get<double>();
+    if (fastest.empty() || t < best) {
+      fastest = libs[l].name;
+      best = t;
+    }
+  }
+  if (fastest.empty()) return;
+  const double ratio = auto_row["time_us"].get<double>() / best;
+  row["selector"] = {{"chose", auto_row["algo"]}, {"fastest", fastest}, {"time_vs_fastest", ratio}};
+  std::printf("#   fastest %s (%.1f us); the selector took %s: %.2fx its time\n", fastest.c_str(),
+              best, auto_row["algo"].get<std::string>().c_str(), ratio);
+}
+
 void die(const std::string& what) {
   std::fprintf(stderr, "rdmaflow_coll_bench: %s\n", what.c_str());
   MPI_Abort(MPI_COMM_WORLD, 1);
@@ -514,6 +550,22 @@ int main(int argc, char** argv) {
                     auto al = comm.select(x.op, per_rank(x.op) ? count / world : count, x.type, o);
                     return al.is_ok() ? std::string(algorithm_name(*al)) : std::string("?");
                   }});
+  if (a.all_algos) {
+    for (Algorithm algo : algorithms_for(a.op)) {
+      const std::string name(algorithm_name(algo));
+      libs.push_back({name, [](const Args&, size_t) { return true; },
+                      [&comm, algo, world](const Args& x, size_t count, Bufs& b) {
+                        CallOptions o;
+                        o.algorithm = algo;
+                        const size_t c = per_rank(x.op) ? count / world : count;
+                        Status st =
+                            comm.run(x.op, b.in.data(), b.out.data(), c, x.type, x.redop, 0, o);
+                        if (!st.is_ok()) die(st.to_string());
+                      },
+                      [name](const Args&, size_t) { return name; }});
+    }
+  }
+  const size_t first_reference = libs.size();
   if (a.vs_gloo) {
     libs.push_back({"gloo",
                     [](const Args& x, size_t) {
@@ -674,7 +726,7 @@ int main(int argc, char** argv) {
     std::printf("%12s %10s %5s %5s %13s | %10s %8s %8s %6s %9s %9s", "size(B)", "count", "type",
                 "redop", "algo", "time(us)", "algbw", "busbw", "#wrong", "min(us)", "p99(us)");
     for (size_t l = 1; l < libs.size(); ++l) {
-      std::printf(" | %6s %8s %7s", libs[l].name.c_str(), "busbw", "ratio");
+      std::printf(" | %12s %8s %7s", libs[l].name.c_str(), "busbw", "ratio");
     }
     std::printf("\n");
   }
@@ -744,7 +796,7 @@ int main(int argc, char** argv) {
       } else {
         const double ratio = busbw > 0 ? busbws[0] / busbw : 0;
         row[lib.name]["ratio_ours_to_it"] = ratio;
-        std::snprintf(buf, sizeof(buf), " | %6.0f %8.3f %6.2fx%s", p50, busbw, ratio,
+        std::snprintf(buf, sizeof(buf), " | %12.0f %8.3f %6.2fx%s", p50, busbw, ratio,
                       total_bad ? "!" : "");
       }
       line[l] = buf;
@@ -752,15 +804,27 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       for (size_t l = 0; l < libs.size(); ++l) {
         if (line[l] == "unsupported") {
-          std::printf(l == 0 ? "%s" : " | %24s", "n/a");
+          std::printf(l == 0 ? "%s" : " | %30s", "n/a");
         } else {
           std::printf("%s", line[l].c_str());
         }
       }
       std::printf("\n");
+      if (a.all_algos) note_selector(libs, first_reference, row);
       std::fflush(stdout);
       out_json["rows"].push_back(row);
     }
+  }
+  if (rank == 0 && a.all_algos) {
+    int sizes = 0, within = 0;
+    for (const auto& row : out_json["rows"]) {
+      if (!row.contains("selector")) continue;
+      ++sizes;
+      within += row["selector"]["time_vs_fastest"].get<double>() <= 1.1;
+    }
+    std::printf(
+        "# the selector's choice was within 10%% of the fastest algorithm at %d of %d sizes\n",
+        within, sizes);
   }
   if (rank == 0) {
     const FabricStats st = comm.stats();
