@@ -87,7 +87,11 @@ double tree_cost(CollectiveKind kind, const CostTerms& t) {
   const double m = t.m, a = t.a, b = t.b, g = t.g, lg = t.lg, k = t.k;
   switch (kind) {
     case CollectiveKind::kAllreduce:
-      return 2 * lg * (a + std::min(m, k) * b) + 2 * lg * m * b + lg * m * g;
+      // Pieces go down the tree while later ones still come up, and a link
+      // carries both directions at once: the busiest rank (the root) receives
+      // lg n buffers and sends lg n, in parallel (2 hosts, 16 MiB: 1.2x one
+      // link time of the buffer, not 2x; docs/scaling.md).
+      return 2 * lg * (a + std::min(m, k) * b) + lg * m * b + lg * m * g;
     case CollectiveKind::kBroadcast:
       return lg * (a + std::min(m, k) * b) + lg * m * b;
     case CollectiveKind::kReduce:

@@ -56,7 +56,12 @@ double dbtree_rounds(CollectiveKind kind, const CostTerms& t) {
 double dbtree_cost(CollectiveKind kind, const CostTerms& t) {
   const double m = t.m, a = t.a, b = t.b, g = t.g, lg = t.lg, k = t.k;
   if (kind != CollectiveKind::kAllreduce) return std::numeric_limits<double>::infinity();
-  return 2 * lg * (a + std::min(m / 2, k) * b) + 2 * m * b + m * g + t.pieces(m / 2) * a;
+  // Each tree carries half the buffer up and down at once, both directions of
+  // a link in parallel: a rank internal to one tree and a leaf of the other
+  // receives (and sends) 2m in all; with two ranks each tree is one edge and
+  // a rank receives m.
+  const double per_direction = t.n <= 2 ? m : 2 * m;
+  return 2 * lg * (a + std::min(m / 2, k) * b) + per_direction * b + m * g + t.pieces(m / 2) * a;
 }
 
 }  // namespace rdmaflow
