@@ -120,8 +120,8 @@ Result<int64_t> knob(const char* name, int64_t given, int64_t fallback, int64_t 
 // the user says so the way Open MPI's documentation asks, with
 // mpi_yield_when_idle, and rdmaflow's ranks yield as Open MPI's do.
 bool oversubscribed(int world) {
-  for (const char* name : {"OMPI_MCA_mpi_oversubscribe", "OMPI_MCA_mpi_yield_when_idle"}) {
-    auto v = env_string(name);
+  for (const auto& v :
+       {env_string("OMPI_MCA_mpi_oversubscribe"), env_string("OMPI_MCA_mpi_yield_when_idle")}) {
     if (v && (*v == "1" || *v == "true")) return true;
   }
   int64_t local = world;
