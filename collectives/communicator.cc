@@ -208,6 +208,11 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
     c->lanes_.push_back(std::make_unique<Lane>());
     c->lanes_.back()->index = l;
   }
+  if (setup.world > 1) {
+    RDMAFLOW_RETURN_IF_ERROR(c->find_hosts(options.host_key.value_or(this_host_key())));
+  } else {
+    c->hosts_ = HostGroups::single_host(1);
+  }
   CostParams params;
   params.piece_bytes = cfg.slot_bytes;
   // On an oversubscribed host every dependent round waits for the partner to
@@ -244,6 +249,25 @@ Communicator::~Communicator() {
     lane->cv.notify_all();
     if (lane->worker.joinable()) lane->worker.join();
   }
+}
+
+Status Communicator::find_hosts(uint64_t key) {
+  std::vector<uint64_t> keys(static_cast<size_t>(world_));
+  CollArgs args;
+  args.kind = CollectiveKind::kAllgather;
+  args.in = reinterpret_cast<const std::byte*>(&key);
+  args.out = reinterpret_cast<std::byte*>(keys.data());
+  args.count = 1;
+  args.type = DataType::kI64;
+  args.rank = rank_;
+  args.world = world_;
+  Program p(world_, args.type, ReduceOp::kSum, 1);
+  RDMAFLOW_RETURN_IF_ERROR(build_program(args, Algorithm::kRecursiveDoubling, p));
+  p.finalize();
+  RDMAFLOW_RETURN_IF_ERROR(
+      execute(*fabric_, p, 0, Clock::now() + *options_.timeout, "find the host groups"));
+  hosts_ = HostGroups(keys);
+  return Status::ok();
 }
 
 // Ping-pong with the partner rank ^ 1 to measure alpha and beta; time the

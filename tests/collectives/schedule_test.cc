@@ -292,6 +292,32 @@ TEST(Topology, FoldPairsTheFirstRanks) {
   }
 }
 
+// Hosts are numbered by their lowest rank, local ranks in rank order.
+TEST(Topology, HostGroupsFromKeys) {
+  const uint64_t keys[] = {5, 5, 9, 5, 9, 7};
+  const HostGroups g(keys);
+  EXPECT_EQ(g.world(), 6);
+  EXPECT_EQ(g.hosts(), 3);
+  EXPECT_EQ(g.per_host(), 0);
+  EXPECT_FALSE(g.hierarchical());
+  EXPECT_EQ(g.describe(), "3 hosts (3, 2, 1 ranks)");
+  EXPECT_EQ(g.host_of(3), 0);
+  EXPECT_EQ(g.local_rank(3), 2);
+  EXPECT_EQ(g.host_of(4), 1);
+  EXPECT_EQ(g.local_rank(4), 1);
+  EXPECT_EQ(g.lane(1), (std::vector<int>{1, 4}));
+  EXPECT_EQ(g.lane(0), (std::vector<int>{0, 2, 5}));
+  const HostGroups u = HostGroups::uniform(3, 2);
+  EXPECT_TRUE(u.hierarchical());
+  EXPECT_EQ(u.describe(), "3 hosts x 2 ranks");
+  EXPECT_EQ(u.lane(1), (std::vector<int>{1, 3, 5}));
+  EXPECT_FALSE(HostGroups::single_host(4).hierarchical());
+  EXPECT_FALSE(HostGroups::uniform(4, 1).hierarchical());
+  EXPECT_EQ(HostGroups::uniform(4, 1).describe(), "4 hosts x 1 rank");
+  EXPECT_NE(this_host_key(), 0u);
+  EXPECT_EQ(this_host_key(), this_host_key());
+}
+
 // The model's choices where they are meant to differ: tiny allreduces take the
 // fewest messages when every rank has a core, and the fewest dependent rounds
 // when the host is oversubscribed (a reschedule per round); large ones move the
