@@ -51,6 +51,65 @@ TEST_P(Hierarchy, HostGroupsFromHostKeys) {
   }
 }
 
+const DataType kTypes[] = {DataType::kF32, DataType::kF64, DataType::kF16, DataType::kBF16,
+                           DataType::kI32, DataType::kI64, DataType::kU8};
+
+// hier, forced by RDMAFLOW_ALLREDUCE_ALGO, over 2 simulated hosts x 2 ranks
+// (hosts numbered host by host), 3 x 2 (interleaved) and this one host (where
+// it runs the ring within the host): every type and reduction, counts that
+// do not divide by the ranks per host or the hosts, in and out of place, and
+// a buffer of many pieces.
+TEST_P(Hierarchy, HierAllreduceEveryTypeAndReduction) {
+  struct Layout {
+    int world;
+    int hosts;  // keys: rank / (world / hosts); 0: this machine's own key
+    bool interleaved;
+  };
+  for (Layout l : {Layout{4, 2, false}, Layout{6, 3, true}, Layout{3, 0, false}}) {
+    RunOptions ro;
+    ro.timeout = Millis(300000);
+    auto r = run_ranks(
+        l.world,
+        [&](int rank, int n, Exchange& ex) {
+          setenv("RDMAFLOW_ALLREDUCE_ALGO", "hier", 1);
+          CommunicatorOptions co;
+          co.slot_bytes = 16384;  // many pieces per block
+          if (l.hosts > 0) {
+            co.host_key =
+                static_cast<uint64_t>(l.interleaved ? rank % l.hosts : rank / (n / l.hosts));
+          }
+          CommNode node;
+          RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node, co));
+          EXPECT_EQ(node.comm->host_groups().hierarchical(), l.hosts > 0);
+          auto chosen = node.comm->select(CollectiveKind::kAllreduce, 1000, DataType::kF32);
+          RF_ASSERT_OK(chosen);
+          EXPECT_EQ(*chosen, Algorithm::kHier);
+          uint32_t seed = 1;
+          for (DataType t : kTypes) {
+            for (ReduceOp op : kAllReduceOps) {
+              for (size_t count : {size_t{1}, size_t{5}, size_t{1001}, size_t{100003}}) {
+                CallSpec c{CollectiveKind::kAllreduce, Algorithm::kAuto, t, op, count};
+                c.in_place = seed % 2 == 0;
+                c.seed = seed++;
+                std::string first;
+                auto wrong = run_and_check(*node.comm, c, &first);
+                RF_ASSERT_OK(wrong);
+                EXPECT_EQ(*wrong, 0u)
+                    << "rank " << rank << " " << node.comm->host_groups().describe() << ": "
+                    << describe(c, n) << ": " << first;
+                if (*wrong) return 1;
+              }
+            }
+          }
+          RF_ASSERT_OK(ex.barrier());
+          return 0;
+        },
+        ro);
+    if (r.skipped) GTEST_SKIP() << r.message;
+    ASSERT_TRUE(r.ok) << l.world << " ranks, " << l.hosts << " hosts: " << r.message;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Hierarchy, ::testing::ValuesIn(backend_rows()),
                          [](const auto& info) { return info.param.label; });
 

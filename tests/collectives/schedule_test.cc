@@ -34,8 +34,8 @@ struct SimRank {
 
 // Runs the world; returns "" or a description of the failure.
 std::string simulate(CollectiveKind kind, Algorithm algo, DataType t, ReduceOp op, int world,
-                     size_t count, int root, size_t piece, int slots, uint32_t seed,
-                     bool in_place) {
+                     size_t count, int root, size_t piece, int slots, uint32_t seed, bool in_place,
+                     const HostGroups* hosts = nullptr, const CostModel* model = nullptr) {
   const size_t es = dtype_size(t);
   std::vector<SimRank> ranks(world);
   for (int r = 0; r < world; ++r) {
@@ -53,6 +53,8 @@ std::string simulate(CollectiveKind kind, Algorithm algo, DataType t, ReduceOp o
     a.root = root;
     a.rank = r;
     a.world = world;
+    a.hosts = hosts;
+    a.model = model;
     if (in_place) {
       if (kind == CollectiveKind::kAllgather) {
         std::memcpy(s.out.data() + r * count * es, s.in.data(), count * es);
@@ -290,6 +292,67 @@ TEST(Topology, FoldPairsTheFirstRanks) {
     }
     EXPECT_EQ(active, floor_pow2(n));
   }
+}
+
+// hier over layouts of hosts: two levels (hosts numbered host by host or
+// interleaved), one host, one rank per host, hosts of different sizes; with
+// cost models that pick different algorithms for the lanes between hosts;
+// counts that do not divide by the ranks per host or the hosts.
+TEST(Schedule, HierOverHostLayouts) {
+  const DataType types[] = {DataType::kF32, DataType::kF64, DataType::kF16, DataType::kBF16,
+                            DataType::kI32, DataType::kI64, DataType::kU8};
+  std::vector<std::vector<uint64_t>> layouts;
+  for (auto [hosts, q] :
+       {std::pair{2, 2}, {2, 3}, {3, 2}, {2, 4}, {4, 2}, {3, 3}, {4, 1}, {1, 4}}) {
+    std::vector<uint64_t> by_host, interleaved;
+    for (int r = 0; r < hosts * q; ++r) {
+      by_host.push_back(static_cast<uint64_t>(r / q));
+      interleaved.push_back(static_cast<uint64_t>(r % hosts));
+    }
+    layouts.push_back(by_host);
+    if (hosts > 1 && q > 1) layouts.push_back(interleaved);
+  }
+  layouts.push_back({0, 0, 1});
+  layouts.push_back({7, 3, 3, 7, 9});
+  CostParams latency, bandwidth;  // between hosts: messages dear, or bytes dear
+  latency.alpha = 1e-3;
+  latency.beta = 1e-12;
+  bandwidth.alpha = 1e-9;
+  bandwidth.beta = 1e-6;
+  std::map<Algorithm, int> lanes;  // the lanes' algorithms the models chose
+  uint32_t seed = 1;
+  for (const auto& keys : layouts) {
+    const HostGroups g(keys);
+    const int world = g.world();
+    std::vector<CostModel> models;
+    for (const CostParams& between : {latency, bandwidth, CostParams{}}) {
+      models.push_back(g.hierarchical() ? CostModel(g.hosts(), g.per_host(), CostParams{}, between)
+                                        : CostModel(world, between));
+    }
+    for (size_t mi = 0; mi <= models.size(); ++mi) {
+      const CostModel* model = mi < models.size() ? &models[mi] : nullptr;
+      const size_t counts[] = {1, static_cast<size_t>(world - 1), static_cast<size_t>(world + 1),
+                               37, 301};
+      for (size_t count : counts) {
+        for (bool in_place : {false, true}) {
+          const DataType t = types[seed % 7];
+          const ReduceOp op = kAllReduceOps[(seed / 7) % 5];
+          const size_t piece = 1 + seed % 9;
+          if (model != nullptr && g.hierarchical()) {
+            ++lanes[model->between_hosts(count / g.per_host() * dtype_size(t))];
+          }
+          std::string err = simulate(CollectiveKind::kAllreduce, Algorithm::kHier, t, op, world,
+                                     count, 0, piece, 1 + seed % 3, seed, in_place, &g, model);
+          ASSERT_EQ(err, "") << g.describe() << " model " << mi << " count " << count << " "
+                             << dtype_name(t) << " " << reduce_op_name(op) << " piece " << piece
+                             << (in_place ? " in-place" : "");
+          ++seed;
+        }
+      }
+    }
+  }
+  // The models above pick ring, Rabenseifner, recursive doubling and direct for the lanes.
+  EXPECT_GE(lanes.size(), 3u);
 }
 
 // Hosts are numbered by their lowest rank, local ranks in rank order.
