@@ -6,6 +6,7 @@
 // The transports are tested by the process tests (collectives_test.cc).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <random>
@@ -411,6 +412,50 @@ TEST(CostModel, RoundsDecideTinyAllreduceOnACrowdedHost) {
             4);
 }
 
+// Two levels: hier where a host's ranks reach each other for much less than
+// the other hosts (the cluster's figures, docs/scaling.md), at every size;
+// the flat algorithms where both levels cost the same (hier then moves more
+// bytes in all); never hier on one level or with one rank per host.
+TEST(CostModel, HierWhereTheHostIsCheaperThanTheLink) {
+  CostParams within, between;
+  within.alpha = 0.1e-6;
+  within.beta = 0.058e-9;
+  within.gamma = between.gamma = 0.022e-9;
+  between.alpha = 17.5e-6;
+  between.beta = 0.837e-9;
+  const CostModel two(2, 2, within, between), same(2, 2, between, between);
+  EXPECT_TRUE(two.two_level());
+  EXPECT_EQ(two.world(), 4);
+  for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{1} << 20, size_t{16} << 20}) {
+    EXPECT_EQ(two.choose(CollectiveKind::kAllreduce, bytes), Algorithm::kHier) << bytes;
+    const Algorithm lanes = two.between_hosts(bytes / 2);
+    EXPECT_NE(lanes, Algorithm::kHier);
+    EXPECT_DOUBLE_EQ(two.cost(CollectiveKind::kAllreduce, Algorithm::kHier, bytes),
+                     two.hierarchical(lanes, bytes));
+    EXPECT_LE(two.hierarchical(lanes, bytes), two.hierarchical(Algorithm::kRing, bytes));
+  }
+  // The lanes share the host's link: hier moves the buffer once over it, a
+  // flat ring 1.5 times; with the host's own copies hier is about 1.3x cheaper.
+  const size_t m = size_t{16} << 20;
+  const double ratio = two.cost(CollectiveKind::kAllreduce, Algorithm::kRing, m) /
+                       two.cost(CollectiveKind::kAllreduce, Algorithm::kHier, m);
+  EXPECT_GT(ratio, 1.3);
+  EXPECT_LT(ratio, 1.5);
+  EXPECT_NE(same.choose(CollectiveKind::kAllreduce, m), Algorithm::kHier);
+  for (const CostModel& flat : {CostModel(4, between), CostModel(4, 1, within, between)}) {
+    EXPECT_FALSE(flat.two_level());
+    EXPECT_TRUE(std::isinf(flat.cost(CollectiveKind::kAllreduce, Algorithm::kHier, m)));
+    EXPECT_NE(flat.choose(CollectiveKind::kAllreduce, 8), Algorithm::kHier);
+    EXPECT_NE(flat.choose(CollectiveKind::kAllreduce, m), Algorithm::kHier);
+  }
+  // Flat algorithms over two levels cost what they cost on the between-host level.
+  EXPECT_DOUBLE_EQ(two.cost(CollectiveKind::kAllreduce, Algorithm::kRing, m),
+                   CostModel(4, between).cost(CollectiveKind::kAllreduce, Algorithm::kRing, m));
+  // Dependent rounds: one step of each ring within the host, the lanes' between.
+  EXPECT_EQ(two.rounds(CollectiveKind::kAllreduce, Algorithm::kHier),
+            2 + CostModel(2, between).rounds(CollectiveKind::kAllreduce, two.between_hosts(0)));
+}
+
 // The registry is the one list of algorithms: every row has a name and a
 // collective, names and aliases parse back to the row, and the names the
 // environment knobs have always accepted still do.
@@ -447,6 +492,8 @@ TEST(Registry, EveryRowParsesAndImplementsSomething) {
       {"pairwise", Algorithm::kPairwise},
       {"dissemination", Algorithm::kDissemination},
       {"direct", Algorithm::kDirect},
+      {"hier", Algorithm::kHier},
+      {"hierarchical", Algorithm::kHier},
   };
   for (const auto& [name, algo] : known) EXPECT_EQ(parse_algorithm(name), algo) << name;
   size_t pairs = 0;
