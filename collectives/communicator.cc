@@ -139,6 +139,13 @@ bool oversubscribed(int world) {
   return local > cpus;
 }
 
+// The model of the layout: two levels where hosts have several ranks each,
+// else one (the between-host costs once ranks span hosts).
+CostModel model_for(const HostGroups& g, const CostParams& within, const CostParams& between) {
+  if (g.hierarchical()) return CostModel(g.hosts(), g.per_host(), within, between);
+  return CostModel(g.world(), g.hosts() > 1 ? between : within);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup setup,
@@ -208,6 +215,11 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
     c->lanes_.push_back(std::make_unique<Lane>());
     c->lanes_.back()->index = l;
   }
+  if (setup.world > 1) {
+    RDMAFLOW_RETURN_IF_ERROR(c->find_hosts(options.host_key.value_or(this_host_key())));
+  } else {
+    c->hosts_ = HostGroups::single_host(1);
+  }
   CostParams params;
   params.piece_bytes = cfg.slot_bytes;
   // On an oversubscribed host every dependent round waits for the partner to
@@ -222,12 +234,12 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
     return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "RDMAFLOW_COLL_ROUND_US must be >= 0");
   }
   params.round = static_cast<double>(round_us) * 1e-6;
-  c->model_ = CostModel(setup.world, params);
+  c->model_ = model_for(c->hosts_, params, params);
   if (agree) RDMAFLOW_RETURN_IF_ERROR(c->measure());
   RDMAFLOW_LOG_DEBUG(
       "collectives: rank {} of {}: {} lanes x {} slots x {} B per peer, {} direct peers; {}",
       c->rank_, c->world_, cfg.lanes, cfg.slots, cfg.slot_bytes, c->fabric_->direct_peers(),
-      c->model_.params().to_string());
+      c->model_.to_string());
   return c;
 }
 
@@ -246,17 +258,42 @@ Communicator::~Communicator() {
   }
 }
 
-// Ping-pong with the partner rank ^ 1 to measure alpha and beta; time the
-// reduction kernel for gamma; take the maximum over ranks.
+Status Communicator::find_hosts(uint64_t key) {
+  std::vector<uint64_t> keys(static_cast<size_t>(world_));
+  CollArgs args;
+  args.kind = CollectiveKind::kAllgather;
+  args.in = reinterpret_cast<const std::byte*>(&key);
+  args.out = reinterpret_cast<std::byte*>(keys.data());
+  args.count = 1;
+  args.type = DataType::kI64;
+  args.rank = rank_;
+  args.world = world_;
+  Program p(world_, args.type, ReduceOp::kSum, 1);
+  RDMAFLOW_RETURN_IF_ERROR(build_program(args, Algorithm::kRecursiveDoubling, p));
+  p.finalize();
+  RDMAFLOW_RETURN_IF_ERROR(
+      execute(*fabric_, p, 0, Clock::now() + *options_.timeout, "find the host groups"));
+  hosts_ = HostGroups(keys);
+  return Status::ok();
+}
+
+// Ping-pongs measure alpha and beta per level: within a host between local
+// ranks i and i ^ 1, between hosts between the local ranks 0 of hosts h and
+// h ^ 1 (one pair per link, so that nothing else shares the link while it is
+// measured). The reduction kernel is timed for gamma. Every figure is the
+// maximum over the ranks that measured it.
 Status Communicator::measure() {
   const auto deadline = Clock::now() + *options_.timeout;
-  const int partner = rank_ ^ 1;
+  const HostGroups& g = hosts_;
+  const int host = g.host_of(rank_), local = g.local_rank(rank_);
+  const int within = (local ^ 1) < g.local_size(host) ? g.ranks(host)[local ^ 1] : -1;
+  const int between = local == 0 && (host ^ 1) < g.hosts() ? g.ranks(host ^ 1)[0] : -1;
   std::vector<std::byte> a(256 * 1024), b(256 * 1024);
   const size_t large = std::min<size_t>(a.size(), fabric_->config().slot_bytes);
-  auto pingpong = [&](size_t bytes, int iters, double* seconds) -> Status {
+  auto pingpong = [&](int partner, size_t bytes, int iters, double* seconds) -> Status {
     Program p(world_, DataType::kU8, ReduceOp::kSum, bytes);
     for (int i = 0; i < iters; ++i) {
-      if (rank_ % 2 == 0) {
+      if (rank_ < partner) {
         p.send(partner, a.data(), bytes);
         p.recv(partner, b.data(), bytes);
       } else {
@@ -274,25 +311,29 @@ Status Communicator::measure() {
   // one round (a loaded or oversubscribed host) inflates that round only, and
   // an inflated alpha once made every size pick recursive doubling.
   constexpr int kRounds = 3;
-  auto fastest = [&](size_t bytes, int iters, double* seconds) -> Status {
+  auto fastest = [&](int partner, size_t bytes, int iters, double* seconds) -> Status {
     *seconds = std::numeric_limits<double>::infinity();
     for (int r = 0; r < kRounds; ++r) {
       double t = 0;
-      RDMAFLOW_RETURN_IF_ERROR(pingpong(bytes, iters, &t));
+      RDMAFLOW_RETURN_IF_ERROR(pingpong(partner, bytes, iters, &t));
       *seconds = std::min(*seconds, t);
     }
     return Status::ok();
   };
-  double params[4] = {0, 0, 0, model_.params().round};
-  if (partner < world_) {
+  // alpha, beta: [0], [1] within a host, [2], [3] between hosts; [4] gamma; [5] round.
+  double params[6] = {0, 0, 0, 0, 0, model_.params().round};
+  auto measure_pair = [&](int partner, double* alpha, double* beta) -> Status {
     double t = 0, small = 0, big = 0;
-    RDMAFLOW_RETURN_IF_ERROR(pingpong(8, 4, &t));  // warm up
-    RDMAFLOW_RETURN_IF_ERROR(fastest(8, 8, &small));
-    RDMAFLOW_RETURN_IF_ERROR(pingpong(large, 1, &t));
-    RDMAFLOW_RETURN_IF_ERROR(fastest(large, 2, &big));
-    params[0] = small / 2;
-    params[1] = std::max(1e-12, (big - small) / 2 / static_cast<double>(large));
-  }
+    RDMAFLOW_RETURN_IF_ERROR(pingpong(partner, 8, 4, &t));  // warm up
+    RDMAFLOW_RETURN_IF_ERROR(fastest(partner, 8, 8, &small));
+    RDMAFLOW_RETURN_IF_ERROR(pingpong(partner, large, 1, &t));
+    RDMAFLOW_RETURN_IF_ERROR(fastest(partner, large, 2, &big));
+    *alpha = small / 2;
+    *beta = std::max(1e-12, (big - small) / 2 / static_cast<double>(large));
+    return Status::ok();
+  };
+  if (within >= 0) RDMAFLOW_RETURN_IF_ERROR(measure_pair(within, &params[0], &params[1]));
+  if (between >= 0) RDMAFLOW_RETURN_IF_ERROR(measure_pair(between, &params[2], &params[3]));
   {
     std::vector<float> x(64 * 1024, 1.0f), y(64 * 1024, 2.0f);
     reduce_buffers(DataType::kF32, ReduceOp::kSum, x.data(), x.data(), y.data(), x.size());
@@ -304,31 +345,34 @@ Status Communicator::measure() {
       }
       best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count() / 4);
     }
-    params[2] = best / static_cast<double>(x.size() * sizeof(float));
+    params[4] = best / static_cast<double>(x.size() * sizeof(float));
   }
   // Agree: the maximum over ranks, by recursive doubling on lane 0.
-  double agreed[4] = {0, 0, 0, 0};
+  double agreed[6] = {0, 0, 0, 0, 0, 0};
   CollArgs args;
   args.kind = CollectiveKind::kAllreduce;
   args.in = reinterpret_cast<const std::byte*>(params);
   args.out = reinterpret_cast<std::byte*>(agreed);
-  std::vector<double> tmp(4);
+  std::vector<double> tmp(std::size(params));
   args.tmp = reinterpret_cast<std::byte*>(tmp.data());
-  args.count = 4;
+  args.count = std::size(params);
   args.type = DataType::kF64;
   args.op = ReduceOp::kMax;
   args.rank = rank_;
   args.world = world_;
-  Program p(world_, DataType::kF64, ReduceOp::kMax, 4);
+  Program p(world_, DataType::kF64, ReduceOp::kMax, args.count);
   RDMAFLOW_RETURN_IF_ERROR(build_program(args, Algorithm::kRecursiveDoubling, p));
   p.finalize();
   RDMAFLOW_RETURN_IF_ERROR(execute(*fabric_, p, 0, deadline, "agree on channel costs"));
-  CostParams cp = model_.params();
-  if (agreed[0] > 0) cp.alpha = agreed[0];
-  if (agreed[1] > 0) cp.beta = agreed[1];
-  if (agreed[2] > 0) cp.gamma = agreed[2];
-  cp.round = agreed[3];
-  model_ = CostModel(world_, cp);
+  auto level = [&](double alpha, double beta) {
+    CostParams cp = model_.params();
+    if (alpha > 0) cp.alpha = alpha;
+    if (beta > 0) cp.beta = beta;
+    if (agreed[4] > 0) cp.gamma = agreed[4];
+    cp.round = agreed[5];
+    return cp;
+  };
+  model_ = model_for(g, level(agreed[0], agreed[1]), level(agreed[2], agreed[3]));
   return Status::ok();
 }
 
@@ -432,6 +476,8 @@ Status Communicator::prepare(Call& call, CollectiveKind kind, const void* in, vo
   a.root = root;
   a.rank = rank_;
   a.world = world_;
+  a.hosts = &hosts_;
+  a.model = &model_;
   if (kind == CollectiveKind::kBroadcast && a.in == nullptr) a.in = a.out;
   call.algo = algo;
   const uint64_t seq = calls_.fetch_add(1);

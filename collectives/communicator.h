@@ -42,6 +42,7 @@
 
 #include "collectives/cost_model.h"
 #include "collectives/fabric.h"
+#include "collectives/topology.h"
 #include "collectives/types.h"
 #include "common/dtype.h"
 #include "common/status.h"
@@ -70,6 +71,10 @@ struct CommunicatorOptions {
   bool measure = true;            // measure alpha/beta at creation (else defaults)
   std::optional<bool> direct;     // same-host direct path; default RDMAFLOW_COLL_DIRECT (1)
   std::optional<Millis> timeout;  // default RDMAFLOW_TIMEOUT_MS
+  // Ranks with equal keys are one host (host_groups()); default this_host_key()
+  // (topology.h). Tests set it to simulate hosts on one machine; which path
+  // a pair's bytes take still follows its channel.
+  std::optional<uint64_t> host_key;
 };
 
 struct CallOptions {
@@ -113,6 +118,9 @@ class Communicator {
   int rank() const { return rank_; }
   int world_size() const { return world_; }
   const CostModel& cost_model() const { return model_; }
+  // Which ranks share a host, learnt at creation from every rank's host key
+  // (an allgather over the channels, whatever path they take).
+  const HostGroups& host_groups() const { return hosts_; }
   const FabricConfig& config() const { return fabric_->config(); }
   // Counters of the fabric: peers on the same-host direct path, pieces sent
   // each way, doorbell sleeps.
@@ -167,6 +175,7 @@ class Communicator {
   Status prepare(Call& call, CollectiveKind kind, const void* in, void* out, size_t count,
                  DataType type, ReduceOp op, int root, const CallOptions& options);
   Status execute_call(Call& call, Lane& lane);
+  Status find_hosts(uint64_t key);
   Status measure();
   void worker_loop(Lane* lane);
 
@@ -174,6 +183,7 @@ class Communicator {
   int world_ = 1;
   CommunicatorOptions options_;
   std::unique_ptr<Fabric> fabric_;
+  HostGroups hosts_;
   CostModel model_;
   std::vector<std::optional<Algorithm>> env_algo_;    // per CollectiveKind
   mutable std::atomic<uint64_t> algo_memo_[16] = {};  // per CollectiveKind, see select()

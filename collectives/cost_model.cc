@@ -41,6 +41,7 @@ CostTerms CostModel::terms(size_t bytes) const {
   t.lg = ceil_log2(world_);
   t.folded = pof2 != world_;
   t.k = static_cast<double>(p_.piece_bytes);
+  t.model = this;
   return t;
 }
 
@@ -70,6 +71,51 @@ Algorithm CostModel::choose(CollectiveKind kind, size_t bytes) const {
     }
   }
   return best;
+}
+
+namespace {
+
+CostParams without_rounds(CostParams p) {
+  p.round = 0;
+  return p;
+}
+
+}  // namespace
+
+Algorithm CostModel::between_hosts(size_t block_bytes) const {
+  CostParams link = p_;
+  link.beta *= per_host_;  // the host's lanes share its link
+  return CostModel(hosts_, link).choose(CollectiveKind::kAllreduce, block_bytes);
+}
+
+CostModel::Estimate CostModel::hier_estimate(Algorithm between, size_t bytes) const {
+  Estimate e;
+  if (!two_level()) {
+    e.seconds = std::numeric_limits<double>::infinity();
+    return e;
+  }
+  CostParams link = without_rounds(p_);
+  link.beta *= per_host_;
+  const CostModel host(per_host_, without_rounds(within_)), lanes(hosts_, link);
+  const size_t block = bytes / static_cast<size_t>(per_host_);
+  e.rounds = host.rounds(CollectiveKind::kReduceScatter, Algorithm::kRing) +
+             lanes.rounds(CollectiveKind::kAllreduce, between) +
+             host.rounds(CollectiveKind::kAllgather, Algorithm::kRing);
+  e.seconds = host.cost(CollectiveKind::kReduceScatter, Algorithm::kRing, bytes) +
+              lanes.cost(CollectiveKind::kAllreduce, between, block) +
+              host.cost(CollectiveKind::kAllgather, Algorithm::kRing, bytes);
+  return e;
+}
+
+double CostModel::hierarchical(Algorithm between, size_t bytes) const {
+  const Estimate e = hier_estimate(between, bytes);
+  return p_.round * e.rounds + e.seconds;
+}
+
+std::string CostModel::to_string() const {
+  if (!two_level()) return p_.to_string();
+  return std::to_string(hosts_) + " hosts x " + std::to_string(per_host_) +
+         " ranks; within a host " + within_.to_string() + "; between hosts " + p_.to_string();
 }
 
 }  // namespace rdmaflow

@@ -2,8 +2,10 @@
 // picks an algorithm per call: alpha = seconds per message, beta = seconds per
 // byte on the wire, gamma = seconds per byte reduced. alpha and beta are
 // measured on the communicator's own channels when it is created (a few
-// ping-pongs between rank pairs, bounded in time); gamma by timing the f32 sum
-// kernel. Every rank uses the maximum over ranks, so all pick the same.
+// ping-pongs between rank pairs, bounded in time: a pair on one host for the
+// within-host level, a pair on two hosts for the between-host level); gamma
+// by timing the f32 sum kernel. Every rank uses the maximum over ranks, so
+// all pick the same.
 #pragma once
 
 #include <algorithm>
@@ -28,6 +30,8 @@ struct CostParams {
   std::string to_string() const;
 };
 
+class CostModel;
+
 // The quantities of one estimate, computed once by the model and handed to
 // the algorithm's cost and rounds functions (registry.h).
 struct CostTerms {
@@ -41,31 +45,73 @@ struct CostTerms {
   double lg = 0;        // ceil(log2(n))
   bool folded = false;  // n is not a power of two: a fold step before and after
   double k = 1;         // piece bytes
+  // The model that made these terms: an algorithm composed of others (hier)
+  // costs its parts with it.
+  const CostModel* model = nullptr;
   // Pieces add a message each; pipelines need their depth in pieces to fill.
   double pieces(double msg) const { return std::max(1.0, std::ceil(msg / k)); }
 };
 
+// One level: every pair of ranks costs the same (one host; one rank per host;
+// hosts of different sizes, costed with the between-host costs). Two levels:
+// `hosts` hosts of `per_host` ranks each, with the costs of each level. There
+// the flat algorithms are costed with the between-host costs over all ranks
+// (each of their steps waits for its slowest hop, which crosses hosts) and
+// hier per level: a reduce-scatter within the host, an allreduce of the
+// host's 1/per_host share between the hosts by per_host lanes at once that
+// share the host's link, an allgather within the host.
 class CostModel {
  public:
   CostModel() = default;
-  CostModel(int world, CostParams params) : world_(world), p_(params) {}
+  CostModel(int world, CostParams params) : world_(world), p_(params), within_(params) {}
+  CostModel(int hosts, int per_host, CostParams within, CostParams between)
+      : world_(hosts * per_host),
+        hosts_(hosts),
+        per_host_(per_host),
+        p_(between),
+        within_(within) {}
 
   // Dependent rounds of `algo` for `kind` (a rank waits for a partner once per round).
   double rounds(CollectiveKind kind, Algorithm algo) const;
   // Estimated seconds of `algo` for a call moving `bytes` (the bytes of the
   // largest buffer of the call); +inf when the algorithm does not implement the
-  // collective.
+  // collective (or, hier, on one level).
   double cost(CollectiveKind kind, Algorithm algo, size_t bytes) const;
   // The cheapest algorithm for the call.
   Algorithm choose(CollectiveKind kind, size_t bytes) const;
+  // The flat algorithms' costs: between hosts on two levels.
   const CostParams& params() const { return p_; }
+  // The costs within a host (params() on one level).
+  const CostParams& within() const { return within_; }
   int world() const { return world_; }
+  int hosts() const { return hosts_; }
+  int per_host() const { return per_host_; }
+  bool two_level() const { return hosts_ > 1 && per_host_ > 1; }
   // The terms of an estimate for a call moving `bytes`.
   CostTerms terms(size_t bytes) const;
 
+  // hier's allreduce between the hosts of a lane on its block of
+  // `block_bytes`: the cheapest flat allreduce over `hosts` ranks on links
+  // that carry every lane at once.
+  Algorithm between_hosts(size_t block_bytes) const;
+  // hier with `between` for the lanes: its dependent rounds, and its seconds
+  // without them (two levels only).
+  struct Estimate {
+    double rounds = 0;
+    double seconds = 0;
+  };
+  Estimate hier_estimate(Algorithm between, size_t bytes) const;
+  // Seconds of hier with `between` for the lanes, rounds included; +inf on one level.
+  double hierarchical(Algorithm between, size_t bytes) const;
+  // The costs of each level, for logs and benchmarks.
+  std::string to_string() const;
+
  private:
   int world_ = 1;
+  int hosts_ = 1;
+  int per_host_ = 1;
   CostParams p_;
+  CostParams within_;
 };
 
 // The algorithms that implement `kind`, in table order (registry.h).

@@ -19,7 +19,18 @@ void Program::add(Item item) {
   items_.push_back(item);
 }
 
+Program::Group::Group(Program& p, std::span<const int> ranks) : p_(p), saved_(p.map_) {
+  std::vector<int> map(ranks.begin(), ranks.end());
+  for (int& r : map) r = p.real(r);
+  p_.map_ = std::move(map);
+}
+
+Program::Group::~Group() {
+  p_.map_ = std::move(saved_);
+}
+
 void Program::send(int peer, const void* src, size_t elems) {
+  peer = real(peer);
   const auto* p = static_cast<const std::byte*>(src);
   for (size_t off = 0; off < elems; off += piece_elems_) {
     Item it;
@@ -33,6 +44,7 @@ void Program::send(int peer, const void* src, size_t elems) {
 }
 
 void Program::recv(int peer, void* dst, size_t elems) {
+  peer = real(peer);
   auto* p = static_cast<std::byte*>(dst);
   for (size_t off = 0; off < elems; off += piece_elems_) {
     Item it;
@@ -46,6 +58,7 @@ void Program::recv(int peer, void* dst, size_t elems) {
 }
 
 void Program::recv_reduce(int peer, void* dst, const void* operand, size_t elems) {
+  peer = real(peer);
   auto* p = static_cast<std::byte*>(dst);
   const auto* a = static_cast<const std::byte*>(operand);
   for (size_t off = 0; off < elems; off += piece_elems_) {

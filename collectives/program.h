@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,23 @@ class Program {
   // Marks the start of the next algorithm step (only labels items).
   void next_step() { ++step_; }
 
+  // A collective among a subset of the ranks, written by an algorithm that
+  // knows only "rank r of n": while a Group lives, the peers the vocabulary
+  // names are indices into `ranks` (virtual ranks) and are recorded as the
+  // real ranks they stand for. Groups nest (indices into the enclosing
+  // group's ranks). scale() still divides by the program's world.
+  class Group {
+   public:
+    Group(Program& p, std::span<const int> ranks);
+    ~Group();
+    Group(const Group&) = delete;
+    Group& operator=(const Group&) = delete;
+
+   private:
+    Program& p_;
+    std::vector<int> saved_;
+  };
+
   // Computes dependencies; call once after the last item.
   void finalize();
 
@@ -80,6 +98,7 @@ class Program {
 
  private:
   void add(Item item);
+  int real(int peer) const { return map_.empty() ? peer : map_[static_cast<size_t>(peer)]; }
   void local(ItemKind kind, void* dst, const void* src, size_t elems);  // copy, scale, reduce
 
   int world_;
@@ -88,6 +107,7 @@ class Program {
   size_t elem_size_;
   size_t piece_elems_;
   uint32_t step_ = 0;
+  std::vector<int> map_;  // virtual -> real rank inside a Group; empty: identity
   std::vector<Item> items_;
   std::vector<std::vector<uint32_t>> deps_;
   std::vector<uint64_t> sends_;

@@ -1,5 +1,12 @@
 #include "collectives/topology.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <string_view>
+
 namespace rdmaflow {
 
 int floor_pow2(int n) {
@@ -96,6 +103,91 @@ int fold_first_real(const Fold& f, int v) {
 }
 int fold_last_real(const Fold& f, int v) {
   return v < f.rem ? 2 * v + 1 : v + f.rem;
+}
+
+namespace {
+
+// FNV-1a over `bytes`, then a separator byte so that ("ab", "c") and ("a",
+// "bc") hash differently.
+uint64_t fnv1a(uint64_t h, std::string_view bytes) {
+  for (char c : bytes) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  h ^= 0xFF;
+  return h * 0x100000001b3ull;
+}
+
+std::string first_line(const char* path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+std::string inode_of(const char* path) {
+  struct stat st {};
+  return ::stat(path, &st) == 0 ? std::to_string(st.st_ino) : std::string();
+}
+
+}  // namespace
+
+uint64_t this_host_key() {
+  static const uint64_t key = [] {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv1a(h, host);
+    h = fnv1a(h, first_line("/proc/sys/kernel/random/boot_id"));
+    h = fnv1a(h, inode_of("/proc/self/ns/pid"));
+    return fnv1a(h, inode_of("/proc/self/ns/ipc"));
+  }();
+  return key;
+}
+
+HostGroups::HostGroups(std::span<const uint64_t> keys) {
+  std::map<uint64_t, int> index;
+  host_of_.resize(keys.size());
+  local_rank_.resize(keys.size());
+  for (size_t r = 0; r < keys.size(); ++r) {
+    auto [it, fresh] = index.emplace(keys[r], static_cast<int>(members_.size()));
+    if (fresh) members_.emplace_back();
+    const int h = it->second;
+    host_of_[r] = h;
+    local_rank_[r] = static_cast<int>(members_[h].size());
+    members_[h].push_back(static_cast<int>(r));
+  }
+  per_host_ = members_.empty() ? 0 : local_size(0);
+  for (const auto& m : members_) {
+    if (static_cast<int>(m.size()) != per_host_) per_host_ = 0;
+  }
+}
+
+HostGroups HostGroups::single_host(int world) {
+  return HostGroups(std::vector<uint64_t>(static_cast<size_t>(world), 0));
+}
+
+HostGroups HostGroups::uniform(int hosts, int per_host) {
+  std::vector<uint64_t> keys;
+  for (int h = 0; h < hosts; ++h) keys.insert(keys.end(), static_cast<size_t>(per_host), h);
+  return HostGroups(keys);
+}
+
+std::vector<int> HostGroups::lane(int local) const {
+  std::vector<int> out;
+  for (const auto& m : members_) {
+    if (local < static_cast<int>(m.size())) out.push_back(m[local]);
+  }
+  return out;
+}
+
+std::string HostGroups::describe() const {
+  std::string s = std::to_string(hosts()) + (hosts() == 1 ? " host" : " hosts");
+  if (per_host_ > 0)
+    return s + " x " + std::to_string(per_host_) + (per_host_ == 1 ? " rank" : " ranks");
+  s += " (";
+  for (int h = 0; h < hosts(); ++h) s += (h ? ", " : "") + std::to_string(local_size(h));
+  return s + " ranks)";
 }
 
 }  // namespace rdmaflow

@@ -1,6 +1,9 @@
 // Who talks to whom: the rank topologies the algorithms are built on.
 #pragma once
 
+#include <cstdint>
+#include <span>
+#include <string>
 #include <vector>
 
 namespace rdmaflow {
@@ -44,6 +47,52 @@ int fold_real_rank(const Fold& f, int v);
 // Consecutive virtual ranks stand for consecutive real ranks.
 int fold_first_real(const Fold& f, int v);
 int fold_last_real(const Fold& f, int v);
+
+// Which ranks share a host (can share memory), from one 64-bit key per rank:
+// ranks with equal keys are one host. Hosts are numbered in the order of
+// their lowest rank, and a host's ranks are numbered (local rank) in rank
+// order, so every rank derives the same groups from the same keys.
+class HostGroups {
+ public:
+  HostGroups() = default;
+  // keys[r] is rank r's host key.
+  explicit HostGroups(std::span<const uint64_t> keys);
+  // All `world` ranks on one host.
+  static HostGroups single_host(int world);
+  // `hosts` hosts of `per_host` ranks each, numbered host by host.
+  static HostGroups uniform(int hosts, int per_host);
+
+  int world() const { return static_cast<int>(host_of_.size()); }
+  int hosts() const { return static_cast<int>(members_.size()); }
+  int host_of(int rank) const { return host_of_[rank]; }
+  int local_rank(int rank) const { return local_rank_[rank]; }
+  int local_size(int host) const { return static_cast<int>(members_[host].size()); }
+  // The ranks of `host`, in rank order (local rank i is ranks(host)[i]).
+  std::span<const int> ranks(int host) const { return members_[host]; }
+  // Ranks per host when every host has as many, else 0.
+  int per_host() const { return per_host_; }
+  // Several hosts with several ranks each, as many on every host: the layout
+  // a hierarchical collective needs.
+  bool hierarchical() const { return hosts() > 1 && per_host_ > 1; }
+  // The rank of local rank `local` on every host, in host order (a uniform
+  // layout's lane `local` between hosts).
+  std::vector<int> lane(int local) const;
+  // "2 hosts x 2 ranks", "3 hosts (2, 1, 1 ranks)".
+  std::string describe() const;
+
+ private:
+  std::vector<int> host_of_;
+  std::vector<int> local_rank_;
+  std::vector<std::vector<int>> members_;
+  int per_host_ = 0;
+};
+
+// This process's host key (computed once): a 64-bit hash (FNV-1a) of the
+// hostname, the kernel's boot id and the inodes of its pid and IPC
+// namespaces. Processes with equal keys run on one kernel in the same
+// namespaces, so they can share memory; the hostname and the IPC namespace
+// tell apart the hosts of one machine that scripts/cluster simulates.
+uint64_t this_host_key();
 
 inline bool is_pow2(int n) {
   return n > 0 && (n & (n - 1)) == 0;

@@ -52,6 +52,7 @@ enum class Algorithm : uint8_t {
   kPairwise,           // alltoall: n-1 pairwise exchange steps
   kDissemination,      // barrier: ceil(log2 n) rounds of zero-payload notifies
   kDirect,             // allgather, allreduce: every rank writes its block to every other at once
+  kHier,  // allreduce: reduce-scatter within hosts, allreduce between, allgather within
 };
 
 // "auto", or the algorithm's name in the registry ("ring", "tree", "dbtree", ...).

@@ -690,14 +690,21 @@ int main(int argc, char** argv) {
   out_json["host_count"] = std::set<std::string>(hosts.begin(), hosts.end()).size();
   if (a.vs_mpi) out_json["mpi"] = {{"pml", mpi_pml}, {"btl", mpi_btl}};
   if (a.vs_gloo) out_json["gloo"] = {{"transport", "tcp"}, {"address", gloo_address}};
-  out_json["cost_model"] = comm.cost_model().params().to_string();
+  out_json["cost_model"] = comm.cost_model().to_string();
+  out_json["host_groups"] = comm.host_groups().describe();
   {
-    const CostParams& cp = comm.cost_model().params();
-    out_json["cost_params"] = {{"alpha_s", cp.alpha},
-                               {"beta_s_per_byte", cp.beta},
-                               {"gamma_s_per_byte", cp.gamma},
-                               {"round_s", cp.round},
-                               {"piece_bytes", cp.piece_bytes}};
+    auto params_json = [](const CostParams& cp) {
+      return nlohmann::json{{"alpha_s", cp.alpha},
+                            {"beta_s_per_byte", cp.beta},
+                            {"gamma_s_per_byte", cp.gamma},
+                            {"round_s", cp.round},
+                            {"piece_bytes", cp.piece_bytes}};
+    };
+    // Between hosts when the model has two levels (cost_params_within: within a host).
+    out_json["cost_params"] = params_json(comm.cost_model().params());
+    if (comm.cost_model().two_level()) {
+      out_json["cost_params_within"] = params_json(comm.cost_model().within());
+    }
   }
   out_json["communicator_create_ms"] = create_ms;
   out_json["direct_peers"] = comm.stats().direct_peers;
@@ -718,8 +725,9 @@ int main(int argc, char** argv) {
     }
     if (a.vs_mpi) std::printf("# Open MPI: pml %s, btl %s\n", mpi_pml.c_str(), mpi_btl.c_str());
     if (a.vs_gloo) std::printf("# Gloo: its tcp transport on %s\n", gloo_address.c_str());
-    std::printf("# cost model: %s (communicator created in %.1f ms)\n",
-                comm.cost_model().params().to_string().c_str(), create_ms);
+    std::printf("# host groups: %s; cost model: %s (communicator created in %.1f ms)\n",
+                comm.host_groups().describe().c_str(), comm.cost_model().to_string().c_str(),
+                create_ms);
     std::printf("# same-host direct path (RDMAFLOW_COLL_DIRECT): %d of %d peers\n",
                 comm.stats().direct_peers, world - 1);
     std::printf("# times: p50 over iterations of the slowest rank; GB/s = 1e9 B/s\n");

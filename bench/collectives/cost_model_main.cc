@@ -26,9 +26,11 @@
 //                      the same with the near partners first: the host's
 //                      ranks reduce among themselves before anything crosses
 //   hier ring / hier rabenseifner
-//                      reduce-scatter within the host (ring), allreduce of the
-//                      host's 1/q share between hosts by q rings (or
-//                      Rabenseifner) at once, allgather within the host (ring)
+//                      the library's hier (collectives/algorithms/hier.cc,
+//                      CostModel::hierarchical) with ring or Rabenseifner
+//                      between hosts: reduce-scatter within the host (ring),
+//                      allreduce of the host's 1/q share between hosts by q
+//                      lanes at once, allgather within the host (ring)
 // The bound is the link's: every host sends 2(H-1)/H of the buffer at least.
 #include <cmath>
 #include <cstdio>
@@ -92,17 +94,6 @@ double flat_rabenseifner(const Args& a, double m, bool near_first) {
   return total;
 }
 
-double hierarchical(const Args& a, Algorithm between, double m) {
-  const int q = a.per_host;
-  const CostModel intra(q, level(a, a.intra_alpha, a.intra_beta));
-  // q lanes at once between hosts, each with 1/q of the buffer, share the link.
-  const CostModel inter(a.hosts, level(a, a.alpha, a.beta * q));
-  const auto b = static_cast<size_t>(m);
-  return intra.cost(CollectiveKind::kReduceScatter, Algorithm::kRing, b) +
-         inter.cost(CollectiveKind::kAllreduce, between, b / static_cast<size_t>(q)) +
-         intra.cost(CollectiveKind::kAllgather, Algorithm::kRing, b);
-}
-
 std::optional<int> parse(int argc, char** argv, Args& a) {
   CLI::App app{
       "What the collectives' cost model predicts for hosts x ranks per host, given the costs\n"
@@ -157,16 +148,20 @@ int main(int argc, char** argv) {
     if (a.per_host == 1) {
       const CostModel model(n, level(a, a.alpha, a.beta));
       for (Algorithm algo : algorithms_for(kind)) {
-        rows.push_back({bytes, std::string(algorithm_name(algo)), model.cost(kind, algo, bytes)});
+        const double seconds = model.cost(kind, algo, bytes);
+        // hier needs two levels
+        if (std::isfinite(seconds))
+          rows.push_back({bytes, std::string(algorithm_name(algo)), seconds});
       }
       continue;
     }
-    const CostModel flat(n, level(a, a.alpha, a.beta));
-    rows.push_back({bytes, "flat ring", flat.cost(kind, Algorithm::kRing, bytes)});
+    const CostModel two(a.hosts, a.per_host, level(a, a.intra_alpha, a.intra_beta),
+                        level(a, a.alpha, a.beta));
+    rows.push_back({bytes, "flat ring", two.cost(kind, Algorithm::kRing, bytes)});
     rows.push_back({bytes, "flat rabenseifner", flat_rabenseifner(a, m, false)});
     rows.push_back({bytes, "flat rabenseifner near", flat_rabenseifner(a, m, true)});
-    rows.push_back({bytes, "hier ring", hierarchical(a, Algorithm::kRing, m)});
-    rows.push_back({bytes, "hier rabenseifner", hierarchical(a, Algorithm::kRabenseifner, m)});
+    rows.push_back({bytes, "hier ring", two.hierarchical(Algorithm::kRing, bytes)});
+    rows.push_back({bytes, "hier rabenseifner", two.hierarchical(Algorithm::kRabenseifner, bytes)});
   }
   // The link's bound: each host sends 2(H-1)/H of the buffer (allreduce).
   auto bound = [&](double m) {

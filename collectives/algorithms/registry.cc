@@ -56,6 +56,11 @@ void direct_allgather(const CollArgs& a, Program& p);
 size_t direct_scratch(const CollArgs& a);
 double direct_rounds(CollectiveKind kind, const CostTerms& t);
 double direct_cost(CollectiveKind kind, const CostTerms& t);
+// hier.cc
+void hier_allreduce(const CollArgs& a, Program& p);
+size_t hier_scratch(const CollArgs& a);
+double hier_rounds(CollectiveKind kind, const CostTerms& t);
+double hier_cost(CollectiveKind kind, const CostTerms& t);
 
 namespace {
 
@@ -94,6 +99,9 @@ constexpr AlgorithmInfo kTable[] = {
     {A::kDirect, "direct", {},
      builders({{K::kAllreduce, direct_allreduce}, {K::kAllgather, direct_allgather}}),
      direct_scratch, direct_rounds, direct_cost},
+    {A::kHier, "hier", {"hierarchical"},
+     builders({{K::kAllreduce, hier_allreduce}}),
+     hier_scratch, hier_rounds, hier_cost},
 };
 // clang-format on
 
@@ -141,6 +149,20 @@ Status build_program(const CollArgs& a, Algorithm algo, Program& p) {
   return RDMAFLOW_ERROR(Code::kInvalidArgument, std::string(collective_name(a.kind)), -1,
                         "algorithm '" + std::string(algorithm_name(algo)) +
                             "' does not implement " + std::string(collective_name(a.kind)));
+}
+
+Status build_in_group(const CollArgs& sub, Algorithm algo, std::span<const int> ranks, Program& p) {
+  CollArgs a = sub;
+  a.hosts = nullptr;
+  Program::Group group(p, ranks);
+  return build_program(a, algo, p);
+}
+
+void build_in_group(const CollArgs& sub, BuildFn build, std::span<const int> ranks, Program& p) {
+  CollArgs a = sub;
+  a.hosts = nullptr;
+  Program::Group group(p, ranks);
+  build(a, p);
 }
 
 // The names and checks of types.h, answered by the table.

@@ -21,6 +21,7 @@
 
 #include "collectives/cost_model.h"
 #include "collectives/program.h"
+#include "collectives/topology.h"
 #include "collectives/types.h"
 #include "common/status.h"
 
@@ -44,6 +45,11 @@ struct CollArgs {
   int root = 0;
   int rank = 0;
   int world = 1;
+  // The communicator's host groups and cost model (null: one host, the
+  // default costs): what a hierarchical algorithm builds and chooses its
+  // phases with.
+  const HostGroups* hosts = nullptr;
+  const CostModel* model = nullptr;
 
   size_t es() const { return dtype_size(type); }
   const std::byte* in_at(size_t elem) const { return in + elem * es(); }
@@ -103,5 +109,15 @@ size_t temp_elems(const CollArgs& args, Algorithm algo);
 // Emits the program of `algo` for `args` (not finalized). kInvalidArgument when
 // the algorithm does not implement the collective.
 Status build_program(const CollArgs& args, Algorithm algo, Program& program);
+
+// Emits the program of `sub`, a collective among `ranks` (this rank is
+// ranks[sub.rank], sub.world == ranks.size()), by `algo` or by `build`; the
+// peers it names are mapped to the real ranks (Program::Group). The phases of
+// a hierarchical algorithm are such sub-collectives (one within a host, one
+// between hosts). The sub-collective sees its ranks as one host.
+Status build_in_group(const CollArgs& sub, Algorithm algo, std::span<const int> ranks,
+                      Program& program);
+void build_in_group(const CollArgs& sub, BuildFn build, std::span<const int> ranks,
+                    Program& program);
 
 }  // namespace rdmaflow

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "collectives/algorithms/parts.h"
 #include "collectives/algorithms/registry.h"
 
 namespace rdmaflow {
@@ -18,28 +19,41 @@ int mod(int a, int n) {
 
 }  // namespace
 
-void ring_allreduce(const CollArgs& a, Program& p) {
+void ring_reduce_scatter_blocks(const CollArgs& a, Program& p) {
   const int n = a.world, r = a.rank;
   if (n == 1) return p.copy(a.out, a.in, a.count);
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
   auto blk = [&](int b) { return block_range(a.count, n, mod(b, n)); };
-
-  // Reduce-scatter: at step s, block r-1-s leaves and block r-2-s comes in and
-  // is reduced; after n-1 steps this rank holds block r fully reduced.
+  // At step s, block r-1-s leaves and block r-2-s comes in and is reduced;
+  // after n-1 steps this rank holds block r fully reduced.
   for (int s = 0; s < n - 1; ++s) {
     BlockRange sb = blk(r - 1 - s), rb = blk(r - 2 - s);
     p.send(next, s == 0 ? a.in_at(sb.begin) : a.out_at(sb.begin), sb.size);
     p.recv_reduce(prev, a.out_at(rb.begin), a.in_at(rb.begin), rb.size);
     p.next_step();
   }
-  if (a.op == ReduceOp::kAvg) p.scale(a.out_at(blk(r).begin), blk(r).size);
-  // Allgather: pass the finished blocks around.
+}
+
+void ring_allgather_blocks(const CollArgs& a, Program& p) {
+  const int n = a.world, r = a.rank;
+  if (n == 1) return;
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  auto blk = [&](int b) { return block_range(a.count, n, mod(b, n)); };
   for (int s = 0; s < n - 1; ++s) {
     BlockRange sb = blk(r - s), rb = blk(r - s - 1);
     p.send(next, a.out_at(sb.begin), sb.size);
     p.recv(prev, a.out_at(rb.begin), rb.size);
     p.next_step();
   }
+}
+
+void ring_allreduce(const CollArgs& a, Program& p) {
+  ring_reduce_scatter_blocks(a, p);
+  if (a.world > 1 && a.op == ReduceOp::kAvg) {
+    const BlockRange mine = block_range(a.count, a.world, a.rank);
+    p.scale(a.out_at(mine.begin), mine.size);
+  }
+  ring_allgather_blocks(a, p);
 }
 
 void ring_reduce_scatter(const CollArgs& a, Program& p) {

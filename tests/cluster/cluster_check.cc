@@ -2,19 +2,23 @@
 // hand) on the simulated hosts of scripts/cluster: bootstraps from the
 // launcher's own variables, lets RDMAFLOW_TRANSPORT (auto unless set) choose
 // a transport per peer, checks every channel with a message each way, then
-// runs two allreduces and checks their sums.
+// runs three allreduces and checks their sums.
 //
 //   mpirun ... -H h0:2,h1:1 cluster_check --expect-split
 //   srun -N 2 -n 4 cluster_check
+//   mpirun ... -H h0:2,h1:2 cluster_check --algo hier --expect-hosts '2 hosts x 2 ranks'
 //
 // Prints one line per peer: its host, the transport and the medium the library
-// chose (PeerTransport) and why, then "cluster_check: ok ..." on success. --expect-split also
+// chose (PeerTransport) and why, then "cluster_check: ok ..." on success. The
+// communicator's host groups must match the hostnames (--expect-hosts: and
+// be the layout given); --algo forces the allreduce's algorithm. --expect-split also
 // fails unless peers on this host (same hostname) are reached through shared
 // memory and peers on other hosts through the network, and unless hostnames and
 // the library's host identity (kernel boot, pid and IPC namespaces) agree.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,10 +60,12 @@ int check_mesh(const ChannelMesh& mesh, int me, int world) {
 }
 
 // Element i of rank r is r + i % 7: every sum is exact in float.
-int check_allreduce(Communicator& comm, int me, int world, size_t count) {
+int check_allreduce(Communicator& comm, int me, int world, size_t count, Algorithm algo) {
   std::vector<float> in(count), out(count, -1.0f);
   for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(me + static_cast<int>(i % 7));
-  Status st = comm.allreduce(in.data(), out.data(), count, DataType::kF32, ReduceOp::kSum);
+  CallOptions o;
+  o.algorithm = algo;
+  Status st = comm.allreduce(in.data(), out.data(), count, DataType::kF32, ReduceOp::kSum, o);
   if (!st.is_ok())
     return fail("allreduce of " + std::to_string(count) + " floats: " + st.to_string());
   const float ranks = static_cast<float>(world * (world - 1) / 2);
@@ -74,7 +80,27 @@ int check_allreduce(Communicator& comm, int me, int world, size_t count) {
   return 0;
 }
 
-int run(bool expect_split) {
+// The communicator's host groups against the hostnames the selection saw:
+// ranks share a group exactly when they share a hostname.
+int check_host_groups(const Communicator& comm, const TransportSelection& sel, int me,
+                      const std::string& expect) {
+  const HostGroups& g = comm.host_groups();
+  const auto& records = sel.records();
+  for (int p = 0; p < comm.world_size(); ++p) {
+    const bool same_name =
+        records[static_cast<size_t>(p)].hostname == records[static_cast<size_t>(me)].hostname;
+    if (same_name != (g.host_of(p) == g.host_of(me))) {
+      return fail("host groups (" + g.describe() + ") put rank " + std::to_string(p) + " on " +
+                  (same_name ? "another host" : "this host") + ", hostnames say otherwise");
+    }
+  }
+  if (!expect.empty() && g.describe() != expect) {
+    return fail("host groups are " + g.describe() + ", expected " + expect);
+  }
+  return 0;
+}
+
+int run(bool expect_split, Algorithm algo, const std::string& expect_hosts) {
   auto boot = Bootstrap::create();
   if (!boot) return fail(boot.status().to_string());
   Bootstrap& b = **boot;
@@ -121,18 +147,20 @@ int run(bool expect_split) {
   co.measure = false;
   auto comm = Communicator::create(std::move(setup), co);
   if (!comm) return fail(comm.status().to_string());
-  for (size_t count : {size_t{1000}, size_t{1} << 18}) {
-    if (int rc = check_allreduce(**comm, me, world, count)) return rc;
+  if (int rc = check_host_groups(**comm, sel, me, expect_hosts)) return rc;
+  for (size_t count : {size_t{1000}, size_t{100003}, size_t{1} << 18}) {
+    if (int rc = check_allreduce(**comm, me, world, count, algo)) return rc;
   }
+  const std::string hosts = (*comm)->host_groups().describe();
   comm->reset();
   if (Status st = b.barrier(); !st.is_ok()) return fail(st.to_string());
   sel.shutdown();
   if (Status st = b.finalize(); !st.is_ok()) return fail(st.to_string());
   std::printf(
       "cluster_check: ok: rank %d of %d on %s (%s, rendezvous %s): %d channels over %s, "
-      "allreduce of 1000 and 262144 floats correct\n",
+      "host groups %s, allreduce[%s] of 1000, 100003 and 262144 floats correct\n",
       me, world, mine.hostname.c_str(), b.rank_info().source.c_str(), b.rendezvous().c_str(),
-      world - 1, sel.name().c_str());
+      world - 1, sel.name().c_str(), hosts.c_str(), std::string(algorithm_name(algo)).c_str());
   return 0;
 }
 
@@ -150,13 +178,25 @@ extern "C" const char* __lsan_default_suppressions() {
 
 int main(int argc, char** argv) {
   bool expect_split = false;
+  Algorithm algo = Algorithm::kAuto;
+  std::string expect_hosts;
   for (int i = 1; i < argc; ++i) {
+    const std::optional<Algorithm> parsed = std::strcmp(argv[i], "--algo") == 0 && i + 1 < argc
+                                                ? parse_algorithm(argv[i + 1])
+                                                : std::nullopt;
     if (std::strcmp(argv[i], "--expect-split") == 0) {
       expect_split = true;
+    } else if (parsed) {
+      algo = *parsed;
+      ++i;
+    } else if (std::strcmp(argv[i], "--expect-hosts") == 0 && i + 1 < argc) {
+      expect_hosts = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: cluster_check [--expect-split]\n");
+      std::fprintf(stderr,
+                   "usage: cluster_check [--expect-split] [--algo ALGORITHM] "
+                   "[--expect-hosts '2 hosts x 2 ranks']\n");
       return 2;
     }
   }
-  return run(expect_split);
+  return run(expect_split, algo, expect_hosts);
 }

@@ -6,6 +6,7 @@
 // The transports are tested by the process tests (collectives_test.cc).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <random>
@@ -34,8 +35,8 @@ struct SimRank {
 
 // Runs the world; returns "" or a description of the failure.
 std::string simulate(CollectiveKind kind, Algorithm algo, DataType t, ReduceOp op, int world,
-                     size_t count, int root, size_t piece, int slots, uint32_t seed,
-                     bool in_place) {
+                     size_t count, int root, size_t piece, int slots, uint32_t seed, bool in_place,
+                     const HostGroups* hosts = nullptr, const CostModel* model = nullptr) {
   const size_t es = dtype_size(t);
   std::vector<SimRank> ranks(world);
   for (int r = 0; r < world; ++r) {
@@ -53,6 +54,8 @@ std::string simulate(CollectiveKind kind, Algorithm algo, DataType t, ReduceOp o
     a.root = root;
     a.rank = r;
     a.world = world;
+    a.hosts = hosts;
+    a.model = model;
     if (in_place) {
       if (kind == CollectiveKind::kAllgather) {
         std::memcpy(s.out.data() + r * count * es, s.in.data(), count * es);
@@ -292,6 +295,93 @@ TEST(Topology, FoldPairsTheFirstRanks) {
   }
 }
 
+// hier over layouts of hosts: two levels (hosts numbered host by host or
+// interleaved), one host, one rank per host, hosts of different sizes; with
+// cost models that pick different algorithms for the lanes between hosts;
+// counts that do not divide by the ranks per host or the hosts.
+TEST(Schedule, HierOverHostLayouts) {
+  const DataType types[] = {DataType::kF32, DataType::kF64, DataType::kF16, DataType::kBF16,
+                            DataType::kI32, DataType::kI64, DataType::kU8};
+  std::vector<std::vector<uint64_t>> layouts;
+  for (auto [hosts, q] :
+       {std::pair{2, 2}, {2, 3}, {3, 2}, {2, 4}, {4, 2}, {3, 3}, {4, 1}, {1, 4}}) {
+    std::vector<uint64_t> by_host, interleaved;
+    for (int r = 0; r < hosts * q; ++r) {
+      by_host.push_back(static_cast<uint64_t>(r / q));
+      interleaved.push_back(static_cast<uint64_t>(r % hosts));
+    }
+    layouts.push_back(by_host);
+    if (hosts > 1 && q > 1) layouts.push_back(interleaved);
+  }
+  layouts.push_back({0, 0, 1});
+  layouts.push_back({7, 3, 3, 7, 9});
+  CostParams latency, bandwidth;  // between hosts: messages dear, or bytes dear
+  latency.alpha = 1e-3;
+  latency.beta = 1e-12;
+  bandwidth.alpha = 1e-9;
+  bandwidth.beta = 1e-6;
+  std::map<Algorithm, int> lanes;  // the lanes' algorithms the models chose
+  uint32_t seed = 1;
+  for (const auto& keys : layouts) {
+    const HostGroups g(keys);
+    const int world = g.world();
+    std::vector<CostModel> models;
+    for (const CostParams& between : {latency, bandwidth, CostParams{}}) {
+      models.push_back(g.hierarchical() ? CostModel(g.hosts(), g.per_host(), CostParams{}, between)
+                                        : CostModel(world, between));
+    }
+    for (size_t mi = 0; mi <= models.size(); ++mi) {
+      const CostModel* model = mi < models.size() ? &models[mi] : nullptr;
+      const size_t counts[] = {1, static_cast<size_t>(world - 1), static_cast<size_t>(world + 1),
+                               37, 301};
+      for (size_t count : counts) {
+        for (bool in_place : {false, true}) {
+          const DataType t = types[seed % 7];
+          const ReduceOp op = kAllReduceOps[(seed / 7) % 5];
+          const size_t piece = 1 + seed % 9;
+          if (model != nullptr && g.hierarchical()) {
+            ++lanes[model->between_hosts(count / g.per_host() * dtype_size(t))];
+          }
+          std::string err = simulate(CollectiveKind::kAllreduce, Algorithm::kHier, t, op, world,
+                                     count, 0, piece, 1 + seed % 3, seed, in_place, &g, model);
+          ASSERT_EQ(err, "") << g.describe() << " model " << mi << " count " << count << " "
+                             << dtype_name(t) << " " << reduce_op_name(op) << " piece " << piece
+                             << (in_place ? " in-place" : "");
+          ++seed;
+        }
+      }
+    }
+  }
+  // The models above pick ring, Rabenseifner, recursive doubling and direct for the lanes.
+  EXPECT_GE(lanes.size(), 3u);
+}
+
+// Hosts are numbered by their lowest rank, local ranks in rank order.
+TEST(Topology, HostGroupsFromKeys) {
+  const uint64_t keys[] = {5, 5, 9, 5, 9, 7};
+  const HostGroups g(keys);
+  EXPECT_EQ(g.world(), 6);
+  EXPECT_EQ(g.hosts(), 3);
+  EXPECT_EQ(g.per_host(), 0);
+  EXPECT_FALSE(g.hierarchical());
+  EXPECT_EQ(g.describe(), "3 hosts (3, 2, 1 ranks)");
+  EXPECT_EQ(g.host_of(3), 0);
+  EXPECT_EQ(g.local_rank(3), 2);
+  EXPECT_EQ(g.host_of(4), 1);
+  EXPECT_EQ(g.local_rank(4), 1);
+  EXPECT_EQ(g.lane(1), (std::vector<int>{1, 4}));
+  EXPECT_EQ(g.lane(0), (std::vector<int>{0, 2, 5}));
+  const HostGroups u = HostGroups::uniform(3, 2);
+  EXPECT_TRUE(u.hierarchical());
+  EXPECT_EQ(u.describe(), "3 hosts x 2 ranks");
+  EXPECT_EQ(u.lane(1), (std::vector<int>{1, 3, 5}));
+  EXPECT_FALSE(HostGroups::single_host(4).hierarchical());
+  EXPECT_FALSE(HostGroups::uniform(4, 1).hierarchical());
+  EXPECT_EQ(HostGroups::uniform(4, 1).describe(), "4 hosts x 1 rank");
+  EXPECT_NE(this_host_key(), 0u);
+  EXPECT_EQ(this_host_key(), this_host_key());
+}
+
 // The model's choices where they are meant to differ: tiny allreduces take the
 // fewest messages when every rank has a core, and the fewest dependent rounds
 // when the host is oversubscribed (a reschedule per round); large ones move the
@@ -320,6 +410,50 @@ TEST(CostModel, RoundsDecideTinyAllreduceOnACrowdedHost) {
   }
   EXPECT_EQ(CostModel(5, fast).rounds(CollectiveKind::kAllreduce, Algorithm::kRecursiveDoubling),
             4);
+}
+
+// Two levels: hier where a host's ranks reach each other for much less than
+// the other hosts (the cluster's figures, docs/scaling.md), at every size;
+// the flat algorithms where both levels cost the same (hier then moves more
+// bytes in all); never hier on one level or with one rank per host.
+TEST(CostModel, HierWhereTheHostIsCheaperThanTheLink) {
+  CostParams within, between;
+  within.alpha = 0.1e-6;
+  within.beta = 0.058e-9;
+  within.gamma = between.gamma = 0.022e-9;
+  between.alpha = 17.5e-6;
+  between.beta = 0.837e-9;
+  const CostModel two(2, 2, within, between), same(2, 2, between, between);
+  EXPECT_TRUE(two.two_level());
+  EXPECT_EQ(two.world(), 4);
+  for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{1} << 20, size_t{16} << 20}) {
+    EXPECT_EQ(two.choose(CollectiveKind::kAllreduce, bytes), Algorithm::kHier) << bytes;
+    const Algorithm lanes = two.between_hosts(bytes / 2);
+    EXPECT_NE(lanes, Algorithm::kHier);
+    EXPECT_DOUBLE_EQ(two.cost(CollectiveKind::kAllreduce, Algorithm::kHier, bytes),
+                     two.hierarchical(lanes, bytes));
+    EXPECT_LE(two.hierarchical(lanes, bytes), two.hierarchical(Algorithm::kRing, bytes));
+  }
+  // The lanes share the host's link: hier moves the buffer once over it, a
+  // flat ring 1.5 times; with the host's own copies hier is about 1.3x cheaper.
+  const size_t m = size_t{16} << 20;
+  const double ratio = two.cost(CollectiveKind::kAllreduce, Algorithm::kRing, m) /
+                       two.cost(CollectiveKind::kAllreduce, Algorithm::kHier, m);
+  EXPECT_GT(ratio, 1.3);
+  EXPECT_LT(ratio, 1.5);
+  EXPECT_NE(same.choose(CollectiveKind::kAllreduce, m), Algorithm::kHier);
+  for (const CostModel& flat : {CostModel(4, between), CostModel(4, 1, within, between)}) {
+    EXPECT_FALSE(flat.two_level());
+    EXPECT_TRUE(std::isinf(flat.cost(CollectiveKind::kAllreduce, Algorithm::kHier, m)));
+    EXPECT_NE(flat.choose(CollectiveKind::kAllreduce, 8), Algorithm::kHier);
+    EXPECT_NE(flat.choose(CollectiveKind::kAllreduce, m), Algorithm::kHier);
+  }
+  // Flat algorithms over two levels cost what they cost on the between-host level.
+  EXPECT_DOUBLE_EQ(two.cost(CollectiveKind::kAllreduce, Algorithm::kRing, m),
+                   CostModel(4, between).cost(CollectiveKind::kAllreduce, Algorithm::kRing, m));
+  // Dependent rounds: one step of each ring within the host, the lanes' between.
+  EXPECT_EQ(two.rounds(CollectiveKind::kAllreduce, Algorithm::kHier),
+            2 + CostModel(2, between).rounds(CollectiveKind::kAllreduce, two.between_hosts(0)));
 }
 
 // The registry is the one list of algorithms: every row has a name and a
@@ -358,6 +492,8 @@ TEST(Registry, EveryRowParsesAndImplementsSomething) {
       {"pairwise", Algorithm::kPairwise},
       {"dissemination", Algorithm::kDissemination},
       {"direct", Algorithm::kDirect},
+      {"hier", Algorithm::kHier},
+      {"hierarchical", Algorithm::kHier},
   };
   for (const auto& [name, algo] : known) EXPECT_EQ(parse_algorithm(name), algo) << name;
   size_t pairs = 0;

@@ -1,0 +1,114 @@
+// Hierarchical allreduce, two levels as NCCL runs it between nodes: the ranks
+// of a host reduce-scatter the buffer among themselves (a ring within the
+// host; local rank i ends with block i of per_host blocks, reduced over the
+// host), then lane i (local rank i of every host) allreduces block i between
+// the hosts, then the ranks of a host allgather the blocks (a ring). The
+// per_host lanes run between the hosts at once, each on its own connections,
+// so every local rank carries its share of the host's traffic rather than
+// one leader carrying all of it. A host's link carries 2(H-1)/H of the buffer
+// each way (H hosts); a flat ring over the n ranks carries 2(n-1)/n of it
+// across each host boundary it passes.
+//
+// The lanes' algorithm is the cost model's choice for the block on links
+// that all lanes share (CostModel::between_hosts: ring, Rabenseifner,
+// recursive doubling, ...). Each phase is a sub-collective built by its own
+// schedule in a group of ranks (build_in_group); the Program's buffer
+// dependencies join them, so a piece of block i leaves for the other hosts
+// as soon as the host has reduced it.
+//
+// Layouts without two levels run a flat schedule, which the cost model never
+// prefers to the flat algorithms themselves (hier costs +inf there): one host,
+// the ring within it (the flat ring); one rank per host, the lanes' algorithm
+// over all ranks; hosts with different numbers of ranks, a flat ring.
+#include <limits>
+#include <vector>
+
+#include "collectives/algorithms/parts.h"
+#include "collectives/algorithms/registry.h"
+
+namespace rdmaflow {
+
+void ring_allreduce(const CollArgs& a, Program& p);  // ring.cc
+
+namespace {
+
+bool has_levels(const CollArgs& a) {
+  return a.hosts != nullptr && a.hosts->hosts() > 1 && a.hosts->per_host() > 0;
+}
+
+// Phase 2 of this rank: the allreduce of its block among its lane.
+struct LanePhase {
+  CollArgs args;
+  Algorithm algo = Algorithm::kRing;
+  std::vector<int> ranks;
+};
+
+LanePhase lane_phase(const CollArgs& a) {
+  const HostGroups& g = *a.hosts;
+  const int q = g.per_host(), local = g.local_rank(a.rank);
+  const BlockRange mine = block_range(a.count, static_cast<size_t>(q), static_cast<size_t>(local));
+  LanePhase lp;
+  lp.args = a;
+  lp.args.in = a.out_at(mine.begin);
+  lp.args.out = a.out_at(mine.begin);
+  lp.args.count = mine.size;
+  lp.args.rank = g.host_of(a.rank);
+  lp.args.world = g.hosts();
+  // hier scales kAvg itself, once the block is reduced over every rank.
+  if (a.op == ReduceOp::kAvg) lp.args.op = ReduceOp::kSum;
+  lp.ranks = g.lane(local);
+  const size_t bytes = mine.size * a.es();
+  if (a.model != nullptr) {
+    lp.algo = a.model->two_level() ? a.model->between_hosts(bytes)
+                                   : a.model->choose(CollectiveKind::kAllreduce, bytes);
+  }
+  if (lp.algo == Algorithm::kHier || !algorithm_supports(lp.algo, CollectiveKind::kAllreduce)) {
+    lp.algo = Algorithm::kRing;
+  }
+  return lp;
+}
+
+}  // namespace
+
+void hier_allreduce(const CollArgs& a, Program& p) {
+  if (!has_levels(a)) return ring_allreduce(a, p);
+  const HostGroups& g = *a.hosts;
+  const std::span<const int> host = g.ranks(g.host_of(a.rank));
+  CollArgs within = a;
+  within.rank = g.local_rank(a.rank);
+  within.world = g.per_host();
+  build_in_group(within, ring_reduce_scatter_blocks, host, p);
+  const LanePhase lane = lane_phase(a);
+  if (lane.args.count > 0) {
+    build_in_group(
+        lane.args,
+        find_algorithm(lane.algo)->build[static_cast<size_t>(CollectiveKind::kAllreduce)],
+        lane.ranks, p);
+    if (a.op == ReduceOp::kAvg) p.scale(lane.args.out, lane.args.count);
+  }
+  build_in_group(within, ring_allgather_blocks, host, p);
+}
+
+size_t hier_scratch(const CollArgs& a) {
+  if (a.kind != CollectiveKind::kAllreduce || !has_levels(a)) return 0;
+  const LanePhase lane = lane_phase(a);
+  return temp_elems(lane.args, lane.algo);
+}
+
+double hier_rounds(CollectiveKind kind, const CostTerms& t) {
+  if (kind != CollectiveKind::kAllreduce || t.model == nullptr || !t.model->two_level()) return 0;
+  const CostModel& m = *t.model;
+  const auto bytes = static_cast<size_t>(t.m);
+  return m.hier_estimate(m.between_hosts(bytes / m.per_host()), bytes).rounds;
+}
+
+double hier_cost(CollectiveKind kind, const CostTerms& t) {
+  if (kind != CollectiveKind::kAllreduce || t.model == nullptr || !t.model->two_level()) {
+    return std::numeric_limits<double>::infinity();
+  }
+  const CostModel& m = *t.model;
+  const auto bytes = static_cast<size_t>(t.m);
+  return m.hier_estimate(m.between_hosts(bytes / m.per_host()), bytes).seconds;
+}
+
+}  // namespace rdmaflow

@@ -1,0 +1,18 @@
+// Schedules that algorithms compose, beside the ones of the registry's rows.
+// They take a CollArgs like a builder (rank a.rank of a.world) and are meant
+// to run inside a group (build_in_group, registry.h).
+#pragma once
+
+#include "collectives/algorithms/registry.h"
+
+namespace rdmaflow {
+
+// ring.cc: the two halves of the ring allreduce over a.count elements cut
+// into a.world blocks (block_range). The reduce-scatter leaves block a.rank,
+// reduced over every rank, in a.out (the other blocks of out hold partial
+// sums; a.in may equal a.out); it does not scale kAvg. The allgather passes
+// every rank's block a.rank of a.out to every other rank.
+void ring_reduce_scatter_blocks(const CollArgs& a, Program& p);
+void ring_allgather_blocks(const CollArgs& a, Program& p);
+
+}  // namespace rdmaflow

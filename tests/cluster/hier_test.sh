@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The hierarchical allreduce across 2 hosts x 2 ranks under mpirun: the
+# communicator's host groups are 2 of 2 and match the hostnames, and a forced
+# hier allreduce (reduce-scatter within h0 and h1, lanes between them,
+# allgather within) sums correctly; again with the same-host direct path off,
+# which the host groups do not depend on.
+# shellcheck source=tests/cluster/lib.sh
+. "$(dirname "$0")/lib.sh"
+require_cluster_up
+require_mpirun
+for direct in 1 0; do
+  out="$(RDMAFLOW_COLL_DIRECT=$direct timeout 100 mpirun "${MPIRUN_ARGS[@]}" -H h0:2,h1:2 -np 4 \
+    "$BUILD/tests/cluster/cluster_check" --algo hier --expect-hosts "2 hosts x 2 ranks" 2>&1)" ||
+    fail "cluster_check --algo hier (RDMAFLOW_COLL_DIRECT=$direct): $out"
+  echo "$out" | grep "cluster_check: ok"
+  [ "$(grep -c 'host groups 2 hosts x 2 ranks, allreduce\[hier\]' <<<"$out")" -eq 4 ] ||
+    fail "not every rank ran hier over 2 hosts x 2 ranks (RDMAFLOW_COLL_DIRECT=$direct): $out"
+done
+echo "cluster.hier: ok"
