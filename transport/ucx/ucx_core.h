@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "allocator/registrar.h"
+#include "common/spin_policy.h"
 #include "common/status.h"
 #include "transport/channel.h"
 #include "transport/common/grant_table.h"
@@ -276,6 +277,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   std::atomic<bool> blocking_taken_{false};  // a waiter is in drive_blocking
   std::atomic<bool> blocking_sleeping_{false};  // ... and asleep in epoll_wait
   std::atomic<int> followers_{0};  // waiters that went to their condition variable meanwhile
+  SpinPolicy spin_policy_{options_.wait_spin};  // how long drive() spins before it sleeps
 
   std::mutex worker_mu_;
   std::atomic<int> busy_waiters_{0};
