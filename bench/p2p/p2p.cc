@@ -320,8 +320,7 @@ int run(int rank, Oob& oob, const Options& o) {
                 pair.rank1.hostname.c_str(), pair.across_hosts ? "two hosts" : "one host");
     if (o.load > 0) {
       std::printf("competing load: %d busy process%s %s, for the whole run\n", o.load,
-                  o.load == 1 ? "" : "es",
-                  o.rank < 0 ? "on this host" : "beside each rank");
+                  o.load == 1 ? "" : "es", o.rank < 0 ? "on this host" : "beside each rank");
     }
   }
   // Forked (both ranks here): rank 0 starts the load once; launched: each rank

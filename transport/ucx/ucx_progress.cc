@@ -413,6 +413,12 @@ void UcxCore::wake_blocked_waiter() {
   (void)n;
 }
 
+void UcxCore::drain_ring_wakes() {
+  // One read resets the eventfd's counter (no EFD_SEMAPHORE).
+  uint64_t v;
+  [[maybe_unused]] ssize_t n = ::read(ring_wake_fd_, &v, sizeof(v));
+}
+
 void UcxCore::kick() {
   if (pt_state_.load(std::memory_order_seq_cst) == kPtRunning) return;
   uint64_t one = 1;
@@ -500,6 +506,10 @@ void UcxCore::progress_thread() {
       ::epoll_wait(sleep_ep_, evs, 4, timeout_ms);
     }
     disarm_rings(pt_armed_);
+    // A waiter that started driving meanwhile may sleep on the same eventfd: leave
+    // the wake-up to it (drained here, its epoll_wait would not return), since this
+    // thread now backs off without a pass.
+    if (busy_waiters_.load(std::memory_order_seq_cst) == 0) drain_ring_wakes();
     pt_state_.store(kPtRunning, std::memory_order_seq_cst);
     poll_control(0);
     next_control = Clock::now() + kScanPeriod;
@@ -618,6 +628,7 @@ bool UcxCore::drive_blocking(const std::function<bool()>& ready, Clock::time_poi
     uint64_t v;
     while (::read(waiter_fd_, &v, sizeof(v)) == sizeof(v)) {
     }
+    drain_ring_wakes();
     poll_control(0);  // peer exits, the shutdown wake-up
   }
   blocking_taken_.store(false, std::memory_order_seq_cst);
