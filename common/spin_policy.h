@@ -15,12 +15,12 @@
 // So the budget adapts:
 //  - a spin that got its answer (hit) doubles the budget, up to the maximum;
 //  - a spin that ran out (miss) halves it, down to nothing (block at once);
-//  - a spin during which the thread lost its CPU (preempted: a gap between
-//    two polls that did no work) drops it to nothing at once, and so does a
-//    spin cut short that way;
+//  - a spin during which the thread lost its CPU (preempted: a long gap
+//    between two polls that did no work, or a long yield) ends at once and
+//    drops the budget to nothing;
 //  - while the budget is nothing, one wait in a while spins for the full
-//    budget (a probe; every 4 ms, doubling up to 1 s with each preempted
-//    probe, back to 4 ms after a long run of hits), so a machine that went
+//    budget (a probe: every 1 ms, doubling up to 1 s with each preempted
+//    probe, back to 1 ms after a long run of hits), so a machine that went
 //    quiet gets the spin back within milliseconds.
 // A quiet machine keeps the full budget (every spin hits); a loaded one
 // settles on blocking with a rare probe.
