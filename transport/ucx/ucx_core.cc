@@ -214,18 +214,18 @@ Status UcxCore::init(const TransportConfig& config) {
   ev.events = EPOLLIN;
   ev.data.u64 = kWakeTag;
   ::epoll_ctl(control_ep_, EPOLL_CTL_ADD, wake_fd_, &ev);
-  ev.data.u64 = 1;
+  ev.data.u64 = kWorkerTag;
   ::epoll_ctl(sleep_ep_, EPOLL_CTL_ADD, worker_fd_, &ev);
-  ev.data.u64 = 2;
+  ev.data.u64 = kControlTag;
   ::epoll_ctl(sleep_ep_, EPOLL_CTL_ADD, control_ep_, &ev);
-  ev.data.u64 = 1;
+  ev.data.u64 = kWorkerTag;
   ::epoll_ctl(waiter_ep_, EPOLL_CTL_ADD, worker_fd_, &ev);
-  ev.data.u64 = 2;
+  ev.data.u64 = kControlTag;
   ::epoll_ctl(waiter_ep_, EPOLL_CTL_ADD, control_ep_, &ev);
-  ev.data.u64 = 3;
+  ev.data.u64 = kWaiterTag;
   ::epoll_ctl(waiter_ep_, EPOLL_CTL_ADD, waiter_fd_, &ev);
   // Peers writing into our notify rings wake whichever thread sleeps here.
-  ev.data.u64 = 4;
+  ev.data.u64 = kRingWakeTag;
   ::epoll_ctl(sleep_ep_, EPOLL_CTL_ADD, ring_wake_fd_, &ev);
   ::epoll_ctl(waiter_ep_, EPOLL_CTL_ADD, ring_wake_fd_, &ev);
 

@@ -244,6 +244,8 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   void on_peer_exit(uint32_t channel);
   // control_ep_'s event for wake_fd_; a peer's pidfd carries its channel id (from 1).
   static constexpr uint64_t kWakeTag = 0;
+  // sleep_ep_'s and waiter_ep_'s events: what woke a sleeper.
+  static constexpr uint64_t kWorkerTag = 1, kControlTag = 2, kWaiterTag = 3, kRingWakeTag = 4;
 
   // Setup and connections (ucx_core.cc).
   void wait_closing_locked(std::unique_lock<std::mutex>& lock, Clock::time_point deadline);

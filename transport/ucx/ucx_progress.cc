@@ -618,18 +618,34 @@ bool UcxCore::drive_blocking(const std::function<bool()>& ready, Clock::time_poi
     if (did) continue;
     blocking_sleeping_.store(true, std::memory_order_seq_cst);
     // Anything queued or delivered after the pass wakes us through waiter_fd_.
+    epoll_event evs[4];
+    int n = 0;
     if (subs_count_.load(std::memory_order_seq_cst) == 0 &&
         ready_count_.load(std::memory_order_seq_cst) == 0 && !ready()) {
-      epoll_event evs[4];
-      ::epoll_wait(waiter_ep_, evs, 4, timeout_ms);
+      n = ::epoll_wait(waiter_ep_, evs, 4, timeout_ms);
     }
     disarm_rings(waiter_armed_);
     blocking_sleeping_.store(false, std::memory_order_seq_cst);
-    uint64_t v;
-    while (::read(waiter_fd_, &v, sizeof(v)) == sizeof(v)) {
+    // Reset only what woke us: each look is a system call on the wake-up path
+    // (an eventfd written after this stays readable and ends the next sleep).
+    for (int i = 0; i < n; ++i) {
+      switch (evs[i].data.u64) {
+        case kControlTag:
+          poll_control(0);  // peer exits, the shutdown wake-up
+          break;
+        case kWaiterTag: {
+          uint64_t v;
+          while (::read(waiter_fd_, &v, sizeof(v)) == sizeof(v)) {
+          }
+          break;
+        }
+        case kRingWakeTag:
+          drain_ring_wakes();
+          break;
+        default:
+          break;  // the worker: the next pass progresses it
+      }
     }
-    drain_ring_wakes();
-    poll_control(0);  // peer exits, the shutdown wake-up
   }
   blocking_taken_.store(false, std::memory_order_seq_cst);
   return ok;
