@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -52,6 +54,7 @@ struct Options {
   size_t lat_min = 8, lat_max = 1 << 20;
   size_t bw_min = 1 << 10, bw_max = 256u << 20;
   double seconds = 0.25;  // measuring time per size and contender
+  int load = 0;           // busy processes competing for the CPUs (CpuLoad)
 };
 
 [[noreturn]] inline void die(const std::string& what) {
@@ -149,6 +152,39 @@ inline void nodelay(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
+
+// -------------------------------------------------------------- CPU load
+
+// Competing load for --load N: N child processes, each a plain CPU loop at the
+// default nice level and scheduling policy, started when this object is made
+// and killed when it goes away (or when this process dies: PR_SET_PDEATHSIG).
+// They touch no memory and make no system calls, like a compiler's code
+// generation: what they take from the measured processes is CPU time alone.
+class CpuLoad {
+ public:
+  explicit CpuLoad(int n) {
+    std::fflush(nullptr);
+    for (int i = 0; i < n; ++i) {
+      const pid_t pid = ::fork();
+      if (pid < 0) die(std::string("--load: fork failed: ") + std::strerror(errno));
+      if (pid == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (::getppid() == 1) std::_Exit(0);  // the parent is already gone
+        for (uint64_t x = 0;; ++x) asm volatile("" : : "r"(x));
+      }
+      pids_.push_back(pid);
+    }
+  }
+  ~CpuLoad() {
+    for (pid_t pid : pids_) ::kill(pid, SIGKILL);
+    for (pid_t pid : pids_) ::waitpid(pid, nullptr, 0);
+  }
+  CpuLoad(const CpuLoad&) = delete;
+  CpuLoad& operator=(const CpuLoad&) = delete;
+
+ private:
+  std::vector<pid_t> pids_;
+};
 
 // ------------------------------------------------------------------- sizes
 

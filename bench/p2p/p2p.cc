@@ -30,6 +30,11 @@
 // tunables gRPC's own measurement asks for (unless --default-malloc); every
 // transport's table has a gRPC column and its ratio.
 //
+// Competing load (--load N): N busy processes (plain CPU loops, default nice
+// level) run beside the two processes from before the first measurement to
+// after the last, so every row and its references are measured under the same
+// load; forked, rank 0 starts them, launched, each rank on its host.
+//
 // Link rate (bench/link_rate.h): plain TCP sockets from rank 0 to rank 1, one
 // connection then four, before everything else; the bandwidth tables give each
 // row's share of it.
@@ -313,7 +318,15 @@ int run(int rank, Oob& oob, const Options& o) {
     std::printf("%s\n", pair.auto_line.c_str());
     std::printf("ranks: 0 on %s, 1 on %s (%s)\n", pair.rank0.hostname.c_str(),
                 pair.rank1.hostname.c_str(), pair.across_hosts ? "two hosts" : "one host");
+    if (o.load > 0) {
+      std::printf("competing load: %d busy process%s %s, for the whole run\n", o.load,
+                  o.load == 1 ? "" : "es", o.rank < 0 ? "on this host" : "beside each rank");
+    }
   }
+  // Forked (both ranks here): rank 0 starts the load once; launched: each rank
+  // on its own host.
+  std::optional<CpuLoad> load;
+  if (o.load > 0 && (o.rank >= 0 || rank == 0)) load.emplace(o.load);
 
   // The link rate between the two ranks, rank 0 sending (as in the bandwidth loops).
   LinkRate link;
@@ -409,6 +422,7 @@ int run(int rank, Oob& oob, const Options& o) {
     nlohmann::json out = {{"auto", pair.auto_line}, {"rows", report}};
     out["hosts"] = {pair.rank0.hostname, pair.rank1.hostname};
     out["across_hosts"] = pair.across_hosts;
+    out["load"] = o.load;
     if (o.grpc) out["grpc"]["malloc"] = grpc_malloc;
     if (o.link_seconds > 0) out["link_rate"] = link.to_json();
     if (o.grpc) {
@@ -464,6 +478,11 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
   cli::add_size(app, "--lat-max", o.lat_max, "largest latency message");
   cli::add_size(app, "--bw-min", o.bw_min, "smallest bandwidth message");
   cli::add_size(app, "--bw-max", o.bw_max, "largest bandwidth message");
+  app.add_option("--load", o.load,
+                 "start N busy processes (plain CPU loops, default nice level) for the run: "
+                 "latency and bandwidth with the CPUs taken, the references under the same load")
+      ->check(cli::at_least(0))
+      ->type_name("N");
   app.add_option("--rank", o.rank, "this process's rank (0 or 1; others exit at once)")
       ->check(cli::at_least(0))
       ->default_str("the launcher's, else fork both ranks here");

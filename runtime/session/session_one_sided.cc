@@ -181,6 +181,7 @@ Status OneSidedEngine::setup(const SessionLayout& layout, const AllGather& allga
     peer.channel->inbox().set_notify_listener([weak] {
       if (auto core = weak.lock()) {
         std::lock_guard<std::mutex> lock(core->mu);
+        ++core->arrivals;
         core->bump();
       }
     });
@@ -282,7 +283,8 @@ void OneSidedEngine::progress_loop() {
   for (;;) {
     {
       Lock lock(core_->mu);
-      core_->cv.wait_for(lock, Millis(50), [&] { return core_->stop || core_->events != seen; });
+      core_->progress_cv.wait_for(lock, Millis(50),
+                                  [&] { return core_->stop || core_->events != seen; });
       if (core_->stop) return;
       seen = core_->events;
       note_channel_errors();
@@ -305,16 +307,22 @@ void OneSidedEngine::note_channel_errors() {
 }
 
 void OneSidedEngine::pump() {
+  uint64_t upto;  // a listener counts an arrival after its notify is queued
+  {
+    Lock lock(core_->mu);
+    upto = core_->arrivals;
+  }
   std::vector<std::pair<int, uint64_t>> got;
   for (int p = 0; p < world_; ++p) {
     const auto& ch = core_->peers[static_cast<size_t>(p)].channel;
     if (!ch) continue;
     while (auto v = ch->inbox().poll_notify()) got.emplace_back(p, *v);
   }
-  if (got.empty()) return;
   std::vector<ReadAction> reads;
   {
     Lock lock(core_->mu);
+    core_->pumped = std::max(core_->pumped, upto);
+    if (got.empty()) return;
     for (const auto& [p, v] : got) apply_notify(p, v, reads);
     core_->bump();
   }
@@ -519,6 +527,24 @@ Callback OneSidedEngine::op_callback(uint32_t frame, Pending who, uint64_t bytes
 
 template <typename Pred>
 bool OneSidedEngine::wait(Lock& lock, Deadline deadline, int peer, Pred ready) {
+  // Waiting for one peer: drive that peer's transport on this thread (its
+  // WaitDriver), so the notify reaches this thread when it lands, with no hop
+  // through the transport's progress thread and a condition variable; under
+  // load each hop is a wake-up that waits for a core.
+  std::shared_ptr<WaitDriver> driver;
+  if (peer >= 0) {
+    const auto& ch = core_->peers[static_cast<size_t>(peer)].channel;
+    if (ch) driver = ch->inbox().wait_driver();
+  }
+  // While this thread waits the progress thread sleeps; whatever arrived after
+  // this thread's last pump is its again when the last waiter leaves.
+  ++core_->waiting;
+  struct Leave {
+    Core& core;
+    ~Leave() {
+      if (--core.waiting == 0 && core.arrivals != core.pumped) core.progress_cv.notify_one();
+    }
+  } leave{*core_};
   for (;;) {
     note_channel_errors();
     if (ready()) return true;
@@ -526,9 +552,23 @@ bool OneSidedEngine::wait(Lock& lock, Deadline deadline, int peer, Pred ready) {
     if (Clock::now() >= deadline) return false;
     const uint64_t seen = core_->events;
     lock.unlock();
-    pump();  // a waiting thread makes progress itself: no hop through the session thread
+    // A waiting thread makes progress itself (no hop through the session's
+    // progress thread): it takes the notifies and sends the credits due.
+    pump();
+    send_due_credits();
+    bool moved = false;
+    if (driver) {
+      moved = driver->drive(
+          [&] {
+            std::lock_guard<std::mutex> g(core_->mu);
+            return core_->events != seen || ready();
+          },
+          std::min(deadline, Clock::now() + Millis(50)));
+      if (moved) pump();
+    }
     lock.lock();
     if (ready()) return true;
+    if (moved) continue;
     core_->cv.wait_until(lock, std::min(deadline, Clock::now() + Millis(50)),
                          [&] { return core_->events != seen || ready(); });
   }

@@ -91,6 +91,14 @@ class OneSidedEngine final : public Session::Engine {
     std::condition_variable cv;
     uint64_t events = 0;  // bumped on every notify, completion and failure
     bool stop = false;
+    // The session's progress thread sleeps on its own condition variable and
+    // is woken only while no user thread waits: a waiting thread pumps and
+    // credits itself, and waking a third thread per event on a busy machine
+    // costs every waiter a share of the cores.
+    std::condition_variable progress_cv;
+    int waiting = 0;        // user threads inside wait()
+    uint64_t arrivals = 0;  // notifies queued on the inboxes (the listeners count them)
+    uint64_t pumped = 0;    // every arrival up to this one was taken by a pump
     std::vector<Peer> peers;
     std::map<graph::TransferId, InTransfer> in;
     std::vector<std::vector<Pending>> pending;  // per frame
@@ -102,6 +110,7 @@ class OneSidedEngine final : public Session::Engine {
     void bump() {
       ++events;
       cv.notify_all();
+      if (waiting == 0 || stop) progress_cv.notify_one();
     }
   };
   using Lock = std::unique_lock<std::mutex>;

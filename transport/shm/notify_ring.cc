@@ -12,16 +12,26 @@
 
 namespace rdmaflow::shm {
 
-NotifyRing::NotifyRing(RingHeader* header, size_t len, uint32_t slots, int fd)
+NotifyRing::NotifyRing(RingHeader* header, size_t len, uint32_t slots, int fd, int wake_fd)
     : header_(header),
       slot0_(reinterpret_cast<RingSlot*>(reinterpret_cast<uint8_t*>(header) + sizeof(RingHeader))),
       len_(len),
       slots_(slots),
-      fd_(fd) {}
+      fd_(fd),
+      wake_fd_(wake_fd) {}
 
 NotifyRing::~NotifyRing() {
   ::munmap(header_, len_);
   if (fd_ >= 0) ::close(fd_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+bool NotifyRing::wake() const {
+  if (wake_fd_ < 0) return false;
+  const uint64_t one = 1;
+  // EAGAIN (the counter is full) still leaves the eventfd readable: the owner wakes.
+  [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof(one));
+  return true;
 }
 
 Result<std::shared_ptr<NotifyRing>> NotifyRing::create(uint32_t slots) {
@@ -53,7 +63,8 @@ Result<std::shared_ptr<NotifyRing>> NotifyRing::create(uint32_t slots) {
   return std::shared_ptr<NotifyRing>(new NotifyRing(h, len, slots, fd));
 }
 
-Result<std::shared_ptr<NotifyRing>> NotifyRing::map_peer(int pidfd, int remote_fd, uint32_t slots) {
+Result<std::shared_ptr<NotifyRing>> NotifyRing::map_peer(int pidfd, int remote_fd, uint32_t slots,
+                                                         int remote_wake_fd) {
   const char* op = "map notify ring";
   if (slots == 0 || slots > kMaxSlots) {
     return RDMAFLOW_ERROR(Code::kProtocolError, op, -1,
@@ -67,7 +78,14 @@ Result<std::shared_ptr<NotifyRing>> NotifyRing::map_peer(int pidfd, int remote_f
     return RDMAFLOW_ERROR(Code::kProtocolError, op, -1,
                           "the peer's descriptor is not its notify ring");
   }
-  return std::shared_ptr<NotifyRing>(new NotifyRing(h, len, slots, -1));
+  // Without the owner's eventfd (none announced, or not an eventfd) the writer
+  // wakes the owner with a message instead.
+  int wake_fd = -1;
+  if (remote_wake_fd >= 0) {
+    auto fetched = fetch_peer_eventfd(pidfd, remote_wake_fd);
+    if (fetched.is_ok()) wake_fd = *fetched;
+  }
+  return std::shared_ptr<NotifyRing>(new NotifyRing(h, len, slots, -1, wake_fd));
 }
 
 }  // namespace rdmaflow::shm

@@ -10,7 +10,11 @@
 //   memcpy payload into the peer's pages  t = tail.load(acquire)
 //   slot[tail % n] = {seq, key, ...}      for each slot in [head, t): check, deliver
 //   tail.store(tail + 1, release)         head.store(..., release)
-//   fence; if sleepers: wake AM           before sleeping: sleepers++, fence, recheck
+//   fence; if sleepers: wake it           before sleeping: sleepers++, fence, recheck
+//
+// The wake-up is a write to the receiver's eventfd (fetched with the ring), on
+// which its sleeping threads wait: the kernel wakes the sleeper directly, one
+// system call, no message.
 //
 // Every ring entry carries the channel's sequence number, shared with the ordered
 // active messages (messages, am-path writes, notifies, goodbye), so the receiver
@@ -48,7 +52,7 @@ struct RingHeader {
   alignas(64) std::atomic<uint64_t> tail{0};  // written by the producer
   alignas(64) std::atomic<uint64_t> head{0};  // written by the consumer
   // Consumer threads about to sleep (or asleep) on the receiver's event fd: a
-  // producer that sees it nonzero after publishing sends a wake-up message.
+  // producer that sees it nonzero after publishing wakes them (NotifyRing::wake).
   alignas(64) std::atomic<uint32_t> sleepers{0};
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free &&
@@ -65,13 +69,19 @@ class NotifyRing {
   // The receiver's side: a new memfd-backed ring of `slots` entries.
   static Result<std::shared_ptr<NotifyRing>> create(uint32_t slots);
   // The writer's side: maps descriptor `remote_fd` of the process of `pidfd`, after
-  // checking its size and header against `slots` (from the owner's key reply).
-  static Result<std::shared_ptr<NotifyRing>> map_peer(int pidfd, int remote_fd, uint32_t slots);
+  // checking its size and header against `slots` (from the owner's key reply), and
+  // fetches the owner's wake-up eventfd `remote_wake_fd` (-1, or a descriptor that
+  // is no eventfd: none; then wake() returns false and the writer wakes the owner
+  // some other way).
+  static Result<std::shared_ptr<NotifyRing>> map_peer(int pidfd, int remote_fd, uint32_t slots,
+                                                      int remote_wake_fd = -1);
   ~NotifyRing();
   NotifyRing(const NotifyRing&) = delete;
   NotifyRing& operator=(const NotifyRing&) = delete;
 
   int fd() const { return fd_; }  // -1 on the writer's side
+  // Writer's side: wakes the owner's sleeping consumers; false without an eventfd.
+  bool wake() const;
   uint32_t slots() const { return slots_; }
   RingHeader* header() const { return header_; }
   // Index from the caller's own counter, never from shared memory.
@@ -80,12 +90,13 @@ class NotifyRing {
   size_t length() const { return len_; }
 
  private:
-  NotifyRing(RingHeader* header, size_t len, uint32_t slots, int fd);
+  NotifyRing(RingHeader* header, size_t len, uint32_t slots, int fd, int wake_fd = -1);
   RingHeader* header_;
   RingSlot* slot0_;
   size_t len_;
   uint32_t slots_;
   int fd_;
+  int wake_fd_;  // the writer's copy of the owner's eventfd
 };
 
 }  // namespace rdmaflow::shm

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #ifndef SYS_pidfd_getfd
 #define SYS_pidfd_getfd 438
@@ -253,6 +254,20 @@ Result<uint8_t*> map_peer_memfd(int pidfd, int remote_fd, size_t len) {
     return RDMAFLOW_ERROR(Code::kNotViable, op, -1, std::string("mmap: ") + std::strerror(err));
   }
   return static_cast<uint8_t*>(p);
+}
+
+Result<int> fetch_peer_eventfd(int pidfd, int remote_fd) {
+  const char* op = "fetch peer eventfd";
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, remote_fd, 0));
+  if (fd < 0) return RDMAFLOW_ERROR(Code::kNotViable, op, -1, errno_text("pidfd_getfd"));
+  char target[64] = {};
+  const std::string link = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
+  if (n <= 0 || std::string_view(target, static_cast<size_t>(n)) != "anon_inode:[eventfd]") {
+    ::close(fd);
+    return RDMAFLOW_ERROR(Code::kProtocolError, op, -1, "the peer's descriptor is not an eventfd");
+  }
+  return fd;
 }
 
 }  // namespace rdmaflow::shm

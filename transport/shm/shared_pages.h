@@ -45,5 +45,8 @@ void unshare_in_place(const SharedRange& shared);
 // Maps `len` bytes of the memfd that is descriptor `remote_fd` in the process of
 // `pidfd`; the caller munmaps it.
 Result<uint8_t*> map_peer_memfd(int pidfd, int remote_fd, size_t len);
+// A copy of descriptor `remote_fd` of the process of `pidfd`, refused unless it is
+// an eventfd (the caller owns and closes it).
+Result<int> fetch_peer_eventfd(int pidfd, int remote_fd);
 
 }  // namespace rdmaflow::shm

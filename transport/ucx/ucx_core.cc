@@ -204,7 +204,9 @@ Status UcxCore::init(const TransportConfig& config) {
   sleep_ep_ = ::epoll_create1(EPOLL_CLOEXEC);
   waiter_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   waiter_ep_ = ::epoll_create1(EPOLL_CLOEXEC);
-  if (wake_fd_ < 0 || control_ep_ < 0 || sleep_ep_ < 0 || waiter_fd_ < 0 || waiter_ep_ < 0) {
+  ring_wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0 || control_ep_ < 0 || sleep_ep_ < 0 || waiter_fd_ < 0 || waiter_ep_ < 0 ||
+      ring_wake_fd_ < 0) {
     return RDMAFLOW_ERROR(Code::kResourceExhausted, "create ucx transport", -1,
                           std::string("eventfd/epoll: ") + std::strerror(errno));
   }
@@ -212,16 +214,20 @@ Status UcxCore::init(const TransportConfig& config) {
   ev.events = EPOLLIN;
   ev.data.u64 = kWakeTag;
   ::epoll_ctl(control_ep_, EPOLL_CTL_ADD, wake_fd_, &ev);
-  ev.data.u64 = 1;
+  ev.data.u64 = kWorkerTag;
   ::epoll_ctl(sleep_ep_, EPOLL_CTL_ADD, worker_fd_, &ev);
-  ev.data.u64 = 2;
+  ev.data.u64 = kControlTag;
   ::epoll_ctl(sleep_ep_, EPOLL_CTL_ADD, control_ep_, &ev);
-  ev.data.u64 = 1;
+  ev.data.u64 = kWorkerTag;
   ::epoll_ctl(waiter_ep_, EPOLL_CTL_ADD, worker_fd_, &ev);
-  ev.data.u64 = 2;
+  ev.data.u64 = kControlTag;
   ::epoll_ctl(waiter_ep_, EPOLL_CTL_ADD, control_ep_, &ev);
-  ev.data.u64 = 3;
+  ev.data.u64 = kWaiterTag;
   ::epoll_ctl(waiter_ep_, EPOLL_CTL_ADD, waiter_fd_, &ev);
+  // Peers writing into our notify rings wake whichever thread sleeps here.
+  ev.data.u64 = kRingWakeTag;
+  ::epoll_ctl(sleep_ep_, EPOLL_CTL_ADD, ring_wake_fd_, &ev);
+  ::epoll_ctl(waiter_ep_, EPOLL_CTL_ADD, ring_wake_fd_, &ev);
 
   events_.reserve(64);
   ready_.reserve(64);
@@ -231,7 +237,7 @@ Status UcxCore::init(const TransportConfig& config) {
 
 UcxCore::~UcxCore() {
   shutdown();
-  for (int fd : {wake_fd_, control_ep_, sleep_ep_, waiter_fd_, waiter_ep_}) {
+  for (int fd : {wake_fd_, control_ep_, sleep_ep_, waiter_fd_, waiter_ep_, ring_wake_fd_}) {
     if (fd >= 0) ::close(fd);
   }
 }

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "allocator/registrar.h"
+#include "common/spin_policy.h"
 #include "common/status.h"
 #include "transport/channel.h"
 #include "transport/common/grant_table.h"
@@ -226,6 +227,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   // another one already is (this one then sleeps on its condition variable).
   bool drive_blocking(const std::function<bool()>& ready, Clock::time_point deadline);
   void wake_blocked_waiter();  // if a waiter sleeps in drive_blocking, wakes it
+  void drain_ring_wakes();     // after sleeping: resets ring_wake_fd_
   // Before a thread sleeps on the worker's event fd (worker_mu_ held): counts it as
   // a sleeper of every notify ring, then rechecks the rings (consumer half of the
   // ring's wake-up protocol). False, with `armed` empty again: an entry is waiting,
@@ -242,6 +244,8 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   void on_peer_exit(uint32_t channel);
   // control_ep_'s event for wake_fd_; a peer's pidfd carries its channel id (from 1).
   static constexpr uint64_t kWakeTag = 0;
+  // sleep_ep_'s and waiter_ep_'s events: what woke a sleeper.
+  static constexpr uint64_t kWorkerTag = 1, kControlTag = 2, kWaiterTag = 3, kRingWakeTag = 4;
 
   // Setup and connections (ucx_core.cc).
   void wait_closing_locked(std::unique_lock<std::mutex>& lock, Clock::time_point deadline);
@@ -269,13 +273,15 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   bool shm_capable_ = false;  // UCX has a shared-memory transport: registration shares memory
   int worker_fd_ = -1;
   int wake_fd_ = -1;
-  int control_ep_ = -1;                      // epoll: wake_fd_ + peer pidfds
-  int sleep_ep_ = -1;                        // epoll: worker_fd_ + control_ep_
-  int waiter_fd_ = -1;                       // eventfd: wakes the waiter sleeping in drive_blocking
-  int waiter_ep_ = -1;                       // epoll: worker_fd_ + control_ep_ + waiter_fd_
-  std::atomic<bool> blocking_taken_{false};  // a waiter is in drive_blocking
+  int control_ep_ = -1;    // epoll: wake_fd_ + peer pidfds
+  int sleep_ep_ = -1;      // epoll: worker_fd_ + control_ep_ + ring_wake_fd_
+  int waiter_fd_ = -1;     // eventfd: wakes the waiter sleeping in drive_blocking
+  int waiter_ep_ = -1;     // epoll: worker_fd_ + control_ep_ + waiter_fd_ + ring_wake_fd_
+  int ring_wake_fd_ = -1;  // eventfd: peers publishing in our notify rings wake sleepers
+  std::atomic<bool> blocking_taken_{false};     // a waiter is in drive_blocking
   std::atomic<bool> blocking_sleeping_{false};  // ... and asleep in epoll_wait
   std::atomic<int> followers_{0};  // waiters that went to their condition variable meanwhile
+  SpinPolicy spin_policy_{options_.wait_spin};  // how long drive() spins before it sleeps
 
   std::mutex worker_mu_;
   std::atomic<int> busy_waiters_{0};

@@ -413,6 +413,12 @@ void UcxCore::wake_blocked_waiter() {
   (void)n;
 }
 
+void UcxCore::drain_ring_wakes() {
+  // One read resets the eventfd's counter (no EFD_SEMAPHORE).
+  uint64_t v;
+  [[maybe_unused]] ssize_t n = ::read(ring_wake_fd_, &v, sizeof(v));
+}
+
 void UcxCore::kick() {
   if (pt_state_.load(std::memory_order_seq_cst) == kPtRunning) return;
   uint64_t one = 1;
@@ -500,6 +506,10 @@ void UcxCore::progress_thread() {
       ::epoll_wait(sleep_ep_, evs, 4, timeout_ms);
     }
     disarm_rings(pt_armed_);
+    // A waiter that started driving meanwhile may sleep on the same eventfd: leave
+    // the wake-up to it (drained here, its epoll_wait would not return), since this
+    // thread now backs off without a pass.
+    if (busy_waiters_.load(std::memory_order_seq_cst) == 0) drain_ring_wakes();
     pt_state_.store(kPtRunning, std::memory_order_seq_cst);
     poll_control(0);
     next_control = Clock::now() + kScanPeriod;
@@ -513,26 +523,50 @@ bool UcxCore::drive(const std::function<bool()>& ready, Clock::time_point deadli
       (!options_.busy_poll && options_.wait_spin.count() == 0 && !options_.wait_block)) {
     return false;
   }
-  const auto spin_end =
-      options_.busy_poll ? deadline : std::min(deadline, Clock::now() + options_.wait_spin);
+  // How long to spin: to the deadline with busy polling, else what spinning
+  // achieved lately (common/spin_policy.h): the full budget while answers land
+  // during the spin, nothing while the CPUs are contended.
+  const auto start = Clock::now();
+  bool probe = false;
+  const Clock::duration budget =
+      options_.busy_poll ? deadline - start : spin_policy_.budget(start, &probe);
+  const auto spin_end = std::min(deadline, start + budget);
   busy_waiters_.fetch_add(1, std::memory_order_seq_cst);
   bool ok = false;
+  bool spun = false;  // polled at least once before ready() held
+  auto outcome = SpinPolicy::Outcome::kMiss;
+  SpinPolicy::Watch watch(start);
   for (uint32_t i = 0;; ++i) {
     if (ready()) {
       ok = true;
+      if (outcome != SpinPolicy::Outcome::kPreempted) outcome = SpinPolicy::Outcome::kHit;
       break;
     }
-    if (stopped()) break;
+    // Off its CPU a moment ago: whatever arrives now waits for this thread to be
+    // scheduled again. Sleep instead, the kernel runs a woken sleeper promptly.
+    if (outcome == SpinPolicy::Outcome::kPreempted) break;
+    if (stopped() || budget <= Clock::duration::zero()) break;
+    spun = true;
     bool did = false;
     if (!progress_once(&did)) cpu_relax();
     dispatch();
-    if ((i & 7) == 7 && Clock::now() >= spin_end) break;
-    // On a busy machine the thread we wait for may need this core: let it run now
-    // and then (a no-op when nobody else is runnable).
+    const auto now = Clock::now();
+    if (watch.note(now, did) && !options_.busy_poll) {
+      outcome = SpinPolicy::Outcome::kPreempted;
+      continue;  // one more look at ready()
+    }
+    if (now >= spin_end) break;
+    // On a busy machine the peer we wait for may be runnable on this core: let it
+    // run now (a no-op when nobody else is runnable). A yield that kept the core
+    // away for long gave it to other work: that is a preemption too.
     if (options_.spin_yield > 0 && i % options_.spin_yield == options_.spin_yield - 1) {
       std::this_thread::yield();
+      if (watch.note(Clock::now(), false) && !options_.busy_poll) {
+        outcome = SpinPolicy::Outcome::kPreempted;
+      }
     }
   }
+  if (spun && !options_.busy_poll) spin_policy_.record(budget, probe, outcome, Clock::now());
   if (!ok && options_.wait_block && !options_.busy_poll && !t_dispatching &&
       Clock::now() < deadline) {
     ok = drive_blocking(ready, deadline);
@@ -584,17 +618,34 @@ bool UcxCore::drive_blocking(const std::function<bool()>& ready, Clock::time_poi
     if (did) continue;
     blocking_sleeping_.store(true, std::memory_order_seq_cst);
     // Anything queued or delivered after the pass wakes us through waiter_fd_.
+    epoll_event evs[4];
+    int n = 0;
     if (subs_count_.load(std::memory_order_seq_cst) == 0 &&
         ready_count_.load(std::memory_order_seq_cst) == 0 && !ready()) {
-      epoll_event evs[4];
-      ::epoll_wait(waiter_ep_, evs, 4, timeout_ms);
+      n = ::epoll_wait(waiter_ep_, evs, 4, timeout_ms);
     }
     disarm_rings(waiter_armed_);
     blocking_sleeping_.store(false, std::memory_order_seq_cst);
-    uint64_t v;
-    while (::read(waiter_fd_, &v, sizeof(v)) == sizeof(v)) {
+    // Reset only what woke us: each look is a system call on the wake-up path
+    // (an eventfd written after this stays readable and ends the next sleep).
+    for (int i = 0; i < n; ++i) {
+      switch (evs[i].data.u64) {
+        case kControlTag:
+          poll_control(0);  // peer exits, the shutdown wake-up
+          break;
+        case kWaiterTag: {
+          uint64_t v;
+          while (::read(waiter_fd_, &v, sizeof(v)) == sizeof(v)) {
+          }
+          break;
+        }
+        case kRingWakeTag:
+          drain_ring_wakes();
+          break;
+        default:
+          break;  // the worker: the next pass progresses it
+      }
     }
-    poll_control(0);  // peer exits, the shutdown wake-up
   }
   blocking_taken_.store(false, std::memory_order_seq_cst);
   return ok;

@@ -98,6 +98,7 @@ ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
         if (rx_ring_ != nullptr) {
           direct.ring_fd = rx_ring_->fd();
           direct.ring_slots = rx_ring_->slots();
+          direct.wake_fd = core_->ring_wake_fd_;
         }
         data.resize(sizeof(direct));
         std::memcpy(data.data(), &direct, sizeof(direct));
@@ -122,7 +123,7 @@ ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
       core_->on_revoke_ack(h.id, id_);
       break;
     case MsgType::kRingWake:
-      break;  // this pass polls the ring
+      break;  // this pass polls the ring (from a writer without our eventfd)
     default:
       protocol_error("unknown message type " + std::to_string(h.type));
       break;
@@ -333,7 +334,7 @@ void UcxChannel::on_key_reply(const AmHeader& h, const void* data, size_t length
       if (info.magic == DirectInfo::kMagic && info.ring_fd >= 0 && tx_ring_ == nullptr &&
           !tx_ring_tried_ && core_->options().notify_ring) {
         tx_ring_tried_ = true;
-        auto ring = shm::NotifyRing::map_peer(pidfd_, info.ring_fd, info.ring_slots);
+        auto ring = shm::NotifyRing::map_peer(pidfd_, info.ring_fd, info.ring_slots, info.wake_fd);
         if (ring.is_ok()) {
           tx_ring_ = std::move(ring).value();
           tx_tail_ = tx_ring_->header()->tail.load(std::memory_order_acquire);

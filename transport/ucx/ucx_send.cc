@@ -492,7 +492,11 @@ bool UcxChannel::publish_ring(Op* op) {
   // Producer half of the sleep protocol: tail store, full fence, sleepers load. The
   // consumer increments sleepers, then rereads the tail; one of us sees the other.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (h->sleepers.load(std::memory_order_seq_cst) != 0) send_ctrl(MsgType::kRingWake, 0, {});
+  // The wake-up is a write to the receiver's eventfd: the kernel runs its sleeper
+  // at once, where a message would need UCX's own signalling first.
+  if (h->sleepers.load(std::memory_order_seq_cst) != 0 && !tx_ring_->wake()) {
+    send_ctrl(MsgType::kRingWake, 0, {});
+  }
   return true;
 }
 

@@ -67,7 +67,8 @@ struct DirectInfo {
   uint64_t base = 0;    // the region's address in the owner
   uint64_t length = 0;  // the region's length
   int32_t fd = -1;      // the memfd, a descriptor of the owner process
-  uint32_t reserved = 0;
+  // The owner's eventfd its sleeping threads wait on (with the ring; -1: none).
+  int32_t wake_fd = -1;
   // The owner's notify ring for this channel (shm/notify_ring.h), -1 / 0 when it has none.
   int32_t ring_fd = -1;
   uint32_t ring_slots = 0;
