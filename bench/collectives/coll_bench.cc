@@ -26,7 +26,6 @@
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
 #include <gloo/broadcast.h>
-#include <gloo/math.h>
 #include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
@@ -51,6 +50,7 @@
 #include <vector>
 
 #include "bench/collectives/gloo_store.h"
+#include "bench/collectives/references.h"
 #include "collectives/algorithms/registry.h"
 #include "collectives/communicator.h"
 #include "runtime/rendezvous/bootstrap.h"
@@ -60,6 +60,7 @@
 #include "transport/transport.h"
 
 using namespace rdmaflow;
+using namespace rdmaflow::bench;  // references.h
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -335,97 +336,6 @@ struct Lib {
   std::function<std::string(const Args&, size_t count)> algo;
 };
 
-MPI_Datatype mpi_type(DataType t) {
-  switch (t) {
-    case DataType::kF32:
-      return MPI_FLOAT;
-    case DataType::kF64:
-      return MPI_DOUBLE;
-    case DataType::kI32:
-      return MPI_INT32_T;
-    case DataType::kI64:
-      return MPI_INT64_T;
-    case DataType::kU8:
-      return MPI_UINT8_T;
-    default:
-      return MPI_DATATYPE_NULL;
-  }
-}
-
-MPI_Op mpi_op(ReduceOp r) {
-  switch (r) {
-    case ReduceOp::kSum:
-      return MPI_SUM;
-    case ReduceOp::kProd:
-      return MPI_PROD;
-    case ReduceOp::kMin:
-      return MPI_MIN;
-    case ReduceOp::kMax:
-      return MPI_MAX;
-    default:
-      return MPI_OP_NULL;
-  }
-}
-
-template <typename T>
-gloo::AllreduceOptions::Func gloo_fn(ReduceOp r) {
-  using F = void (*)(void*, const void*, const void*, size_t);
-  switch (r) {
-    case ReduceOp::kSum:
-      return static_cast<F>(&gloo::sum<T>);
-    case ReduceOp::kProd:
-      return static_cast<F>(&gloo::product<T>);
-    case ReduceOp::kMin:
-      return static_cast<F>(&gloo::min<T>);
-    case ReduceOp::kMax:
-      return static_cast<F>(&gloo::max<T>);
-    default:
-      return nullptr;
-  }
-}
-
-gloo::AllreduceOptions::Func gloo_reduce_fn(DataType t, ReduceOp r) {
-  switch (t) {
-    case DataType::kF32:
-      return gloo_fn<float>(r);
-    case DataType::kF64:
-      return gloo_fn<double>(r);
-    case DataType::kI32:
-      return gloo_fn<int32_t>(r);
-    case DataType::kI64:
-      return gloo_fn<int64_t>(r);
-    case DataType::kU8:
-      return gloo_fn<uint8_t>(r);
-    default:
-      return nullptr;
-  }
-}
-
-template <typename Opts>
-void gloo_set(Opts& o, const Args& a, void* in, size_t in_elems, void* out, size_t out_elems) {
-  const size_t es = dtype_size(a.type);
-  // Gloo's typed setters only pick the element size; pass bytes as u8 when
-  // the size matches no C++ type it knows.
-  switch (es) {
-    case 1:
-      o.setInput(static_cast<uint8_t*>(in), in_elems);
-      o.setOutput(static_cast<uint8_t*>(out), out_elems);
-      break;
-    case 2:
-      o.setInput(static_cast<uint16_t*>(in), in_elems);
-      o.setOutput(static_cast<uint16_t*>(out), out_elems);
-      break;
-    case 4:
-      o.setInput(static_cast<float*>(in), in_elems);
-      o.setOutput(static_cast<float*>(out), out_elems);
-      break;
-    default:
-      o.setInput(static_cast<double*>(in), in_elems);
-      o.setOutput(static_cast<double*>(out), out_elems);
-      break;
-  }
-}
-
 // --algo all: the fastest algorithm of the row, and the selector's choice (the
 // "rdmaflow" column) as a multiple of its time, on a line of its own and in
 // the row's JSON ("selector").
@@ -579,14 +489,14 @@ int main(int argc, char** argv) {
                       switch (x.op) {
                         case CollectiveKind::kAllreduce: {
                           gloo::AllreduceOptions o(gctx);
-                          gloo_set(o, x, b.in.data(), count, b.out.data(), count);
+                          gloo_set(o, x.type, b.in.data(), count, b.out.data(), count);
                           o.setReduceFunction(gloo_reduce_fn(x.type, x.redop));
                           gloo::allreduce(o);
                           break;
                         }
                         case CollectiveKind::kReduce: {
                           gloo::ReduceOptions o(gctx);
-                          gloo_set(o, x, b.in.data(), count, b.out.data(), count);
+                          gloo_set(o, x.type, b.in.data(), count, b.out.data(), count);
                           o.setRoot(0);
                           o.setReduceFunction(gloo_reduce_fn(x.type, x.redop));
                           gloo::reduce(o);
@@ -594,20 +504,20 @@ int main(int argc, char** argv) {
                         }
                         case CollectiveKind::kBroadcast: {
                           gloo::BroadcastOptions o(gctx);
-                          gloo_set(o, x, b.in.data(), count, b.out.data(), count);
+                          gloo_set(o, x.type, b.in.data(), count, b.out.data(), count);
                           o.setRoot(0);
                           gloo::broadcast(o);
                           break;
                         }
                         case CollectiveKind::kAllgather: {
                           gloo::AllgatherOptions o(gctx);
-                          gloo_set(o, x, b.in.data(), per, b.out.data(), count);
+                          gloo_set(o, x.type, b.in.data(), per, b.out.data(), count);
                           gloo::allgather(o);
                           break;
                         }
                         case CollectiveKind::kAlltoall: {
                           gloo::AlltoallOptions o(gctx);
-                          gloo_set(o, x, b.in.data(), count, b.out.data(), count);
+                          gloo_set(o, x.type, b.in.data(), count, b.out.data(), count);
                           gloo::alltoall(o);
                           break;
                         }
