@@ -190,6 +190,12 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   cfg.spin = std::chrono::microseconds(std::max<int64_t>(0, spin));
   cfg.direct_spin = std::chrono::microseconds(std::max<int64_t>(0, direct_spin));
   cfg.yield_polls = static_cast<int>(std::min<int64_t>(yield, 1 << 20));
+  // A rank with a core of its own spins only while spinning pays: under
+  // competing load (a build beside the job) a 10 ms spin loses the core to
+  // the load and the answer waits for the next time slice; the policy sends
+  // it to the doorbell, whose wake-up costs microseconds. An explicit
+  // RDMAFLOW_COLL_SPIN_US is taken as it is.
+  cfg.adaptive_spin = !spin_given && !crowded;
   cfg.timeout = options.timeout.value_or(default_timeout());
   c->options_.timeout = cfg.timeout;
 
