@@ -329,9 +329,6 @@ class Run {
     options.spin = cfg_.direct_spin;
     options.yield_every = yield_every_;
     options.recheck = kDirectRecheck;
-    // A yielding (crowded) waiter is off its CPU by design: the policy would
-    // read every yield as a preemption. It keeps its short fixed spin.
-    if (cfg_.adaptive_spin && yield_every_ == 0) options.policy = &fabric_.direct_spin_policy();
     fabric_.endpoint().poll([this] { return step(); }, [this] { return done(); },
                             [this](Clock::time_point now) { return blocked(now); }, deadline_,
                             options);

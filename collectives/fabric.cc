@@ -68,7 +68,6 @@ Result<std::unique_ptr<Fabric>> Fabric::create(int rank, int world,
   f->rank_ = rank;
   f->world_ = world;
   f->config_ = config;
-  f->direct_spin_policy_ = std::make_unique<SpinPolicy>(config.direct_spin);
   f->peers_.resize(world);
   f->shared_ = std::make_shared<Shared>();
   f->shared_->lanes = config.lanes;

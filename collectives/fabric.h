@@ -60,7 +60,6 @@
 #include <vector>
 
 #include "common/signal.h"
-#include "common/spin_policy.h"
 #include "common/status.h"
 #include "transport/channel.h"
 #include "transport/shm/memory_channel.h"
@@ -76,10 +75,7 @@ struct FabricConfig {
   std::chrono::microseconds spin{10000};         // drive progress this long before sleeping
   std::chrono::microseconds direct_spin{10000};  // the same with direct peers (polling)
   int yield_polls = 0;  // sched_yield() every N polls while driving; 0: never
-  // Direct-path waits spin for what their recent spins earned, up to
-  // direct_spin (common/spin_policy.h), instead of always the full spin.
-  bool adaptive_spin = false;
-  bool direct = true;  // same-host peers: the direct path when it is viable
+  bool direct = true;   // same-host peers: the direct path when it is viable
 };
 
 // What the fabric did, for tests and tuning.
@@ -148,8 +144,6 @@ class Fabric {
   int world() const { return world_; }
   const FabricConfig& config() const { return config_; }
   int yield_polls() const { return config_.yield_polls; }
-  // The direct path's spin budget, shared by the lanes' waits (adaptive_spin).
-  SpinPolicy& direct_spin_policy() { return *direct_spin_policy_; }
   // The wait driver every peer's channel shares (one UCX worker), else null.
   WaitDriver* common_driver() const { return common_driver_.get(); }
   Peer& peer(int p) { return peers_[p]; }
@@ -238,7 +232,6 @@ class Fabric {
   size_t small_bytes_ = 0;
   size_t bell_offset_ = 0;  // this rank's doorbell in the block
   std::unique_ptr<shm::MemoryEndpoint> endpoint_;
-  std::unique_ptr<SpinPolicy> direct_spin_policy_;
   int direct_peers_ = 0;
   std::atomic<uint64_t> direct_pieces_{0};
   std::atomic<uint64_t> notify_pieces_{0};

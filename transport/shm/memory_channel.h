@@ -51,7 +51,6 @@
 #include <vector>
 
 #include "common/doorbell.h"
-#include "common/spin_policy.h"
 #include "common/status.h"
 #include "transport/channel.h"
 #include "transport/shm/peer_memory.h"
@@ -113,10 +112,6 @@ struct PollOptions {
   std::chrono::microseconds spin{10000};  // poll this long without progress before sleeping
   int yield_every = 0;                    // sched_yield() every N idle polls; 0: never
   std::chrono::nanoseconds recheck = std::chrono::milliseconds(20);  // longest single sleep
-  // When set, the spin after each progress is the policy's budget (at most
-  // `spin`) and what it came to is recorded there: a spin that is preempted
-  // or runs out sends the waiter to the doorbell sooner (common/spin_policy.h).
-  SpinPolicy* policy = nullptr;
 };
 
 class MemoryEndpoint {
@@ -165,15 +160,6 @@ class MemoryEndpoint {
     int polls = 0;
     bool moved = true;  // progress since the clock was last read (the start counts)
     Clock::time_point spin_until{};
-    // The policy's spin in progress (budget > 0), recorded once it ends.
-    Clock::duration budget{};
-    bool probe = false;
-    SpinPolicy::Watch watch(Clock::now());
-    auto end_spin = [&](SpinPolicy::Outcome outcome, Clock::time_point now) {
-      if (options.policy == nullptr || budget <= Clock::duration::zero()) return;
-      options.policy->record(budget, probe, outcome, now);
-      budget = Clock::duration::zero();
-    };
     while (!done()) {
       if (step()) {
         moved = true;
@@ -187,25 +173,12 @@ class MemoryEndpoint {
       const auto now = Clock::now();
       if (moved) {
         moved = false;
-        if (options.policy != nullptr) {
-          end_spin(SpinPolicy::Outcome::kHit, now);  // the progress came during the spin
-          budget = options.policy->budget(now, &probe);
-          spin_until = now + budget;
-          watch = SpinPolicy::Watch(now);
-        } else {
-          spin_until = now + options.spin;
-        }
-      } else if (options.policy != nullptr && now < spin_until && watch.note(now, false)) {
-        // Off the CPU in the middle of the spin: whatever we wait for is late
-        // anyway, and spinning on only delays the peer. Sleep.
-        end_spin(SpinPolicy::Outcome::kPreempted, now);
-        spin_until = now;
+        spin_until = now + options.spin;
       }
       if (now < spin_until) {
         if (options.yield_every > 0) sched_yield();
         continue;
       }
-      end_spin(SpinPolicy::Outcome::kMiss, now);
       if (idle(now)) return;
       const uint32_t ticket = bell_.announce();
       if (step()) {
