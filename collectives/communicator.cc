@@ -162,19 +162,23 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
       knob("RDMAFLOW_COLL_SLOT_BYTES", static_cast<int64_t>(options.slot_bytes), 512 * 1024, 64));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t slots, knob("RDMAFLOW_COLL_SLOTS", options.slots, 4, 1));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t lanes, knob("RDMAFLOW_COLL_LANES", options.lanes, 2, 1));
-  // A rank with a core of its own spins (driving progress) for 10 ms before
-  // it sleeps; on an oversubscribed host spinning ranks take the cores the
-  // ranks they wait for need, so they sleep at once (docs/benchmarks.md,
-  // "Collectives", has the measurements behind both defaults).
+  // A rank with a core of its own spins (driving progress) for up to 10 ms
+  // before it sleeps. On an oversubscribed host it polls and yields the core
+  // after every poll (cfg.yield_polls), for at most 1 ms: the ranks it waits
+  // for get the core at once, and its own answer is picked up at its next
+  // turn instead of after a futex wake-up and a hop from the progress thread
+  // (the tcp backend's driver blocks in recvmsg meanwhile). Sleeping at once
+  // made 8 B allreduce across 4 simulated hosts on 2 cores 1.2-1.6x slower
+  // (docs/benchmarks.md, "Waits under load", has the runs behind both).
   const bool crowded = oversubscribed(setup.world);
   int64_t spin = options.spin_us;
   const bool spin_given = spin >= 0 || env_string("RDMAFLOW_COLL_SPIN_US").has_value();
   if (spin < 0) {
-    RDMAFLOW_ASSIGN_OR_RETURN(spin, env_int("RDMAFLOW_COLL_SPIN_US", crowded ? 0 : 10000));
+    RDMAFLOW_ASSIGN_OR_RETURN(spin, env_int("RDMAFLOW_COLL_SPIN_US", crowded ? 1000 : 10000));
   }
   // Waits on direct peers are plain loads (plus sched_yield when crowded), no
-  // system call: there a crowded rank still polls briefly before it sleeps
-  // on the doorbell (each futex wake-up costs a reschedule).
+  // system call: there a crowded rank polls only briefly before it sleeps on
+  // the doorbell (4 ranks on one host's 2 cores: 50 us beat 1 ms at 64 KiB).
   const int64_t direct_spin = spin_given ? spin : (crowded ? 50 : 10000);
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t yield, env_int("RDMAFLOW_COLL_YIELD", -1));
   // Same-host peers whose channel maps their memory: memcpy + sequence words.

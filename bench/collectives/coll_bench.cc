@@ -6,6 +6,7 @@
 //       --op allreduce --type f32 --sizes 8,1M,16M,64M --vs gloo --vs mpi [--json out.json]
 //   mpirun --mca plm_rsh_agent "scripts/cluster rsh" --mca pml ob1 --mca btl tcp,self,vader
 //       -H h0:2,h1:2 -np 4 rdmaflow_coll_bench --vs gloo --vs mpi     (docs/cluster.md)
+//   mpirun -np 2 rdmaflow_coll_bench --sizes 8 --vs socket --load 2  (waits under load)
 //
 // rdmaflow runs as a user's job does: RDMAFLOW_TRANSPORT=auto unless
 // --transport says otherwise (shared memory within a host, the network between),
@@ -21,7 +22,8 @@
 // per library: time (us, p50 over iterations of the slowest rank), algbw and
 // busbw (GB/s = 1e9 B/s; busbw = algbw x 2(n-1)/n for allreduce, (n-1)/n for
 // reduce_scatter, allgather and alltoall, 1 for broadcast and reduce), #wrong,
-// min / p99 time, and the ratio of our busbw to the reference's.
+// min / p99 time, and the ratio of our busbw to the reference's (for --vs
+// socket, a ping-pong between ranks 0 and 1: the ratio of its time to ours).
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
@@ -43,6 +45,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <string>
@@ -51,6 +54,8 @@
 
 #include "bench/collectives/gloo_store.h"
 #include "bench/collectives/references.h"
+#include "bench/collectives/socket_reference.h"
+#include "bench/cpu_load.h"
 #include "collectives/algorithms/registry.h"
 #include "collectives/communicator.h"
 #include "runtime/rendezvous/bootstrap.h"
@@ -74,7 +79,8 @@ struct Args {
   int factor = 2;
   int iters = 0;  // 0: by size
   int warmup = 3;
-  bool vs_gloo = false, vs_mpi = false;
+  bool vs_gloo = false, vs_mpi = false, vs_socket = false;
+  int load = 0;  // busy processes beside the first rank of each host (CpuLoad)
   std::string json;
   std::string transport;  // empty: RDMAFLOW_TRANSPORT, else auto
   Algorithm algo = Algorithm::kAuto;
@@ -139,10 +145,16 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
       ->default_str("0: by size");
   app.add_option("-w,--warmup", a.warmup, "untimed iterations per size first")
       ->check(cli::at_least(0));
-  app.add_option("--vs", vs, "a reference to run beside rdmaflow: gloo or mpi; repeat for both")
+  app.add_option("--vs", vs,
+                 "a reference to run beside rdmaflow: gloo, mpi or socket (a ping-pong between "
+                 "ranks 0 and 1); repeat for several")
       ->allow_extra_args(false)
-      ->check(CLI::IsMember({"gloo", "mpi"}))
+      ->check(CLI::IsMember({"gloo", "mpi", "socket"}))
       ->default_str("none");
+  app.add_option("--load", a.load,
+                 "N busy processes beside the first rank of each host for the whole run: "
+                 "every library and reference under the same competing load")
+      ->check(cli::at_least(0));
   app.add_option("--json", a.json, "also write every field to FILE")->type_name("FILE");
   app.add_option("--transport", a.transport,
                  "rdmaflow's transport: auto (a transport per peer), ucx or tcp")
@@ -161,6 +173,7 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
   for (const auto& v : vs) {
     if (v == "gloo") a.vs_gloo = true;
     if (v == "mpi") a.vs_mpi = true;
+    if (v == "socket") a.vs_socket = true;
   }
   if (a.sizes.empty()) {
     if (a.min_bytes == 0 || a.min_bytes > a.max_bytes) {
@@ -396,6 +409,10 @@ int main(int argc, char** argv) {
     for (int r = 0; r < world; ++r)
       hosts[r] = &all[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME];
   }
+  std::optional<bench::CpuLoad> load;
+  if (a.load > 0 && std::find(hosts.begin(), hosts.end(), hosts[rank]) - hosts.begin() == rank) {
+    load.emplace(a.load);
+  }
   const bool one_host =
       std::all_of(hosts.begin(), hosts.end(), [&](const std::string& h) { return h == hosts[0]; });
 
@@ -574,7 +591,18 @@ int main(int argc, char** argv) {
   }
 
   const size_t es = dtype_size(a.type);
+  std::optional<bench::SocketPingPong> sock;
+  if (a.vs_socket && world > 1) {
+    sock.emplace(rank, (*boot)->transport_config().reach_address.empty()
+                           ? std::string("127.0.0.1")
+                           : (*boot)->transport_config().reach_address);
+    libs.push_back({"socket", [](const Args&, size_t) { return true; },
+                    [&](const Args&, size_t count, Bufs&) { sock->round_trip(count * es); },
+                    [](const Args&, size_t) { return std::string("pingpong"); }});
+  }
+
   nlohmann::json out_json;
+  out_json["load"] = a.load;
   out_json["op"] = std::string(collective_name(a.op));
   out_json["type"] = std::string(dtype_name(a.type));
   out_json["redop"] = std::string(reduce_op_name(a.redop));
@@ -635,6 +663,11 @@ int main(int argc, char** argv) {
     }
     if (a.vs_mpi) std::printf("# Open MPI: pml %s, btl %s\n", mpi_pml.c_str(), mpi_btl.c_str());
     if (a.vs_gloo) std::printf("# Gloo: its tcp transport on %s\n", gloo_address.c_str());
+    if (sock) std::printf("# socket: a TCP ping-pong of the row's size between ranks 0 and 1\n");
+    if (a.load > 0) {
+      std::printf("# competing load: %d busy process%s beside the first rank of each host\n",
+                  a.load, a.load == 1 ? "" : "es");
+    }
     std::printf("# host groups: %s; cost model: %s (communicator created in %.1f ms)\n",
                 comm.host_groups().describe().c_str(), comm.cost_model().to_string().c_str(),
                 create_ms);
@@ -684,7 +717,7 @@ int main(int argc, char** argv) {
       Bufs v;
       fill(a, rank, world, count, v);
       lib.run(a, count, v);
-      unsigned long long bad = wrong(a, rank, world, count, v);
+      unsigned long long bad = lib.name == "socket" ? 0 : wrong(a, rank, world, count, v);
       unsigned long long total_bad = 0;
       MPI_Reduce(&bad, &total_bad, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
       std::vector<double> slowest(iters);
@@ -699,6 +732,7 @@ int main(int argc, char** argv) {
       j["time_us"] = p50;
       j["min_us"] = mn;
       j["p99_us"] = p99;
+      j["mean_us"] = std::accumulate(slowest.begin(), slowest.end(), 0.0) / iters;
       j["algbw_gbs"] = algbw;
       j["busbw_gbs"] = busbw;
       j["wrong"] = total_bad;

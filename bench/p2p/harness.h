@@ -8,7 +8,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/cpu_load.h"
 #include "runtime/selection/transport_select.h"
 #include "tools/cli.h"
 #include "transport/channel.h"
@@ -152,39 +152,6 @@ inline void nodelay(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
-
-// -------------------------------------------------------------- CPU load
-
-// Competing load for --load N: N child processes, each a plain CPU loop at the
-// default nice level and scheduling policy, started when this object is made
-// and killed when it goes away (or when this process dies: PR_SET_PDEATHSIG).
-// They touch no memory and make no system calls, like a compiler's code
-// generation: what they take from the measured processes is CPU time alone.
-class CpuLoad {
- public:
-  explicit CpuLoad(int n) {
-    std::fflush(nullptr);
-    for (int i = 0; i < n; ++i) {
-      const pid_t pid = ::fork();
-      if (pid < 0) die(std::string("--load: fork failed: ") + std::strerror(errno));
-      if (pid == 0) {
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (::getppid() == 1) std::_Exit(0);  // the parent is already gone
-        for (uint64_t x = 0;; ++x) asm volatile("" : : "r"(x));
-      }
-      pids_.push_back(pid);
-    }
-  }
-  ~CpuLoad() {
-    for (pid_t pid : pids_) ::kill(pid, SIGKILL);
-    for (pid_t pid : pids_) ::waitpid(pid, nullptr, 0);
-  }
-  CpuLoad(const CpuLoad&) = delete;
-  CpuLoad& operator=(const CpuLoad&) = delete;
-
- private:
-  std::vector<pid_t> pids_;
-};
 
 // ------------------------------------------------------------------- sizes
 

@@ -29,7 +29,7 @@ const std::vector<Tool>& tools() {
       {"rdmaflow_coll_bench",
        RDMAFLOW_TOOL_RDMAFLOW_COLL_BENCH,
        {"--op", "--type", "--redop", "--sizes", "--min", "--max", "--factor", "--iters", "--warmup",
-        "--vs", "--json", "--transport", "--algo"}},
+        "--vs", "--json", "--transport", "--algo", "--load"}},
       {"e2e", RDMAFLOW_TOOL_E2E, {"--steps", "--transports", "--quick", "--json"}},
       {"rdmaflow-demo",
        RDMAFLOW_TOOL_RDMAFLOW_DEMO,
@@ -154,6 +154,36 @@ TEST(ToolsCli, P2pReadsSizeSuffixes) {
   EXPECT_EQ(row["bandwidth_MBps"][0]["size"].get<uint64_t>(), 16u << 20);
   ASSERT_EQ(row["latency_us"].size(), 1u) << r.output;
   EXPECT_EQ(row["latency_us"][0]["size"].get<uint64_t>(), 8u);
+}
+
+// --vs socket and --load: the socket ping-pong is a row beside rdmaflow's,
+// timed, never checked for a reduction; the load is recorded. Two ranks
+// under mpirun, over tcp (no figure is judged: benchmarks hold those).
+TEST(ToolsCli, CollBenchSocketReferenceUnderLoad) {
+  const Tool& t = tool("rdmaflow_coll_bench");
+  SKIP_IF_NOT_BUILT(t);
+  const std::string mpirun = RDMAFLOW_TOOLS_MPIRUN;
+  if (mpirun.empty()) GTEST_SKIP() << "no mpirun";
+  const std::string json = ::testing::TempDir() + "coll_bench_socket.json";
+  Outcome r = run_tool(mpirun, "--allow-run-as-root --oversubscribe -np 2 '" + std::string(t.path) +
+                                   "' --transport tcp --sizes 8,4K -n 5 -w 1 --vs socket "
+                                   "--load 1 --json '" +
+                                   json + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("competing load: 1 busy process"), std::string::npos) << r.output;
+  std::FILE* f = std::fopen(json.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  auto j = nlohmann::json::parse(f, nullptr, false);
+  std::fclose(f);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["load"].get<int>(), 1);
+  ASSERT_EQ(j["rows"].size(), 2u);
+  for (const auto& row : j["rows"]) {
+    EXPECT_EQ(row["rdmaflow"]["wrong"].get<uint64_t>(), 0u);
+    ASSERT_TRUE(row.contains("socket")) << row.dump();
+    EXPECT_EQ(row["socket"]["algo"].get<std::string>(), "pingpong");
+    EXPECT_GT(row["socket"]["time_us"].get<double>(), 0.0);
+  }
 }
 
 TEST(ToolsCli, PlanReadsSizeSuffixes) {

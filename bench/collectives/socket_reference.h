@@ -1,0 +1,103 @@
+// --vs socket: a plain TCP ping-pong between rank 0 and rank 1 (blocking
+// sockets, TCP_NODELAY), timed like a collective call: one round trip of the
+// row's size per iteration. It is the floor a small collective's latency is
+// held to (docs/benchmarks.md, "Waits under load"): what the kernel's own
+// wake-ups cost on the same path, under the same load, in the same run.
+#pragma once
+
+#include <arpa/inet.h>
+#include <mpi.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace rdmaflow::bench {
+
+class SocketPingPong {
+ public:
+  // Collective over MPI_COMM_WORLD. Rank 0 listens on its `address` (one
+  // that reaches its host from the others'), which it sends to the others;
+  // ranks other than 0 and 1 take no part.
+  SocketPingPong(int rank, std::string address) : rank_(rank) {
+    char name[64] = {};
+    address.copy(name, sizeof(name) - 1);
+    MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, MPI_COMM_WORLD);
+    address = name;
+    int port = 0, lfd = -1;
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    if (::inet_pton(AF_INET, address.c_str(), &sa.sin_addr) != 1) fail("bad address " + address);
+    if (rank == 0) {
+      lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+      socklen_t len = sizeof(sa);
+      if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
+          ::listen(lfd, 1) != 0 || ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len)) {
+        fail("listen on " + address);
+      }
+      port = ntohs(sa.sin_port);
+    }
+    MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rank == 1) {
+      sa.sin_port = htons(static_cast<uint16_t>(port));
+      fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+      if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+        fail("connect to " + address + ":" + std::to_string(port));
+      }
+    }
+    if (rank == 0) {
+      fd_ = ::accept(lfd, nullptr, nullptr);
+      ::close(lfd);
+      if (fd_ < 0) fail("accept");
+    }
+    if (fd_ >= 0) {
+      int one = 1;
+      ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+  }
+  ~SocketPingPong() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  SocketPingPong(const SocketPingPong&) = delete;
+  SocketPingPong& operator=(const SocketPingPong&) = delete;
+
+  // One round trip of `bytes`: rank 0 sends and waits for the echo.
+  void round_trip(size_t bytes) {
+    if (fd_ < 0) return;
+    buf_.resize(bytes);
+    if (rank_ == 0) {
+      io(true, bytes);
+      io(false, bytes);
+    } else {
+      io(false, bytes);
+      io(true, bytes);
+    }
+  }
+
+ private:
+  void io(bool send, size_t bytes) {
+    for (size_t done = 0; done < bytes;) {
+      const ssize_t n = send ? ::send(fd_, buf_.data() + done, bytes - done, MSG_NOSIGNAL)
+                             : ::recv(fd_, buf_.data() + done, bytes - done, 0);
+      if (n <= 0) fail(send ? "send" : "recv");
+      done += static_cast<size_t>(n);
+    }
+  }
+  [[noreturn]] static void fail(const std::string& what) {
+    std::fprintf(stderr, "rdmaflow_coll_bench: --vs socket: %s failed\n", what.c_str());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::exit(1);
+  }
+
+  const int rank_;
+  int fd_ = -1;
+  std::vector<char> buf_;
+};
+
+}  // namespace rdmaflow::bench
