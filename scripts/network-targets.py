@@ -50,9 +50,9 @@ def allreduce_layout(rep, name, d, link_MBps):
     rows = {r["size"]: r for r in d.get("rows", [])}
     rep.say(f"### allreduce f32, {name}: {d.get('ranks')} ranks on {' '.join(d.get('hosts', []))}, "
             f"rdmaflow {d.get('transport')}; Open MPI {d.get('mpi', {}).get('btl')}; Gloo tcp")
-    rep.say("| size | selector | rdmaflow us | busbw GB/s | Open MPI us | Gloo us | vs max(MPI, Gloo) "
-            "| fastest algorithm | selector / fastest |")
-    rep.say("|---|---|---|---|---|---|---|---|---|")
+    rep.say("| size | selector | rdmaflow us | busbw GB/s | CPUs busy | Open MPI us | Gloo us "
+            "| vs max(MPI, Gloo) | fastest algorithm | selector / fastest |")
+    rep.say("|---|---|---|---|---|---|---|---|---|---|")
     short_bw, short_sel = [], []
     for size in sorted(rows):
         r = rows[size]
@@ -61,8 +61,9 @@ def allreduce_layout(rep, name, d, link_MBps):
         best_ref = max(mpi.get("busbw_gbs", 0), gloo.get("busbw_gbs", 0))
         ratio = ours.get("busbw_gbs", 0) / best_ref if best_ref else None
         sel = r.get("selector", {})
-        rep.say("| %s | %s | %.1f | %.3f | %s | %s | %s | %s | %s |" % (
+        rep.say("| %s | %s | %.1f | %.3f | %s | %s | %s | %s | %s | %s |" % (
             human(size), ours.get("algo", "?"), ours.get("time_us", 0), ours.get("busbw_gbs", 0),
+            "%.0f%%" % (100 * ours["host_cpu_busy"]) if "host_cpu_busy" in ours else "-",
             "%.1f" % mpi["time_us"] if "time_us" in mpi else "-",
             "%.1f" % gloo["time_us"] if "time_us" in gloo else "-",
             "%.2fx" % ratio if ratio else "-", sel.get("fastest", "-"),
