@@ -367,8 +367,8 @@ Status Communicator::measure() {
       longer = std::min(longer, t);
     }
     *alpha = small / 2;
-    *beta = std::max(1e-12, (longer - shorter) / static_cast<double>(
-                                                      (long_stream - short_stream) * large));
+    *beta = std::max(
+        1e-12, (longer - shorter) / static_cast<double>((long_stream - short_stream) * large));
     return Status::ok();
   };
   if (within >= 0) RDMAFLOW_RETURN_IF_ERROR(measure_pair(within, 2, &params[0], &params[1]));
