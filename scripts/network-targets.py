@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""The network-performance targets, judged on one scripts/cluster-bench run.
+
+Reads the JSON of `scripts/cluster-bench --only targets` (the targets/
+directory of its output) and prints, per target, the figures it rests on and
+whether it is met. Every reference was measured in the same run, on the same
+hosts; nothing here is a hard-coded result.
+
+  scripts/network-targets.py DIR
+
+Exit status 0 when the JSON was read (met or not: this is a report, not a
+test), 2 when a file is missing or malformed.
+"""
+import json
+import os
+import sys
+
+from bench_json import human, load
+
+MiB = 1 << 20
+
+
+def verdict(ok):
+    return "met" if ok else "SHORT"
+
+
+class Report:
+    def __init__(self):
+        self.lines = []
+        self.results = []  # (target, met)
+
+    def target(self, name, ok, detail=""):
+        self.results.append((name, ok))
+        self.lines.append(f"- {verdict(ok)}: {name}{(' (' + detail + ')') if detail else ''}")
+
+    def say(self, line=""):
+        self.lines.append(line)
+
+
+def algo_times(row):
+    """Every forced algorithm's p50 time in a coll_bench --algo all row."""
+    out = {}
+    for key, val in row.items():
+        if isinstance(val, dict) and "time_us" in val and key not in ("rdmaflow", "mpi", "gloo"):
+            out[key] = val["time_us"]
+    return out
+
+
+def allreduce_layout(rep, name, d, link_MBps):
+    rows = {r["size"]: r for r in d.get("rows", [])}
+    rep.say(f"### allreduce f32, {name}: {d.get('ranks')} ranks on {' '.join(d.get('hosts', []))}, "
+            f"rdmaflow {d.get('transport')}; Open MPI {d.get('mpi', {}).get('btl')}; Gloo tcp")
+    rep.say("| size | selector | rdmaflow us | busbw GB/s | CPUs busy | Open MPI us | Gloo us "
+            "| vs max(MPI, Gloo) | fastest algorithm | selector / fastest |")
+    rep.say("|---|---|---|---|---|---|---|---|---|---|")
+    short_bw, short_sel = [], []
+    for size in sorted(rows):
+        r = rows[size]
+        ours = r.get("rdmaflow", {})
+        mpi, gloo = r.get("mpi", {}), r.get("gloo", {})
+        best_ref = max(mpi.get("busbw_gbs", 0), gloo.get("busbw_gbs", 0))
+        ratio = ours.get("busbw_gbs", 0) / best_ref if best_ref else None
+        sel = r.get("selector", {})
+        rep.say("| %s | %s | %.1f | %.3f | %s | %s | %s | %s | %s | %s |" % (
+            human(size), ours.get("algo", "?"), ours.get("time_us", 0), ours.get("busbw_gbs", 0),
+            "%.0f%%" % (100 * ours["host_cpu_busy"]) if "host_cpu_busy" in ours else "-",
+            "%.1f" % mpi["time_us"] if "time_us" in mpi else "-",
+            "%.1f" % gloo["time_us"] if "time_us" in gloo else "-",
+            "%.2fx" % ratio if ratio else "-", sel.get("fastest", "-"),
+            "%.2fx" % sel["time_vs_fastest"] if "time_vs_fastest" in sel else "-"))
+        if 64 * 1024 <= size <= 256 * MiB and (ratio is None or ratio < 1.2):
+            short_bw.append("%s %.2fx" % (human(size), ratio or 0))
+        if sel.get("time_vs_fastest", 99) > 1.10:
+            short_sel.append("%s %s %.2fx of %s" % (human(size), sel.get("chose"),
+                                                   sel.get("time_vs_fastest", 0),
+                                                   sel.get("fastest")))
+    rep.say()
+    in_range = [s for s in rows if 64 * 1024 <= s <= 256 * MiB]
+    rep.target(f"{name}: busbw >= 1.2x max(Open MPI, Gloo) from 64 KiB to 256 MiB",
+               bool(in_range) and not short_bw,
+               "short at " + ", ".join(short_bw) if short_bw else f"{len(in_range)} sizes")
+    small = rows.get(8)
+    if small and "time_us" in small.get("mpi", {}):
+        t, m = small["rdmaflow"]["time_us"], small["mpi"]["time_us"]
+        rep.target(f"{name}: 8 B allreduce time <= Open MPI's", t <= m,
+                   "%.1f us against %.1f us" % (t, m))
+    big = rows.get(64 * MiB)
+    if big and link_MBps:
+        bw = big["rdmaflow"]["busbw_gbs"] * 1000
+        rep.target(f"{name}: 64 MiB busbw >= 0.9 of the link", bw >= 0.9 * link_MBps,
+                   "%.0f MB/s = %.2f of %.0f MB/s" % (bw, bw / link_MBps, link_MBps))
+    rep.target(f"{name}: the selector within 10% of the fastest algorithm at every size",
+               bool(rows) and not short_sel,
+               "off at " + "; ".join(short_sel) if short_sel else f"{len(rows)} sizes")
+    if name == "2x2":
+        r = rows.get(16 * MiB)
+        times = algo_times(r) if r else {}
+        if "hier" in times:
+            flat = {k: v for k, v in times.items() if k != "hier"}
+            best = min(flat, key=flat.get)
+            gain = flat[best] / times["hier"]
+            rep.target("2x2: hier >= 1.3x the best flat algorithm at 16 MiB", gain >= 1.3,
+                       "hier %.1f us, %s %.1f us: %.2fx" % (times["hier"], best, flat[best], gain))
+    rep.say()
+
+
+def loopback(rep, d):
+    rows = {r["size"]: r for r in d.get("rows", [])}
+    rep.say("### allreduce f32, 2 ranks over loopback TCP (no namespaces): rdmaflow tcp beside "
+            f"Open MPI btl {d.get('mpi', {}).get('btl')}")
+    rep.say("| size | selector | rdmaflow us | busbw GB/s | Open MPI us | busbw GB/s | vs MPI "
+            "| selector / fastest |")
+    rep.say("|---|---|---|---|---|---|---|---|")
+    short, short_sel = [], []
+    for size in sorted(rows):
+        r = rows[size]
+        ours, mpi, sel = r.get("rdmaflow", {}), r.get("mpi", {}), r.get("selector", {})
+        ratio = ours.get("busbw_gbs", 0) / mpi["busbw_gbs"] if mpi.get("busbw_gbs") else None
+        rep.say("| %s | %s | %.1f | %.3f | %s | %s | %s | %s |" % (
+            human(size), ours.get("algo", "?"), ours.get("time_us", 0), ours.get("busbw_gbs", 0),
+            "%.1f" % mpi["time_us"] if "time_us" in mpi else "-",
+            "%.3f" % mpi["busbw_gbs"] if "busbw_gbs" in mpi else "-",
+            "%.2fx" % ratio if ratio else "-",
+            "%.2fx" % sel["time_vs_fastest"] if "time_vs_fastest" in sel else "-"))
+        if 64 * 1024 <= size <= 16 * MiB and (ratio is None or ratio < 1.2):
+            short.append("%s %.2fx" % (human(size), ratio or 0))
+        if sel.get("time_vs_fastest", 99) > 1.10:
+            short_sel.append("%s %.2fx" % (human(size), sel.get("time_vs_fastest", 0)))
+    rep.say()
+    rep.target("loopback: busbw >= 1.2x Open MPI btl tcp from 64 KiB to 16 MiB",
+               bool(rows) and not short, "short at " + ", ".join(short) if short else "")
+    rep.target("loopback: the selector within 10% of the fastest algorithm at every size",
+               bool(rows) and not short_sel, "off at " + ", ".join(short_sel) if short_sel else "")
+    rep.say()
+
+
+def row_of(d, transport):
+    for row in d.get("rows", []):
+        if row.get("transport") == transport and "skipped" not in row:
+            return row
+    return None
+
+
+def p2p(rep, d):
+    link = d.get("link_rate", {}).get("best_MBps")
+    tcp = row_of(d, "tcp")
+    rep.say("### p2p tcp between %s; link %s MB/s (plain TCP sockets, same run)" % (
+        " and ".join(d.get("hosts", [])), "%.0f" % link if link else "?"))
+    if tcp is None:
+        rep.target("p2p tcp ran", False)
+        return link
+    for r in tcp.get("bandwidth_MBps", []):
+        rep.say("- %s: %.0f MB/s, %.2f of the link, %.2fx the socket stream" % (
+            human(r["size"]), r["transport"], r.get("ratio_link", 0), r.get("ratio", 0)))
+        if r["size"] == 16 * MiB:
+            rep.target("p2p tcp 16 MiB >= 0.95 of the link", r.get("ratio_link", 0) >= 0.95,
+                       "%.0f MB/s, %.2f" % (r["transport"], r.get("ratio_link", 0)))
+    for r in tcp.get("latency_us", []):
+        if r["size"] == 8:
+            ratio = r["transport_p50"] / r["socket_p50"]
+            rep.target("p2p tcp 8 B one-way <= 1.1x the plain socket's (p50)", ratio <= 1.1,
+                       "%.1f us against %.1f us: %.2fx (means %.1f / %.1f)" % (
+                           r["transport_p50"], r["socket_p50"], ratio, r["transport"],
+                           r["socket"]))
+    rep.say()
+    return link
+
+
+def load_rows(rep, loaded, quiet):
+    rep.say("### 8 B on one host: with --load %s (both cores busy) and quiet" % loaded.get("load"))
+    rep.say("| transport | loaded p50 us | socket p50 us | ratio | quiet p50 us | quiet socket p50 us |")
+    rep.say("|---|---|---|---|---|---|")
+    verdicts = []
+    for name in ("ucx_shm", "tcp"):
+        lr, qr = row_of(loaded, name), row_of(quiet, name) if quiet else None
+        if lr is None:
+            continue
+        lat = next((r for r in lr.get("latency_us", []) if r["size"] == 8), None)
+        qlat = next((r for r in qr.get("latency_us", []) if r["size"] == 8), None) if qr else None
+        if lat is None:
+            continue
+        ratio = lat["transport_p50"] / lat["socket_p50"]
+        rep.say("| %s | %.2f | %.2f | %.2fx | %s | %s |" % (
+            name, lat["transport_p50"], lat["socket_p50"], ratio,
+            "%.2f" % qlat["transport_p50"] if qlat else "-",
+            "%.2f" % qlat["socket_p50"] if qlat else "-"))
+        verdicts.append((name, ratio))
+    rep.say()
+    for name, ratio in verdicts:
+        rep.target(f"same host, {name} 8 B with both cores busy <= 2x the plain socket (p50)",
+                   ratio <= 2.0, "%.2fx" % ratio)
+    rep.say()
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    d = sys.argv[1]
+    rep = Report()
+    rep.say("## Network targets (one run)")
+    rep.say()
+    link = None
+    pt = load(os.path.join(d, "p2p-tcp.json"), missing_ok=True)
+    if pt:
+        link = p2p(rep, pt)
+    for name in ("4x1", "2x2"):
+        data = load(os.path.join(d, f"allreduce-{name}.json"), missing_ok=True)
+        if data:
+            allreduce_layout(rep, name, data, link)
+    lb = load(os.path.join(d, "allreduce-loopback.json"), missing_ok=True)
+    if lb:
+        loopback(rep, lb)
+    loaded = load(os.path.join(d, "p2p-load.json"), missing_ok=True)
+    if loaded:
+        load_rows(rep, loaded, load(os.path.join(d, "p2p-quiet.json"), missing_ok=True))
+    met = sum(1 for _, ok in rep.results if ok)
+    rep.say(f"**{met} of {len(rep.results)} targets met.**")
+    for line in rep.lines:
+        print(line)
+    with open(os.path.join(d, "targets.json"), "w") as f:
+        json.dump([{"target": t, "met": ok} for t, ok in rep.results], f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
