@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 namespace rdmaflow::bench {
@@ -51,5 +53,28 @@ class CpuLoad {
  private:
   std::vector<pid_t> pids_;
 };
+
+// Busy and idle jiffies of all of this host's CPUs (/proc/stat): the share of
+// busy time over a timed loop says whether it ran out of cores before it ran
+// out of link (between simulated hosts every rank shares these cores).
+struct CpuJiffies {
+  double busy = 0, idle = 0;
+};
+inline CpuJiffies cpu_jiffies() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  double v[8] = {};
+  f >> cpu;
+  for (double& x : v) f >> x;
+  if (!f || cpu != "cpu") return {};
+  // user nice system idle iowait irq softirq steal
+  return {v[0] + v[1] + v[2] + v[5] + v[6] + v[7], v[3] + v[4]};
+}
+// -1 when the loop was too short for jiffies (10 ms each) to tell.
+inline double cpu_busy_since(const CpuJiffies& start) {
+  const CpuJiffies now = cpu_jiffies();
+  const double busy = now.busy - start.busy, total = busy + now.idle - start.idle;
+  return total >= 50 ? busy / total : -1;
+}
 
 }  // namespace rdmaflow::bench

@@ -379,29 +379,6 @@ void die(const std::string& what) {
   std::exit(1);
 }
 
-// Busy and idle jiffies of all of this host's CPUs (/proc/stat): the share of
-// busy time over a timed loop says whether a size ran out of cores before it
-// ran out of link (between simulated hosts every rank shares these cores).
-struct CpuJiffies {
-  double busy = 0, idle = 0;
-};
-CpuJiffies cpu_jiffies() {
-  std::ifstream f("/proc/stat");
-  std::string cpu;
-  double v[8] = {};
-  f >> cpu;
-  for (double& x : v) f >> x;
-  if (!f || cpu != "cpu") return {};
-  // user nice system idle iowait irq softirq steal
-  return {v[0] + v[1] + v[2] + v[5] + v[6] + v[7], v[3] + v[4]};
-}
-// -1 when the loop was too short for jiffies (10 ms each) to tell.
-double cpu_busy_since(const CpuJiffies& start) {
-  const CpuJiffies now = cpu_jiffies();
-  const double busy = now.busy - start.busy, total = busy + now.idle - start.idle;
-  return total >= 50 ? busy / total : -1;
-}
-
 double pct(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   size_t i = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
@@ -731,13 +708,13 @@ int main(int argc, char** argv) {
       // Start together, then time each iteration back to back.
       MPI_Barrier(MPI_COMM_WORLD);
       std::vector<double> times(iters);
-      const CpuJiffies cpu0 = cpu_jiffies();
+      const bench::CpuJiffies cpu0 = bench::cpu_jiffies();
       for (int it = 0; it < iters; ++it) {
         auto t0 = Clock::now();
         lib.run(a, count, b);
         times[it] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
       }
-      const double cpu_busy = cpu_busy_since(cpu0);
+      const double cpu_busy = bench::cpu_busy_since(cpu0);
       // Verify the last result (fill again: in-place users may have changed inputs).
       Bufs v;
       fill(a, rank, world, count, v);
