@@ -1,0 +1,53 @@
+"""torch.distributed's "rdmaflow" backend in real processes (pytest; ctest
+runs it with the build tree's python/ on PYTHONPATH, label "torch")."""
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON = os.environ.get("RDMAFLOW_TEST_PYTHON", "/usr/bin/python3")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(script, world, *args, timeout=240):
+    port = str(free_port())
+    env = dict(os.environ, RDMAFLOW_LOG_LEVEL=os.environ.get("RDMAFLOW_LOG_LEVEL", "warn"))
+    procs = [subprocess.Popen([PYTHON, os.path.join(HERE, script), str(r), str(world), port,
+                               *map(str, args)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    outs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise AssertionError(f"{script} with {world} ranks did not finish in {timeout} s")
+        outs.append((p.returncode, out))
+    return outs
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_every_op_matches_gloo(world):
+    for rank, (rc, out) in enumerate(run_ranks("torch_ops_worker.py", world)):
+        assert rc == 0, f"rank {rank} of {world} failed:\n{out[-3000:]}"
+        assert f"rank {rank}: ok" in out, out[-3000:]
+
+
+def test_dead_rank_raises_on_every_survivor():
+    results = run_ranks("torch_dead_rank_worker.py", 3, 5, timeout=120)
+    for rank, (rc, out) in enumerate(results[:-1]):
+        assert rc == 0, f"survivor {rank} failed:\n{out[-3000:]}"
+        assert "raised after" in out, out[-3000:]
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))
