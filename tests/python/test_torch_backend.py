@@ -36,10 +36,29 @@ def run_ranks(script, world, *args, timeout=240):
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
-def test_every_op_matches_gloo(world):
+def test_ops_match_gloo(world):
     for rank, (rc, out) in enumerate(run_ranks("torch_ops_worker.py", world)):
         assert rc == 0, f"rank {rank} of {world} failed:\n{out[-3000:]}"
         assert f"rank {rank}: ok" in out, out[-3000:]
+
+
+def losses(backend, model, world, steps):
+    results = run_ranks("torch_ddp_worker.py", world, backend, model, steps)
+    for rank, (rc, out) in enumerate(results):
+        assert rc == 0, f"{backend} rank {rank} failed:\n{out[-3000:]}"
+    return [float(line.split()[-1]) for line in results[0][1].splitlines()
+            if line.startswith("step ")]
+
+
+@pytest.mark.parametrize("model,world", [("mlp", 2), ("mlp", 3), ("resnet18", 2)])
+def test_ddp_training_matches_gloo(model, world):
+    if model == "resnet18":
+        pytest.importorskip("torchvision")
+    ours, gloo = losses("rdmaflow", model, world, 20), losses("gloo", model, world, 20)
+    assert len(ours) == len(gloo) == 20
+    assert ours[-1] < ours[0], f"the loss did not fall: {ours}"
+    for step, (a, b) in enumerate(zip(ours, gloo)):
+        assert abs(a - b) <= 1e-4 * max(1.0, abs(b)), f"step {step}: rdmaflow {a}, gloo {b}"
 
 
 def test_dead_rank_raises_on_every_survivor():
