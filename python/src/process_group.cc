@@ -232,9 +232,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::launch(
     c10d::OpType type, const char* what, CollectiveKind kind, const void* in, void* out,
     size_t count, const at::Tensor& typed, c10d::ReduceOp op, int root,
     std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep, std::function<void()> finish) {
+  const DataType dtype = dtype_of(typed);
+  const bool reduces = kind == CollectiveKind::kAllreduce || kind == CollectiveKind::kReduce ||
+                       kind == CollectiveKind::kReduceScatter;
+  TORCH_CHECK_TYPE(!reduces || reducible_dtype(dtype), "rdmaflow ", what, ": tensors of dtype ",
+                   typed.scalar_type(),
+                   " cannot be reduced (broadcast, allgather and alltoall "
+                   "move them)");
   CallOptions options;
   options.timeout = Millis(timeout_.count());
-  Request request = comm_->start(kind, in, out, count, dtype_of(typed), op_of(op), root, options);
+  Request request = comm_->start(kind, in, out, count, dtype, op_of(op), root, options);
   // The Work holds every buffer the collective reads or writes until it settles.
   auto done = [keep = std::move(keep), finish = std::move(finish)] {
     if (finish) finish();

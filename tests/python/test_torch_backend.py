@@ -61,6 +61,19 @@ def test_ddp_training_matches_gloo(model, world):
         assert abs(a - b) <= 1e-4 * max(1.0, abs(b)), f"step {step}: rdmaflow {a}, gloo {b}"
 
 
+def test_ddp_under_torchrun():
+    # Debian 12's torch 1.13 under Python 3.11 cannot parse torchrun's default
+    # --redirects/--tee 0 (enum iteration changed in 3.11): 2 (stderr) works.
+    port = str(free_port())
+    out = subprocess.run([PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "3",
+                          "--master_port", port, "--redirects", "2", "--tee", "2",
+                          os.path.join(HERE, "torchrun_script.py")],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout[-3000:]
+    for rank in range(3):
+        assert f"torchrun rank {rank} of 3: ok" in out.stdout, out.stdout[-3000:]
+
+
 def test_dead_rank_raises_on_every_survivor():
     results = run_ranks("torch_dead_rank_worker.py", 3, 5, timeout=120)
     for rank, (rc, out) in enumerate(results[:-1]):

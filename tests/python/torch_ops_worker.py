@@ -122,6 +122,14 @@ def main():
         out_g = out_g.to(dtype)
         same(out_r, out_g, dtype, f"all_to_all_single {dtype}")
         checks += 1
+    # bool tensors move (broadcast, all_gather) but are not reduced.
+    flags = torch.tensor([rank % 2 == 0, True, False, rank == 0])
+    dist.broadcast(flags, 0)
+    assert flags.tolist() == [True, True, False, True], flags
+    got = [torch.zeros(4, dtype=torch.bool) for _ in range(world)]
+    dist.all_gather(got, torch.tensor([rank % 2 == 1] * 4))
+    assert [g.tolist() for g in got] == [[r % 2 == 1] * 4 for r in range(world)], got
+    checks += 2
     # Coalesced: several tensors of one dtype in one call.
     ts = [inputs(rank, k, torch.float32, "sum", salt=30 + k) for k in (1, 17, 300)]
     refs = [t.clone() for t in ts]
@@ -141,9 +149,13 @@ def main():
     checks += 1
     dist.barrier()
     # Bad arguments raise what torch users expect, not a crash.
-    for what, bad, exc in (("int16", lambda: dist.all_reduce(torch.ones(2, dtype=torch.int16)), TypeError),
-                     ("BAND", lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND), ValueError),
-                     ("root", lambda: dist.broadcast(torch.ones(2), world + 3), (ValueError, RuntimeError))):
+    bad_calls = [
+        ("int16", lambda: dist.all_reduce(torch.ones(2, dtype=torch.int16)), TypeError),
+        ("bool sum", lambda: dist.all_reduce(torch.ones(2, dtype=torch.bool)), TypeError),
+        ("BAND", lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND), ValueError),
+        ("root", lambda: dist.broadcast(torch.ones(2), world + 3), (ValueError, RuntimeError)),
+    ]
+    for what, bad, exc in bad_calls:
         try:
             bad()
         except exc:
