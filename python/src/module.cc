@@ -4,13 +4,14 @@
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "python/src/numpy_api.h"
 #include "python/src/process_group.h"
 
 namespace py = pybind11;
 using rdmaflow::torch_backend::ProcessGroupRdmaflow;
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "rdmaflow's native module: the torch.distributed backend";
+  m.doc() = "rdmaflow's native module: the torch.distributed backend and Communicator";
   // The base class is torch's (torch._C._distributed_c10d.ProcessGroup): import
   // it first so pybind11 knows it.
   py::module::import("torch.distributed");
@@ -25,4 +26,5 @@ PYBIND11_MODULE(_C, m) {
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"))
       .def("describe", &ProcessGroupRdmaflow::describe);
+  rdmaflow::torch_backend::bind_numpy_api(m);
 }

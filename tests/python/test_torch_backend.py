@@ -35,6 +35,20 @@ def run_ranks(script, world, *args, timeout=240):
     return outs
 
 
+@pytest.mark.parametrize("world", [1, 3])
+def test_ops_numpy_communicator(world):
+    port = str(free_port())
+    procs = [subprocess.Popen([PYTHON, os.path.join(HERE, "numpy_worker.py")],
+                              env=dict(os.environ, RDMAFLOW_RANK=str(r),
+                                       RDMAFLOW_WORLD_SIZE=str(world),
+                                       RDMAFLOW_RENDEZVOUS=f"127.0.0.1:{port}"),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(world)]
+    for r, p in enumerate(procs):
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0 and f"rank {r}: ok" in out, out[-3000:]
+
+
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_ops_match_gloo(world):
     for rank, (rc, out) in enumerate(run_ranks("torch_ops_worker.py", world)):
