@@ -13,6 +13,9 @@ PACKAGES=(
   libgloo-dev libopenmpi-dev openmpi-bin libpmix-dev
   clang libclang-rt-14-dev clang-format
   iproute2 python3
+  # the Python package and torch.distributed backend (python/): Debian's torch
+  python3-dev python3-torch libtorch-dev pybind11-dev python3-pytest python3-numpy
+  python3-torchvision
   # the cluster in a box (scripts/cluster): namespaces, Slurm and its munge
   util-linux slurm-wlm munge
   # the soft-RoCE guest (scripts/softroce-vm): QEMU, debootstrap, initramfs packing

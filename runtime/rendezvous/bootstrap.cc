@@ -117,7 +117,19 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::create(BootstrapOptions options) {
   }
   set_log_rank(rank);
 
-  if (world == 1) {
+  if (options.store) {
+    b->root_store_ = options.store;
+    b->rendezvous_ = options.store->describe();
+    if (world > 1 && b->info_.single_host != true && options.reach_toward) {
+      auto toward = local_address_toward(*options.reach_toward);
+      if (toward) {
+        b->reach_address_ = *toward;
+      } else {
+        RDMAFLOW_LOG_WARN("bootstrap: {}; socket transports listen on loopback",
+                          toward.status().to_string());
+      }
+    }
+  } else if (world == 1) {
     b->root_store_ = std::make_shared<MemoryStore>(b->timeout_);
   } else {
     std::string what = "RDMAFLOW_RENDEZVOUS";

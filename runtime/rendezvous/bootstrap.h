@@ -48,6 +48,15 @@ struct BootstrapOptions {
   std::optional<RankInfo> rank_info;      // default: detect_rank_info()
   std::optional<std::string> rendezvous;  // default: RDMAFLOW_RENDEZVOUS, see above
   std::optional<Millis> timeout;          // default: RDMAFLOW_TIMEOUT_MS
+  // A store the caller already shares with every rank (torch.distributed's
+  // TCPStore, through python/): the bootstrap meets there instead of at
+  // RDMAFLOW_RENDEZVOUS and rank 0 serves nothing. Keys go under "rdmaflow/"
+  // and "user/" as on the bootstrap's own store.
+  std::shared_ptr<Store> store;
+  // With `store`, ranks on several hosts: a host name or address of rank 0's
+  // host (torch's MASTER_ADDR), so that socket transports listen on the
+  // interface that reaches it. Empty: loopback, as on one host.
+  std::optional<std::string> reach_toward;
 };
 
 // Channels indexed by peer rank; the entry for this rank is null.

@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+"""torch.distributed on rdmaflow beside Gloo, in the same run.
+
+For each backend (rdmaflow, then gloo), WORLD processes on this host (or
+under mpirun across hosts) run
+  - an all_reduce busbw sweep (float32, sum; nccl-tests columns: p50 time of
+    the slowest rank, algbw, busbw = algbw x 2(n-1)/n), and
+  - DDP training steps of a communication-heavy model (three 4096-wide
+    linear layers, 50M parameters, 200 MB of gradients per step) and of
+    torchvision's resnet18 (11.7M parameters) on small synthetic images:
+    the median step time after warm-up,
+then prints each figure beside Gloo's and the ratio (> 1: rdmaflow faster).
+
+  bench/torch/torch_bench.py [--world 2] [--sizes 8,64K,1M,16M,64M] [--json FILE]
+  mpirun -np 4 ... /usr/bin/python3 bench/torch/torch_bench.py --worker --master ADDR
+
+Needs the package on PYTHONPATH (build/python) or installed.
+"""
+import argparse
+import datetime
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+PYTHON = "/usr/bin/python3"  # Debian's torch is installed for it
+
+
+def parse_size(text):
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(text[:-1] if mult > 1 else text) * mult
+
+
+def human(n):
+    for shift, suffix in ((30, "G"), (20, "M"), (10, "K")):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{suffix}"
+    return str(n)
+
+
+# ------------------------------------------------------------------ worker
+
+def worker(args):
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import rdmaflow.torch  # noqa: F401
+
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", args.rank))
+    world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", args.world))
+    torch.set_num_threads(max(1, args.threads))
+    dist.init_process_group(args.backend, init_method=f"tcp://{args.master}:{args.port}",
+                            rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=args.timeout))
+    # Timings are agreed on over Gloo, outside what is measured.
+    agree = dist.new_group(backend="gloo")
+
+    def slowest(times):
+        t = torch.tensor(times, dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=agree)
+        return t.tolist()
+
+    out = {"backend": args.backend, "world": world, "allreduce": [], "ddp": {}}
+    for size in args.sizes:
+        n = max(1, size // 4)
+        x = torch.ones(n)
+        iters = max(5, min(200, (256 << 20) // max(size, 1)))
+        for _ in range(3):
+            dist.all_reduce(x)
+        dist.barrier(group=agree)
+        times = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            dist.all_reduce(x)
+            times.append(time.perf_counter() - t0)
+        times = slowest(times)
+        p50 = statistics.median(times)
+        algbw = n * 4 / p50 / 1e9
+        out["allreduce"].append({"size": n * 4, "time_us": p50 * 1e6, "algbw_gbs": algbw,
+                                 "busbw_gbs": algbw * 2 * (world - 1) / world if world > 1
+                                 else algbw, "iters": iters})
+    for model_name in args.models:
+        torch.manual_seed(0)
+        if model_name == "comm-heavy":
+            width = 4096
+            model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width),
+                                  nn.ReLU(), nn.Linear(width, width))
+            x = torch.randn(8, width)
+            y = torch.randn(8, width)
+            loss_fn = nn.MSELoss()
+        else:
+            import torchvision
+            model = torchvision.models.resnet18(num_classes=10)
+            x = torch.randn(8, 3, 32, 32)
+            y = torch.randint(0, 10, (8,))
+            loss_fn = nn.CrossEntropyLoss()
+        ddp = DDP(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+        steps = []
+        for step in range(args.warmup + args.steps):
+            dist.barrier(group=agree)
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            loss_fn(ddp(x), y).backward()
+            opt.step()
+            if step >= args.warmup:
+                steps.append(time.perf_counter() - t0)
+        steps = slowest(steps)
+        params = sum(p.numel() for p in model.parameters())
+        out["ddp"][model_name] = {"step_ms": statistics.median(steps) * 1e3,
+                                  "params": params, "grad_bytes": params * 4,
+                                  "steps": args.steps}
+    if rank == 0:
+        with open(args.out, "w") as f:
+            json.dump(out, f)
+    dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------ launcher
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_backend(args, backend, out):
+    port = str(free_port())
+    cmd = [PYTHON, os.path.abspath(__file__), "--worker", "--backend", backend, "--port", port,
+           "--world", str(args.world), "--out", out, "--sizes",
+           ",".join(map(str, args.sizes)), "--models", ",".join(args.models),
+           "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--threads", str(args.threads), "--timeout", str(args.timeout)]
+    procs = [subprocess.Popen(cmd + ["--rank", str(r)]) for r in range(args.world)]
+    rcs = [p.wait() for p in procs]
+    if any(rcs):
+        sys.exit(f"torch_bench: the {backend} run failed (exit codes {rcs})")
+    with open(out) as f:
+        return json.load(f)
+
+
+def report(ours, gloo):
+    world = ours["world"]
+    lines = [f"# torch.distributed all_reduce, float32 sum, {world} ranks on this host; "
+             "p50 of the slowest rank; ratio = rdmaflow busbw / Gloo busbw",
+             "%8s | %12s %10s | %12s %10s | %7s" % ("size", "rdmaflow us", "busbw GB/s",
+                                                   "gloo us", "busbw GB/s", "ratio")]
+    rows = []
+    for a, b in zip(ours["allreduce"], gloo["allreduce"]):
+        ratio = a["busbw_gbs"] / b["busbw_gbs"] if b["busbw_gbs"] else 0
+        rows.append({"size": a["size"], "rdmaflow": a, "gloo": b, "ratio": ratio})
+        lines.append("%8s | %12.1f %10.3f | %12.1f %10.3f | %6.2fx" % (
+            human(a["size"]), a["time_us"], a["busbw_gbs"], b["time_us"], b["busbw_gbs"], ratio))
+    lines.append("")
+    lines.append("# DDP step time (median after warm-up, slowest rank); ratio = Gloo / rdmaflow")
+    ddp = {}
+    for name, a in ours["ddp"].items():
+        b = gloo["ddp"][name]
+        ratio = b["step_ms"] / a["step_ms"]
+        ddp[name] = {"rdmaflow_ms": a["step_ms"], "gloo_ms": b["step_ms"], "ratio": ratio,
+                     "params": a["params"]}
+        lines.append("%-11s (%5.1fM params): rdmaflow %8.2f ms, gloo %8.2f ms: %5.2fx" % (
+            name, a["params"] / 1e6, a["step_ms"], b["step_ms"], ratio))
+    return {"world": world, "allreduce": rows, "ddp": ddp}, lines
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--world", type=int, default=2, help="ranks on this host (default 2)")
+    p.add_argument("--sizes", default="8,64K,1M,4M,16M,64M",
+                   help="all_reduce sizes in bytes, K/M suffixes (default 8,64K,1M,4M,16M,64M)")
+    p.add_argument("--models", default="comm-heavy,resnet18",
+                   help="DDP models: comm-heavy, resnet18 (default both)")
+    p.add_argument("--steps", type=int, default=10, help="timed DDP steps (default 10)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed DDP steps first (default 3)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
+    p.add_argument("--timeout", type=float, default=300, help="group timeout, s (default 300)")
+    p.add_argument("--json", help="also write the report as JSON here")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--backend", default="rdmaflow", help=argparse.SUPPRESS)
+    p.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--port", default="29555", help=argparse.SUPPRESS)
+    p.add_argument("--master", default="127.0.0.1", help=argparse.SUPPRESS)
+    p.add_argument("--out", default="", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    args.sizes = [parse_size(s) for s in args.sizes.split(",") if s]
+    args.models = [m for m in args.models.split(",") if m]
+    for m in args.models:
+        if m not in ("comm-heavy", "resnet18"):
+            p.error(f"unknown model '{m}' (comm-heavy, resnet18)")
+    if args.worker:
+        return worker(args)
+    tmp = f"/tmp/torch_bench.{os.getpid()}"
+    results = {b: run_backend(args, b, f"{tmp}.{b}.json") for b in ("rdmaflow", "gloo")}
+    summary, lines = report(results["rdmaflow"], results["gloo"])
+    print("\n".join(lines))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

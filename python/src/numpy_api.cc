@@ -1,0 +1,183 @@
+// rdmaflow.Communicator: the Communicator's collectives on NumPy arrays (and
+// on anything with the buffer protocol: torch CPU tensors through .numpy()),
+// for users who are not on torch.distributed. The job starts as every
+// rdmaflow job does: rank and world from the launcher (mpirun, srun,
+// RDMAFLOW_RANK/RDMAFLOW_WORLD_SIZE), the rendezvous from
+// RDMAFLOW_RENDEZVOUS, a transport per pair from RDMAFLOW_TRANSPORT.
+#include "python/src/numpy_api.h"
+
+#include <pybind11/numpy.h>
+
+#include <memory>
+#include <string>
+
+#include "collectives/communicator.h"
+#include "runtime/rendezvous/bootstrap.h"
+#include "runtime/selection/transport_select.h"
+
+namespace py = pybind11;
+
+namespace rdmaflow::torch_backend {
+namespace {
+
+[[noreturn]] void raise(const Status& st) {
+  throw std::runtime_error(st.to_string());
+}
+
+DataType dtype_of(const py::array& a) {
+  const py::dtype d = a.dtype();
+  const char kind = d.kind();
+  const auto size = d.itemsize();
+  if (kind == 'f' && size == 4) return DataType::kF32;
+  if (kind == 'f' && size == 8) return DataType::kF64;
+  if (kind == 'f' && size == 2) return DataType::kF16;
+  if (kind == 'i' && size == 4) return DataType::kI32;
+  if (kind == 'i' && size == 8) return DataType::kI64;
+  if (kind == 'i' && size == 1) return DataType::kI8;
+  if (kind == 'u' && size == 1) return DataType::kU8;
+  if (kind == 'b') return DataType::kBool;
+  throw py::type_error("rdmaflow: arrays of dtype " +
+                       py::str(static_cast<const py::handle&>(d)).cast<std::string>() +
+                       " are not supported (float16/32/64, int8/32/64, uint8, bool are)");
+}
+
+ReduceOp op_of(const std::string& name) {
+  auto op = parse_reduce_op(name);
+  if (!op)
+    throw py::value_error("rdmaflow: unknown reduction '" + name + "' (sum, prod, min, max, avg)");
+  return *op;
+}
+
+// A C-contiguous array this call may write.
+py::array writable(py::array a, const char* what) {
+  if (!(a.flags() & py::array::c_style)) {
+    throw py::value_error(std::string("rdmaflow ") + what + ": the array must be C-contiguous");
+  }
+  if (!a.writeable()) {
+    throw py::value_error(std::string("rdmaflow ") + what + ": the array is read-only");
+  }
+  return a;
+}
+
+class PyCommunicator {
+ public:
+  PyCommunicator() {
+    auto boot = Bootstrap::create();
+    if (!boot.is_ok()) raise(boot.status());
+    boot_ = std::move(*boot);
+    auto mesh = connect_selected_mesh(*boot_, requested_transport());
+    if (!mesh.is_ok()) raise(mesh.status());
+    mesh_ = std::move(*mesh);
+    CommunicatorSetup setup;
+    setup.rank = boot_->rank();
+    setup.world = boot_->world_size();
+    setup.channels = mesh_.channels;
+    setup.transports = mesh_.selection->per_peer();
+    auto comm = Communicator::create(setup);
+    if (!comm.is_ok()) raise(comm.status());
+    comm_ = std::move(*comm);
+  }
+  ~PyCommunicator() {
+    comm_.reset();
+    mesh_ = {};
+    if (boot_) (void)boot_->finalize();
+  }
+
+  int rank() const { return comm_->rank(); }
+  int size() const { return comm_->world_size(); }
+
+  void run(CollectiveKind kind, const py::array& in, py::array& out, size_t count, ReduceOp op,
+           int root, const char* what) {
+    const DataType type = dtype_of(out);
+    if (in.dtype().not_equal(out.dtype())) {
+      throw py::type_error(std::string("rdmaflow ") + what + ": input and output dtypes differ");
+    }
+    Status st;
+    {
+      py::gil_scoped_release release;
+      st = comm_->run(kind, in.data(), out.mutable_data(), count, type, op, root);
+    }
+    if (!st.is_ok()) raise(st);
+  }
+
+  py::array allreduce(py::array a, const std::string& op) {
+    writable(a, "allreduce");
+    run(CollectiveKind::kAllreduce, a, a, static_cast<size_t>(a.size()), op_of(op), 0, "allreduce");
+    return a;
+  }
+  py::array broadcast(py::array a, int root) {
+    writable(a, "broadcast");
+    run(CollectiveKind::kBroadcast, a, a, static_cast<size_t>(a.size()), ReduceOp::kSum, root,
+        "broadcast");
+    return a;
+  }
+  py::array allgather(const py::array& a) {
+    py::array in = py::array::ensure(a, py::array::c_style);
+    std::vector<py::ssize_t> shape{size()};
+    for (py::ssize_t i = 0; i < in.ndim(); ++i) shape.push_back(in.shape(i));
+    py::array out(in.dtype(), shape);
+    run(CollectiveKind::kAllgather, in, out, static_cast<size_t>(in.size()), ReduceOp::kSum, 0,
+        "allgather");
+    return out;
+  }
+  py::array reduce_scatter(const py::array& a, const std::string& op) {
+    py::array in = py::array::ensure(a, py::array::c_style);
+    if (in.ndim() < 1 || in.shape(0) != size()) {
+      throw py::value_error(
+          "rdmaflow reduce_scatter: the input's first dimension must be the "
+          "world size " +
+          std::to_string(size()));
+    }
+    std::vector<py::ssize_t> shape;
+    for (py::ssize_t i = 1; i < in.ndim(); ++i) shape.push_back(in.shape(i));
+    py::array out(in.dtype(), shape);
+    run(CollectiveKind::kReduceScatter, in, out, static_cast<size_t>(out.size()), op_of(op), 0,
+        "reduce_scatter");
+    return out;
+  }
+  void barrier() {
+    Status st;
+    {
+      py::gil_scoped_release release;
+      st = comm_->barrier();
+    }
+    if (!st.is_ok()) raise(st);
+  }
+  std::string describe() const {
+    return mesh_.selection->summary() + "; host groups " + comm_->host_groups().describe();
+  }
+
+ private:
+  std::unique_ptr<Bootstrap> boot_;
+  SelectedMesh mesh_;
+  std::unique_ptr<Communicator> comm_;
+};
+
+}  // namespace
+
+void bind_numpy_api(py::module_& m) {
+  py::class_<PyCommunicator>(m, "Communicator", R"(rdmaflow's collectives on NumPy arrays.
+
+Every rank of the job creates one (a collective call: it meets the others
+through RDMAFLOW_RENDEZVOUS or the launcher's variables). Calls block; the
+in-place ones (allreduce, broadcast) take C-contiguous writable arrays.)")
+      .def(py::init([] {
+        py::gil_scoped_release release;
+        return std::make_unique<PyCommunicator>();
+      }))
+      .def_property_readonly("rank", &PyCommunicator::rank)
+      .def_property_readonly("size", &PyCommunicator::size)
+      .def("allreduce", &PyCommunicator::allreduce, py::arg("array"), py::arg("op") = "sum",
+           "Reduces `array` over every rank, in place; returns it.")
+      .def("broadcast", &PyCommunicator::broadcast, py::arg("array"), py::arg("root") = 0,
+           "Copies root's `array` into every rank's, in place; returns it.")
+      .def("allgather", &PyCommunicator::allgather, py::arg("array"),
+           "A new array of shape (size, *array.shape) holding every rank's `array`.")
+      .def("reduce_scatter", &PyCommunicator::reduce_scatter, py::arg("array"),
+           py::arg("op") = "sum",
+           "`array` of shape (size, ...): this rank's row of the reduction over every rank.")
+      .def("barrier", &PyCommunicator::barrier)
+      .def("describe", &PyCommunicator::describe);
+}
+
+}  // namespace rdmaflow::torch_backend

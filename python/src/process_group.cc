@@ -1,0 +1,414 @@
+#include "python/src/process_group.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <utility>
+
+#include "common/env.h"
+#include "python/src/torch_store.h"
+
+namespace rdmaflow::torch_backend {
+namespace {
+
+DataType dtype_of(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      return DataType::kF32;
+    case at::kDouble:
+      return DataType::kF64;
+    case at::kHalf:
+      return DataType::kF16;
+    case at::kBFloat16:
+      return DataType::kBF16;
+    case at::kInt:
+      return DataType::kI32;
+    case at::kLong:
+      return DataType::kI64;
+    case at::kByte:
+      return DataType::kU8;
+    case at::kChar:
+      return DataType::kI8;
+    case at::kBool:
+      return DataType::kBool;
+    default:
+      TORCH_CHECK_TYPE(false, "rdmaflow: tensors of dtype ", t.scalar_type(),
+                       " are not supported (float32, float64, float16, bfloat16, int32, int64, "
+                       "uint8, int8 and bool are)");
+  }
+}
+
+ReduceOp op_of(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+      return ReduceOp::kSum;
+    case c10d::ReduceOp::PRODUCT:
+      return ReduceOp::kProd;
+    case c10d::ReduceOp::MIN:
+      return ReduceOp::kMin;
+    case c10d::ReduceOp::MAX:
+      return ReduceOp::kMax;
+    case c10d::ReduceOp::AVG:
+      return ReduceOp::kAvg;
+    default:
+      TORCH_CHECK_VALUE(false, "rdmaflow: reduce op ", static_cast<int>(op.op_),
+                        " is not supported (SUM, PRODUCT, MIN, MAX and AVG are)");
+  }
+}
+
+void check_cpu(const at::Tensor& t, const char* what) {
+  TORCH_CHECK_VALUE(t.defined(), "rdmaflow ", what, ": undefined tensor");
+  TORCH_CHECK_VALUE(t.device().is_cpu(), "rdmaflow ", what, ": tensors must be on the CPU, not ",
+                    t.device());
+  TORCH_CHECK_VALUE(!t.is_sparse(), "rdmaflow ", what, ": sparse tensors are not supported");
+}
+
+// The one tensor of a per-device list (CPU: one device).
+at::Tensor& single(std::vector<at::Tensor>& tensors, const char* what) {
+  TORCH_CHECK_VALUE(tensors.size() == 1, "rdmaflow ", what,
+                    ": expects one tensor per process (CPU), got ", tensors.size());
+  check_cpu(tensors[0], what);
+  return tensors[0];
+}
+
+size_t elems(const at::Tensor& t) {
+  return static_cast<size_t>(t.numel());
+}
+
+void check_match(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* what,
+                 const char* ref_what) {
+  TORCH_CHECK_VALUE(t.numel() == ref.numel() && t.scalar_type() == ref.scalar_type(), "rdmaflow ",
+                    op, ": every ", what, " must match the ", ref_what, " (", ref.numel(),
+                    " elements of ", ref.scalar_type(), "), got ", t.numel(), " of ",
+                    t.scalar_type());
+}
+
+// Where an operation writes `t`: itself when contiguous, else a contiguous
+// copy whose result goes back into `t` when the Work finishes.
+struct Target {
+  at::Tensor buf;
+  std::function<void()> finish;
+};
+Target target(const at::Tensor& t) {
+  if (t.is_contiguous()) return {t, nullptr};
+  at::Tensor buf = t.contiguous();
+  return {buf, [t, buf]() mutable { t.copy_(buf); }};
+}
+
+}  // namespace
+
+// ---------------- Work ----------------
+
+WorkRdmaflow::WorkRdmaflow(int rank, c10d::OpType type, std::string what, Request request,
+                           std::vector<at::Tensor> outputs, std::function<void()> finish)
+    : c10d::Work(rank, type),
+      what_(std::move(what)),
+      request_(std::move(request)),
+      outputs_(std::move(outputs)),
+      finish_(std::move(finish)),
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+}
+
+bool WorkRdmaflow::isCompleted() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_;
+}
+
+bool WorkRdmaflow::isSuccess() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_ && !exception_;
+}
+
+std::vector<at::Tensor> WorkRdmaflow::result() {
+  return outputs_;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkRdmaflow::getFuture() {
+  return future_;
+}
+
+void WorkRdmaflow::settle() {
+  Status st = request_.wait();
+  std::exception_ptr error;
+  if (st.is_ok()) {
+    try {
+      if (finish_) finish_();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  } else {
+    error = std::make_exception_ptr(std::runtime_error(
+        "rdmaflow " + what_ + " failed on rank " + std::to_string(rank_) + ": " + st.to_string()));
+  }
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+  finish(error);
+}
+
+// ---------------- the process group ----------------
+
+void ProcessGroupRdmaflow::check_root(int64_t root, const char* op) const {
+  TORCH_CHECK_VALUE(root >= 0 && root < size_, "rdmaflow ", op, ": root ", root,
+                    " is not a rank of a group of ", size_);
+}
+
+ProcessGroupRdmaflow::ProcessGroupRdmaflow(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                           int size, std::chrono::milliseconds timeout)
+    : c10d::ProcessGroup(rank, size), timeout_(timeout) {
+  auto fail = [&](const char* step, const Status& st) {
+    TORCH_CHECK(false, "rdmaflow: ", step, " failed on rank ", rank, " of ", size, ": ",
+                st.to_string());
+  };
+  BootstrapOptions bo;
+  RankInfo info;
+  info.rank = rank;
+  info.world_size = size;
+  if (auto local = env_string("LOCAL_RANK")) info.local_rank = std::atoi(local->c_str());
+  if (auto local = env_string("LOCAL_WORLD_SIZE")) {
+    info.local_size = std::atoi(local->c_str());
+    if (info.local_size == size) info.single_host = true;
+  }
+  info.source = "torch.distributed";
+  bo.rank_info = info;
+  bo.timeout = Millis(timeout.count());
+  bo.store = std::make_shared<TorchStore>(store, Millis(timeout.count()));
+  if (auto master = env_string("MASTER_ADDR")) bo.reach_toward = *master;
+  auto boot = Bootstrap::create(bo);
+  if (!boot.is_ok()) fail("joining the group", boot.status());
+  boot_ = std::move(*boot);
+  auto mesh = connect_selected_mesh(*boot_, requested_transport());
+  if (!mesh.is_ok()) fail("connecting the ranks", mesh.status());
+  mesh_ = std::move(*mesh);
+  CommunicatorSetup setup;
+  setup.rank = rank;
+  setup.world = size;
+  setup.channels = mesh_.channels;
+  setup.transports = mesh_.selection->per_peer();
+  CommunicatorOptions co;
+  co.timeout = Millis(timeout.count());
+  // DDP computes while its allreduces run: a waiter that spins takes the
+  // cores the backward pass needs (resnet18 DDP on 2 ranks: 606 ms a step
+  // spinning 10 ms, 298 ms not spinning, on a loaded 2-core host). So the
+  // group's waits sleep at once unless RDMAFLOW_COLL_SPIN_US says otherwise.
+  if (!env_string("RDMAFLOW_COLL_SPIN_US")) co.spin_us = 0;
+  auto comm = Communicator::create(setup, co);
+  if (!comm.is_ok()) fail("creating the communicator", comm.status());
+  comm_ = std::move(*comm);
+  completer_ = std::thread([this] { completion_loop(); });
+}
+
+ProcessGroupRdmaflow::~ProcessGroupRdmaflow() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (completer_.joinable()) completer_.join();
+  comm_.reset();
+  mesh_ = {};
+  if (boot_) (void)boot_->finalize();
+}
+
+std::string ProcessGroupRdmaflow::describe() const {
+  return mesh_.selection->summary() + "; host groups " + comm_->host_groups().describe();
+}
+
+void ProcessGroupRdmaflow::completion_loop() {
+  for (;;) {
+    c10::intrusive_ptr<WorkRdmaflow> work;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+      if (pending_.empty()) return;  // stopping, nothing left
+      work = pending_.front();
+      pending_.pop_front();
+    }
+    work->settle();
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::launch(
+    c10d::OpType type, const char* what, CollectiveKind kind, const void* in, void* out,
+    size_t count, const at::Tensor& typed, c10d::ReduceOp op, int root,
+    std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep, std::function<void()> finish) {
+  const DataType dtype = dtype_of(typed);
+  const bool reduces = kind == CollectiveKind::kAllreduce || kind == CollectiveKind::kReduce ||
+                       kind == CollectiveKind::kReduceScatter;
+  TORCH_CHECK_TYPE(!reduces || reducible_dtype(dtype), "rdmaflow ", what, ": tensors of dtype ",
+                   typed.scalar_type(),
+                   " cannot be reduced (broadcast, allgather and alltoall "
+                   "move them)");
+  CallOptions options;
+  options.timeout = Millis(timeout_.count());
+  Request request = comm_->start(kind, in, out, count, dtype, op_of(op), root, options);
+  // The Work holds every buffer the collective reads or writes until it settles.
+  auto done = [keep = std::move(keep), finish = std::move(finish)] {
+    if (finish) finish();
+  };
+  auto work = c10::make_intrusive<WorkRdmaflow>(rank_, type, what, std::move(request),
+                                                std::move(outputs), std::move(done));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.push_back(work);
+  }
+  cv_.notify_one();
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::broadcast(std::vector<at::Tensor>& tensors,
+                                                               const c10d::BroadcastOptions& opts) {
+  at::Tensor& t = single(tensors, "broadcast");
+  check_root(opts.rootRank, "broadcast");
+  Target tg = target(t);
+  return launch(c10d::OpType::BROADCAST, "broadcast", CollectiveKind::kBroadcast, tg.buf.data_ptr(),
+                tg.buf.data_ptr(), elems(tg.buf), tg.buf, c10d::ReduceOp::SUM,
+                static_cast<int>(opts.rootRank), tensors, {tg.buf}, std::move(tg.finish));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allreduce(std::vector<at::Tensor>& tensors,
+                                                               const c10d::AllreduceOptions& opts) {
+  at::Tensor& t = single(tensors, "allreduce");
+  Target tg = target(t);
+  return launch(c10d::OpType::ALLREDUCE, "allreduce", CollectiveKind::kAllreduce, tg.buf.data_ptr(),
+                tg.buf.data_ptr(), elems(tg.buf), tg.buf, opts.reduceOp, 0, tensors, {tg.buf},
+                std::move(tg.finish));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  TORCH_CHECK_VALUE(!tensors.empty(), "rdmaflow allreduce_coalesced: no tensors");
+  std::vector<at::Tensor> parts;
+  for (const at::Tensor& t : tensors) {
+    check_cpu(t, "allreduce_coalesced");
+    TORCH_CHECK_TYPE(t.scalar_type() == tensors[0].scalar_type(),
+                     "rdmaflow allreduce_coalesced: tensors of one dtype expected, got ",
+                     t.scalar_type(), " and ", tensors[0].scalar_type());
+    parts.push_back(t.reshape({-1}));
+  }
+  at::Tensor flat = at::cat(parts);
+  auto finish = [tensors, flat]() mutable {
+    int64_t at = 0;
+    for (at::Tensor& t : tensors) {
+      t.copy_(flat.narrow(0, at, t.numel()).view_as(t));
+      at += t.numel();
+    }
+  };
+  return launch(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced",
+                CollectiveKind::kAllreduce, flat.data_ptr(), flat.data_ptr(), elems(flat), flat,
+                opts.reduceOp, 0, tensors, {flat}, std::move(finish));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::reduce(std::vector<at::Tensor>& tensors,
+                                                            const c10d::ReduceOptions& opts) {
+  at::Tensor& t = single(tensors, "reduce");
+  check_root(opts.rootRank, "reduce");
+  Target tg = target(t);
+  return launch(c10d::OpType::REDUCE, "reduce", CollectiveKind::kReduce, tg.buf.data_ptr(),
+                tg.buf.data_ptr(), elems(tg.buf), tg.buf, opts.reduceOp,
+                static_cast<int>(opts.rootRank), tensors, {tg.buf}, std::move(tg.finish));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  at::Tensor& in = single(inputs, "allgather");
+  TORCH_CHECK_VALUE(outputs.size() == 1 && outputs[0].size() == static_cast<size_t>(size_),
+                    "rdmaflow allgather: expects one list of ", size_, " output tensors");
+  for (const at::Tensor& o : outputs[0]) {
+    check_cpu(o, "allgather");
+    check_match(o, in, "allgather", "output", "input");
+  }
+  at::Tensor src = in.contiguous();
+  at::Tensor flat = at::empty({static_cast<int64_t>(size_) * in.numel()}, in.options());
+  std::vector<at::Tensor> outs = outputs[0];
+  auto finish = [outs, flat, n = in.numel()]() mutable {
+    for (size_t r = 0; r < outs.size(); ++r) {
+      outs[r].copy_(flat.narrow(0, static_cast<int64_t>(r) * n, n).view_as(outs[r]));
+    }
+  };
+  return launch(c10d::OpType::ALLGATHER, "allgather", CollectiveKind::kAllgather, src.data_ptr(),
+                flat.data_ptr(), elems(src), src, c10d::ReduceOp::SUM, 0, outs, {src, flat},
+                std::move(finish));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions&) {
+  check_cpu(output, "_allgather_base");
+  check_cpu(input, "_allgather_base");
+  TORCH_CHECK_VALUE(
+      output.numel() == input.numel() * size_ && output.scalar_type() == input.scalar_type(),
+      "rdmaflow _allgather_base: the output must hold ", size_, " x ", input.numel(),
+      " elements of ", input.scalar_type(), ", not ", output.numel(), " of ", output.scalar_type());
+  at::Tensor src = input.contiguous();
+  Target tg = target(output);
+  return launch(c10d::OpType::_ALLGATHER_BASE, "_allgather_base", CollectiveKind::kAllgather,
+                src.data_ptr(), tg.buf.data_ptr(), elems(src), src, c10d::ReduceOp::SUM, 0,
+                {output}, {src, tg.buf}, std::move(tg.finish));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  at::Tensor& out = single(outputs, "reduce_scatter");
+  TORCH_CHECK_VALUE(inputs.size() == 1 && inputs[0].size() == static_cast<size_t>(size_),
+                    "rdmaflow reduce_scatter: expects one list of ", size_, " input tensors");
+  std::vector<at::Tensor> parts;
+  for (const at::Tensor& i : inputs[0]) {
+    check_cpu(i, "reduce_scatter");
+    check_match(i, out, "reduce_scatter", "input", "output");
+    parts.push_back(i.reshape({-1}));
+  }
+  at::Tensor flat = at::cat(parts);
+  Target tg = target(out);
+  return launch(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", CollectiveKind::kReduceScatter,
+                flat.data_ptr(), tg.buf.data_ptr(), elems(tg.buf), tg.buf, opts.reduceOp, 0,
+                outputs, {flat, tg.buf}, std::move(tg.finish));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  check_cpu(output, "_reduce_scatter_base");
+  check_cpu(input, "_reduce_scatter_base");
+  TORCH_CHECK_VALUE(
+      input.numel() == output.numel() * size_ && output.scalar_type() == input.scalar_type(),
+      "rdmaflow _reduce_scatter_base: the input must hold ", size_, " x ", output.numel(),
+      " elements of ", output.scalar_type(), ", not ", input.numel(), " of ", input.scalar_type());
+  at::Tensor src = input.contiguous();
+  Target tg = target(output);
+  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base",
+                CollectiveKind::kReduceScatter, src.data_ptr(), tg.buf.data_ptr(), elems(tg.buf),
+                tg.buf, opts.reduceOp, 0, {output}, {src, tg.buf}, std::move(tg.finish));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
+    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions&) {
+  check_cpu(output, "alltoall_base");
+  check_cpu(input, "alltoall_base");
+  TORCH_CHECK_VALUE(output_split_sizes.empty() && input_split_sizes.empty(),
+                    "rdmaflow alltoall_base: uneven split sizes are not supported yet");
+  TORCH_CHECK_VALUE(input.numel() == output.numel() && input.numel() % size_ == 0 &&
+                        output.scalar_type() == input.scalar_type(),
+                    "rdmaflow alltoall_base: input and output must hold the same number of "
+                    "elements of one dtype, divisible by the group size ",
+                    size_);
+  at::Tensor src = input.contiguous();
+  Target tg = target(output);
+  return launch(c10d::OpType::ALLTOALL_BASE, "alltoall_base", CollectiveKind::kAlltoall,
+                src.data_ptr(), tg.buf.data_ptr(), elems(src) / static_cast<size_t>(size_), src,
+                c10d::ReduceOp::SUM, 0, {output}, {src, tg.buf}, std::move(tg.finish));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::barrier(const c10d::BarrierOptions&) {
+  static const at::Tensor kNone = at::empty({0}, at::kByte);
+  return launch(c10d::OpType::BARRIER, "barrier", CollectiveKind::kBarrier, nullptr, nullptr, 0,
+                kNone, c10d::ReduceOp::SUM, 0, {}, {}, nullptr);
+}
+
+}  // namespace rdmaflow::torch_backend
