@@ -29,10 +29,12 @@ bool TcpChannel::drive(const std::function<bool()>& ready, Clock::time_point dea
                        bool exclusive) {
   const auto horizon =
       std::min(deadline, Clock::now() + std::chrono::microseconds(options_.drive_us));
-  flush_deferred(Clock::now(), Clock::duration::zero());  // about to block: no answer coming
   {
     std::lock_guard<std::mutex> lock(arm_mu_);
-    if (rx_driving_ || unwatched_ || rx_stopped_.load()) return false;  // sleep instead
+    if (rx_driving_ || unwatched_ || rx_stopped_.load()) {
+      flush_deferred(Clock::now(), Clock::duration::zero());  // about to sleep: no answer coming
+      return false;
+    }
     rx_driving_ = true;
     if (!rx_waiter_) {  // else: still leased from the previous wait, nothing to change
       rx_waiter_ = true;
@@ -53,6 +55,10 @@ bool TcpChannel::drive(const std::function<bool()>& ready, Clock::time_point dea
       break;
     }
     if (rx_stopped_.load()) break;
+    // About to block. Deferred ACKs go out now, not at the start of the drive:
+    // ready() may have posted the answer they were waiting to ride along with
+    // (an executor's next piece), which took them already.
+    flush_deferred(Clock::now(), Clock::duration::zero());
     auto left = horizon - Clock::now();
     if (left <= Clock::duration::zero()) break;
     if (exclusive) {
