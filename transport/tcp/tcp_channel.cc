@@ -163,6 +163,7 @@ void TcpChannel::complete_soon(Callback done, Status status) {
 
 void TcpChannel::close() {
   Status st = RDMAFLOW_ERROR(Code::kCancelled, "channel", peer_, "channel closed");
+  close_stripes();
   if (loop_->on_loop_thread() || !loop_->running()) {
     fail(st);
     return;

@@ -28,6 +28,7 @@
 #include <atomic>
 #include <boost/container/small_vector.hpp>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -46,6 +47,7 @@ namespace rdmaflow::tcp {
 struct TcpOptions {
   uint64_t chunk_bytes = 1ull << 20;  // payload per write / read-response frame
   int64_t drive_us = 2000;            // RDMAFLOW_TCP_WAIT_POLL: how long a waiter drives; 0 = never
+  uint64_t stripe_min = 1ull << 20;   // RDMAFLOW_TCP_STRIPE_MIN: writes this big are striped
 };
 
 class TcpChannel final : public Channel,
@@ -97,6 +99,13 @@ class TcpChannel final : public Channel,
   // WaitDriver body (see the thread model above): receives on this thread
   // until `ready()`, the deadline, or RDMAFLOW_TCP_WAIT_POLL microseconds.
   bool drive(const std::function<bool()>& ready, Clock::time_point deadline, bool exclusive);
+
+  // RDMAFLOW_TCP_STREAMS > 1 (tcp_stripes.cc): the other connections to the
+  // same peer. This channel (stream 0) carries every notify, message and read
+  // and a share of each striped write; the stripes carry only shares of
+  // striped writes. Set once, before the channel is handed out.
+  void set_stripes(std::vector<std::shared_ptr<TcpChannel>> stripes,
+                   std::vector<std::shared_ptr<Channel>> handles);
 
  private:
   struct Op;
@@ -168,6 +177,30 @@ class TcpChannel final : public Channel,
   void complete_soon(Callback done, Status status);
   void rearm_locked();  // epoll interest of fd_ (arm_mu_ held)
 
+  // Striping (tcp_stripes.cc). An operation issued while a striped write is
+  // in flight is held and issued, in order, after that write's notify (or
+  // completion) was issued: the stream-0 order every peer sees is kept.
+  struct Held {
+    std::function<void()> issue;
+    bool striped = false;  // a striped write: the rest waits for its completion
+  };
+  // True when the operation was held or started as a striped write.
+  bool route(bool big, std::function<void()>& issue);
+  void write_striped(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
+                     std::optional<uint64_t> notify, Callback done, Millis timeout);
+  void issue_held();
+  void close_stripes();
+  struct Share {  // the whole striped write a share belongs to
+    uint64_t base = 0;
+    uint64_t total = 0;
+  };
+  void write_now(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
+                 std::optional<uint64_t> notify, Callback done, Millis timeout,
+                 const Share* share = nullptr);
+  void read_now(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,
+                Millis timeout);
+  void send_message_now(std::vector<uint8_t> bytes, Callback done, Millis timeout);
+
   // Sending (tcp_send.cc).
   Status check_key(const RemoteKey& key, uint64_t offset, uint64_t len, const char* op) const;
   void submit(Op* op, std::unique_lock<std::mutex>& lock);
@@ -227,6 +260,13 @@ class TcpChannel final : public Channel,
   std::atomic<bool> ack_deferred_{false};
   std::atomic<Clock::rep> deferred_since_ns_{0};
   Rx rx_;
+
+  std::mutex stripe_mu_;
+  std::atomic<bool> striped_{false};  // stripes_ was set non-empty (the fast path's test)
+  std::vector<std::shared_ptr<TcpChannel>> stripes_;  // set before the channel is handed out
+  std::vector<std::shared_ptr<Channel>> stripe_handles_;  // closing them closes the stripes
+  bool striping_ = false;                          // (stripe_mu_) a striped write is in flight
+  std::deque<Held> held_;                          // (stripe_mu_)
 
   // Brackets each placement into a grant's memory (GrantTable::enter/leave). false:
   // the grant was revoked meanwhile; the rest of the chunk is discarded and refused.

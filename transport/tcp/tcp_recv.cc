@@ -298,8 +298,10 @@ bool TcpChannel::on_header() {
       rx_.gen = grants_->generation();  // before resolving: a revoke after it is seen
       if (!rx_.has_poisoned) {
         if (h.flags & kFlagFirst) {
-          // Check the whole write up front so a refused write writes nothing.
-          rx_.refusal = grants_->resolve(h.key_id, h.secret, h.offset, h.total, &dst,
+          // Check the whole write up front so a refused write writes nothing (a
+          // share of a striped write: the whole striped write, which each share checks).
+          const uint64_t from = (h.flags & kFlagShare) ? h.value : h.offset;
+          rx_.refusal = grants_->resolve(h.key_id, h.secret, from, h.total, &dst,
                                          "write (remote side)", peer_);
         }
         if (rx_.refusal.is_ok()) {

@@ -34,8 +34,9 @@ void TcpChannel::submit(Op* op, std::unique_lock<std::mutex>& lock) {
   if (become_sender) pump();
 }
 
-void TcpChannel::write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
-                       std::optional<uint64_t> notify, Callback done, Millis timeout) {
+void TcpChannel::write_now(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
+                           std::optional<uint64_t> notify, Callback done, Millis timeout,
+                           const Share* share) {
   if (Status st = check_key(dst, dst_offset, len, "write"); !st.is_ok()) {
     return complete_soon(std::move(done), std::move(st));
   }
@@ -58,13 +59,18 @@ void TcpChannel::write(const void* src, size_t len, const RemoteKey& dst, uint64
   h.offset = dst_offset;
   h.value = notify.value_or(0);
   h.total = len;
+  if (share != nullptr) {
+    h.flags = kFlagShare;
+    h.value = share->base;
+    h.total = share->total;
+  }
   op->src = static_cast<const uint8_t*>(src);
   op->len = len;
   submit(op, lock);
 }
 
-void TcpChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset,
-                      Callback done, Millis timeout) {
+void TcpChannel::read_now(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset,
+                          Callback done, Millis timeout) {
   if (Status st = check_key(src, src_offset, len, "read"); !st.is_ok()) {
     return complete_soon(std::move(done), std::move(st));
   }
@@ -90,7 +96,7 @@ void TcpChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t src_
   submit(op, lock);
 }
 
-void TcpChannel::send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) {
+void TcpChannel::send_message_now(std::vector<uint8_t> bytes, Callback done, Millis timeout) {
   if (bytes.size() > kMaxMessageBytes) {
     return complete_soon(
         std::move(done),
