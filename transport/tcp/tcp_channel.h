@@ -263,10 +263,10 @@ class TcpChannel final : public Channel,
 
   std::mutex stripe_mu_;
   std::atomic<bool> striped_{false};  // stripes_ was set non-empty (the fast path's test)
-  std::vector<std::shared_ptr<TcpChannel>> stripes_;  // set before the channel is handed out
+  std::vector<std::shared_ptr<TcpChannel>> stripes_;      // set before the channel is handed out
   std::vector<std::shared_ptr<Channel>> stripe_handles_;  // closing them closes the stripes
-  bool striping_ = false;                          // (stripe_mu_) a striped write is in flight
-  std::deque<Held> held_;                          // (stripe_mu_)
+  bool striping_ = false;  // (stripe_mu_) a striped write is in flight
+  std::deque<Held> held_;  // (stripe_mu_)
 
   // Brackets each placement into a grant's memory (GrantTable::enter/leave). false:
   // the grant was revoked meanwhile; the rest of the chunk is discarded and refused.

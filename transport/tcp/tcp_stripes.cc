@@ -76,10 +76,9 @@ void TcpChannel::send_message(std::vector<uint8_t> bytes, Callback done, Millis 
     std::unique_lock<std::mutex> lock(stripe_mu_);
     if (striping_) {
       auto shared = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
-      held_.push_back({[this, shared, done, timeout] {
-                         send_message_now(std::move(*shared), done, timeout);
-                       },
-                       false});
+      held_.push_back(
+          {[this, shared, done, timeout] { send_message_now(std::move(*shared), done, timeout); },
+           false});
       return;
     }
   }

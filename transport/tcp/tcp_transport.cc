@@ -6,9 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <algorithm>
 #include <boost/asio/write.hpp>
 #include <cerrno>
 #include <cstring>
@@ -124,7 +124,8 @@ Result<std::unique_ptr<Transport>> TcpTransport::create(const TransportConfig& c
                           4096, static_cast<int64_t>(kMaxChunkPayload)));
   o.busy_poll_us = std::max<int64_t>(0, env_or("RDMAFLOW_TCP_BUSY_POLL", 0));
   o.channel.drive_us = std::max<int64_t>(0, env_or("RDMAFLOW_TCP_WAIT_POLL", 2000));
-  o.streams = static_cast<int>(std::clamp<int64_t>(env_or("RDMAFLOW_TCP_STREAMS", o.streams), 1, 16));
+  o.streams =
+      static_cast<int>(std::clamp<int64_t>(env_or("RDMAFLOW_TCP_STREAMS", o.streams), 1, 16));
   o.channel.stripe_min = static_cast<uint64_t>(std::clamp<int64_t>(
       env_or("RDMAFLOW_TCP_STRIPE_MIN", static_cast<int64_t>(o.channel.stripe_min)), 4096,
       int64_t{1} << 40));
@@ -391,16 +392,15 @@ Result<int> TcpTransport::connect_stream(int peer_rank, const std::string& addre
     const bool retry = err == ECONNREFUSED || err == ECONNRESET || err == EAGAIN;
     if (!retry || Clock::now() + backoff >= deadline) {
       Code code = err == ETIMEDOUT ? Code::kTimeout : Code::kConnectionFailed;
-      return RDMAFLOW_ERROR(code, op, peer_rank,
-                            "could not reach rank " + std::to_string(peer_rank) + " at " + address +
-                                " within " + std::to_string(timeout.count()) + " ms (" +
-                                std::to_string(attempt) + " attempts; last: " + last_error +
-                                (options_.streams > 1
-                                     ? "; RDMAFLOW_TCP_STREAMS=" +
-                                           std::to_string(options_.streams) +
-                                           " must be the same on every rank"
-                                     : std::string()) +
-                                ")");
+      return RDMAFLOW_ERROR(
+          code, op, peer_rank,
+          "could not reach rank " + std::to_string(peer_rank) + " at " + address + " within " +
+              std::to_string(timeout.count()) + " ms (" + std::to_string(attempt) +
+              " attempts; last: " + last_error +
+              (options_.streams > 1 ? "; RDMAFLOW_TCP_STREAMS=" + std::to_string(options_.streams) +
+                                          " must be the same on every rank"
+                                    : std::string()) +
+              ")");
     }
     // Nobody listening yet: the peer may still be starting; retry until the deadline.
     std::this_thread::sleep_for(backoff);

@@ -1,8 +1,10 @@
 // TcpTransport: the TCP backend (Boost.Asio). One io_context and one progress
-// thread per transport; one TcpChannel (one socket) per peer.
+// thread per transport; one TcpChannel (one socket) per peer, plus its stripes
+// (one more socket each) with RDMAFLOW_TCP_STREAMS > 1.
 //
 // Knobs (docs/tcp_transport.md): RDMAFLOW_SOCKET_IFNAME, RDMAFLOW_TCP_PORT,
-// RDMAFLOW_TCP_SOCKBUF, RDMAFLOW_TCP_CHUNK, RDMAFLOW_TCP_BUSY_POLL.
+// RDMAFLOW_TCP_SOCKBUF, RDMAFLOW_TCP_CHUNK, RDMAFLOW_TCP_BUSY_POLL,
+// RDMAFLOW_TCP_WAIT_POLL, RDMAFLOW_TCP_STREAMS, RDMAFLOW_TCP_STRIPE_MIN.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
@@ -25,7 +27,7 @@ struct TcpTransportOptions {
   TcpOptions channel;
   int sockbuf = 4 << 20;  // SO_SNDBUF / SO_RCVBUF; 0 leaves kernel autotuning on
   int64_t busy_poll_us = 0;
-  int port = 0;  // 0 = any free port
+  int port = 0;     // 0 = any free port
   int streams = 1;  // RDMAFLOW_TCP_STREAMS: connections per channel
 };
 

@@ -18,8 +18,8 @@ constexpr uint16_t kProtocolVersion = 1;
 struct Hello {
   uint32_t magic = kHelloMagic;
   uint16_t version = kProtocolVersion;
-  uint16_t stream = 0;  // which of the connector's connections to this peer (0 = the channel)
-  int32_t rank = -1;    // the sender's rank
+  uint16_t stream = 0;   // which of the connector's connections to this peer (0 = the channel)
+  int32_t rank = -1;     // the sender's rank
   uint32_t streams = 0;  // connections per channel (RDMAFLOW_TCP_STREAMS); 0 means 1
 };
 static_assert(sizeof(Hello) == 16);
