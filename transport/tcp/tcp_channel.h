@@ -48,6 +48,7 @@ struct TcpOptions {
   uint64_t chunk_bytes = 1ull << 20;  // payload per write / read-response frame
   int64_t drive_us = 2000;            // RDMAFLOW_TCP_WAIT_POLL: how long a waiter drives; 0 = never
   uint64_t stripe_min = 1ull << 20;   // RDMAFLOW_TCP_STRIPE_MIN: writes this big are striped
+  uint64_t zerocopy_min = 0;          // RDMAFLOW_TCP_ZEROCOPY: MSG_ZEROCOPY from this size; 0 = off
 };
 
 class TcpChannel final : public Channel,
@@ -93,6 +94,15 @@ class TcpChannel final : public Channel,
   // `after` (see drive()). True while it is still leased.
   bool release_lease(Clock::time_point now, Clock::duration after);
 
+  // MSG_ZEROCOPY (tcp_zerocopy.cc): reads the kernel's reports of zero-copy
+  // sends it is done with off the error queue. True while some are outstanding
+  // (the transport's ticker calls it every millisecond until then).
+  bool drain_zerocopy();
+  // Sends and copies so far (copied: the kernel copied after all, as over
+  // loopback and veth).
+  uint64_t zerocopy_sends() const { return zc_sent_.load(std::memory_order_relaxed); }
+  uint64_t zerocopy_copied() const { return zc_copied_.load(std::memory_order_relaxed); }
+
   // FdWatcher (progress thread).
   void on_fd_event(uint32_t events) override;
 
@@ -135,7 +145,8 @@ class TcpChannel final : public Channel,
     uint64_t bytes[kBatchFrames];  // and its payload bytes
     int op_count = 0;
     int frames = 0;
-    bool serving = false;  // carries bytes of a read served from a grant
+    bool serving = false;              // carries bytes of a read served from a grant
+    bool zero_copy[2 * kBatchFrames];  // iov[i] is a write's payload sent with MSG_ZEROCOPY
     bool sent_all() const { return iov_pos == iov_count; }
     void clear() {
       iov_count = iov_pos = op_count = frames = 0;
@@ -201,6 +212,8 @@ class TcpChannel final : public Channel,
                 Millis timeout);
   void send_message_now(std::vector<uint8_t> bytes, Callback done, Millis timeout);
 
+  void enable_zerocopy();
+
   // Sending (tcp_send.cc).
   Status check_key(const RemoteKey& key, uint64_t offset, uint64_t len, const char* op) const;
   void submit(Op* op, std::unique_lock<std::mutex>& lock);
@@ -260,6 +273,10 @@ class TcpChannel final : public Channel,
   std::atomic<bool> ack_deferred_{false};
   std::atomic<Clock::rep> deferred_since_ns_{0};
   Rx rx_;
+
+  std::atomic<uint64_t> zc_sent_{0};    // sendmsg calls with MSG_ZEROCOPY that sent bytes
+  std::atomic<uint64_t> zc_done_{0};    // of them, reported done by the kernel
+  std::atomic<uint64_t> zc_copied_{0};  // of those, copied by the kernel after all
 
   std::mutex stripe_mu_;
   std::atomic<bool> striped_{false};  // stripes_ was set non-empty (the fast path's test)

@@ -74,7 +74,8 @@ bool TcpChannel::drive(const std::function<bool()>& ready, Clock::time_point dea
     int r = ::ppoll(fds, efd >= 0 ? 2 : 1, &ts, nullptr);
     if (r < 0 && errno != EINTR) break;
     if (r <= 0) continue;
-    if (efd >= 0 && fds[1].revents != 0) {  // a delivery elsewhere: re-check ready()
+    if (fds[0].revents & POLLERR) drain_zerocopy();  // else POLLERR stays up: a busy loop
+    if (efd >= 0 && fds[1].revents != 0) {           // a delivery elsewhere: re-check ready()
       uint64_t v;
       [[maybe_unused]] ssize_t n = ::read(efd, &v, sizeof(v));
     }

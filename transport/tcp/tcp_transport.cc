@@ -129,6 +129,8 @@ Result<std::unique_ptr<Transport>> TcpTransport::create(const TransportConfig& c
   o.channel.stripe_min = static_cast<uint64_t>(std::clamp<int64_t>(
       env_or("RDMAFLOW_TCP_STRIPE_MIN", static_cast<int64_t>(o.channel.stripe_min)), 4096,
       int64_t{1} << 40));
+  o.channel.zerocopy_min = static_cast<uint64_t>(
+      std::clamp<int64_t>(env_or("RDMAFLOW_TCP_ZEROCOPY", 0), 0, int64_t{1} << 40));
   int64_t port = env_or("RDMAFLOW_TCP_PORT", 0);
   if (port < 0 || port > 65535) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, "create tcp transport", -1,
@@ -456,6 +458,7 @@ bool TcpTransport::sweep(Clock::time_point now) {
   for (auto& ch : channels) {
     pending = ch->flush_deferred(now, Millis(1)) || pending;
     pending = ch->release_lease(now, Millis(1)) || pending;
+    pending = ch->drain_zerocopy() || pending;
     if (full) pending = ch->sweep(now) || pending;
   }
   return pending || !full;
