@@ -393,9 +393,27 @@ class Run {
   // on: posts then find a registered waiter (the progress thread is not woken
   // to carry them and does not compete for this core). True when anything moved.
   bool spin_in_common_driver(WaitDriver& driver, Clock::time_point t0, uint64_t& epoch) {
-    bool first = true, moved = false;
+    return spin_in_driver(driver, t0, epoch, /*step_first=*/true);
+  }
+
+  // The same through the driver of the peer we wait on, for one slice.
+  void spin_in_peer_driver(WaitDriver& driver, Clock::time_point now, uint64_t& epoch) {
+    spin_in_driver(driver, now, epoch, /*step_first=*/false);
+  }
+
+  // One slice of spinning inside `driver`. Progress extends the slice, but
+  // never past the deadline the drive was given: a drive that reaches its
+  // deadline unsatisfied tells the backend that its waiter goes to sleep (tcp
+  // hands the socket back to its progress thread: two epoll_ctl, and the next
+  // frame costs a thread hop), which is wrong while the executor keeps
+  // spinning. So the slice ends satisfied, at the latest half a slice before
+  // that deadline, and the next slice starts at once.
+  bool spin_in_driver(WaitDriver& driver, Clock::time_point t0, uint64_t& epoch, bool step_first) {
+    bool first = step_first, moved = false;
     int polls = 0;
     auto slice_end = std::min({deadline_, spin_until_, t0 + kSlice});
+    const auto limit = slice_end + kSlice;
+    const auto last_end = limit - kSlice / 2;
     driver.drive(
         [&] {
           if (first || sig_.epoch() != epoch) {
@@ -405,7 +423,7 @@ class Run {
               moved = true;
               const auto t = Clock::now();
               spin_until_ = t + cfg_.spin;
-              slice_end = std::min({deadline_, spin_until_, t + kSlice});
+              slice_end = std::min({deadline_, spin_until_, t + kSlice, last_end});
               if (done()) return true;
             }
           }
@@ -415,32 +433,8 @@ class Run {
           }
           return Clock::now() >= slice_end;
         },
-        slice_end + kSlice);
+        limit);
     return moved;
-  }
-
-  // The same through the driver of the peer we wait on, for one slice.
-  void spin_in_peer_driver(WaitDriver& driver, Clock::time_point now, uint64_t& epoch) {
-    int polls = 0;
-    auto slice_end = std::min({deadline_, spin_until_, now + kSlice});
-    driver.drive(
-        [&] {
-          if (sig_.epoch() != epoch) {
-            epoch = sig_.epoch();
-            if (step()) {
-              const auto t = Clock::now();
-              spin_until_ = t + cfg_.spin;
-              slice_end = std::min({deadline_, spin_until_, t + kSlice});
-              if (done()) return true;
-            }
-          }
-          if (yield_every_ > 0 && ++polls >= yield_every_) {
-            polls = 0;
-            sched_yield();
-          }
-          return Clock::now() >= slice_end;
-        },
-        slice_end + kSlice);
   }
 
   // Every peer is served by one backend driver (UCX): sleep inside it. It

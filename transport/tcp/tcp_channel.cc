@@ -65,6 +65,7 @@ TcpChannel::~TcpChannel() {
 }
 
 void TcpChannel::start() {
+  enable_zerocopy();
   watch_id_ = loop_->watch(fd_, weak_from_this());
   if (options_.drive_us > 0) {
     driver_ = std::make_shared<ChannelDriver>(weak_from_this(), false);
@@ -163,6 +164,7 @@ void TcpChannel::complete_soon(Callback done, Status status) {
 
 void TcpChannel::close() {
   Status st = RDMAFLOW_ERROR(Code::kCancelled, "channel", peer_, "channel closed");
+  close_stripes();
   if (loop_->on_loop_thread() || !loop_->running()) {
     fail(st);
     return;
@@ -307,6 +309,7 @@ void TcpChannel::on_fd_event(uint32_t events) {
     }
     receive = (events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) && !rx_waiter_;
   }
+  if (events & EPOLLERR) drain_zerocopy();  // reports pending would keep EPOLLERR up
   if (resume) resume_sender();
   if (receive) {
     // try_lock: a waiter that raced us to the socket may be blocked in recvmsg.

@@ -28,6 +28,7 @@
 #include <atomic>
 #include <boost/container/small_vector.hpp>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -46,6 +47,8 @@ namespace rdmaflow::tcp {
 struct TcpOptions {
   uint64_t chunk_bytes = 1ull << 20;  // payload per write / read-response frame
   int64_t drive_us = 2000;            // RDMAFLOW_TCP_WAIT_POLL: how long a waiter drives; 0 = never
+  uint64_t stripe_min = 1ull << 20;   // RDMAFLOW_TCP_STRIPE_MIN: writes this big are striped
+  uint64_t zerocopy_min = 0;          // RDMAFLOW_TCP_ZEROCOPY: MSG_ZEROCOPY from this size; 0 = off
 };
 
 class TcpChannel final : public Channel,
@@ -91,12 +94,28 @@ class TcpChannel final : public Channel,
   // `after` (see drive()). True while it is still leased.
   bool release_lease(Clock::time_point now, Clock::duration after);
 
+  // MSG_ZEROCOPY (tcp_zerocopy.cc): reads the kernel's reports of zero-copy
+  // sends it is done with off the error queue. True while some are outstanding
+  // (the transport's ticker calls it every millisecond until then).
+  bool drain_zerocopy();
+  // Sends and copies so far (copied: the kernel copied after all, as over
+  // loopback and veth).
+  uint64_t zerocopy_sends() const { return zc_sent_.load(std::memory_order_relaxed); }
+  uint64_t zerocopy_copied() const { return zc_copied_.load(std::memory_order_relaxed); }
+
   // FdWatcher (progress thread).
   void on_fd_event(uint32_t events) override;
 
   // WaitDriver body (see the thread model above): receives on this thread
   // until `ready()`, the deadline, or RDMAFLOW_TCP_WAIT_POLL microseconds.
   bool drive(const std::function<bool()>& ready, Clock::time_point deadline, bool exclusive);
+
+  // RDMAFLOW_TCP_STREAMS > 1 (tcp_stripes.cc): the other connections to the
+  // same peer. This channel (stream 0) carries every notify, message and read
+  // and a share of each striped write; the stripes carry only shares of
+  // striped writes. Set once, before the channel is handed out.
+  void set_stripes(std::vector<std::shared_ptr<TcpChannel>> stripes,
+                   std::vector<std::shared_ptr<Channel>> handles);
 
  private:
   struct Op;
@@ -126,7 +145,8 @@ class TcpChannel final : public Channel,
     uint64_t bytes[kBatchFrames];  // and its payload bytes
     int op_count = 0;
     int frames = 0;
-    bool serving = false;  // carries bytes of a read served from a grant
+    bool serving = false;              // carries bytes of a read served from a grant
+    bool zero_copy[2 * kBatchFrames];  // iov[i] is a write's payload sent with MSG_ZEROCOPY
     bool sent_all() const { return iov_pos == iov_count; }
     void clear() {
       iov_count = iov_pos = op_count = frames = 0;
@@ -167,6 +187,32 @@ class TcpChannel final : public Channel,
   void deliver(DoneList& done, bool receive_path = false);
   void complete_soon(Callback done, Status status);
   void rearm_locked();  // epoll interest of fd_ (arm_mu_ held)
+
+  // Striping (tcp_stripes.cc). An operation issued while a striped write is
+  // in flight is held and issued, in order, after that write's notify (or
+  // completion) was issued: the stream-0 order every peer sees is kept.
+  struct Held {
+    std::function<void()> issue;
+    bool striped = false;  // a striped write: the rest waits for its completion
+  };
+  // True when the operation was held or started as a striped write.
+  bool route(bool big, std::function<void()>& issue);
+  void write_striped(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
+                     std::optional<uint64_t> notify, Callback done, Millis timeout);
+  void issue_held();
+  void close_stripes();
+  struct Share {  // the whole striped write a share belongs to
+    uint64_t base = 0;
+    uint64_t total = 0;
+  };
+  void write_now(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
+                 std::optional<uint64_t> notify, Callback done, Millis timeout,
+                 const Share* share = nullptr);
+  void read_now(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,
+                Millis timeout);
+  void send_message_now(std::vector<uint8_t> bytes, Callback done, Millis timeout);
+
+  void enable_zerocopy();
 
   // Sending (tcp_send.cc).
   Status check_key(const RemoteKey& key, uint64_t offset, uint64_t len, const char* op) const;
@@ -227,6 +273,17 @@ class TcpChannel final : public Channel,
   std::atomic<bool> ack_deferred_{false};
   std::atomic<Clock::rep> deferred_since_ns_{0};
   Rx rx_;
+
+  std::atomic<uint64_t> zc_sent_{0};    // sendmsg calls with MSG_ZEROCOPY that sent bytes
+  std::atomic<uint64_t> zc_done_{0};    // of them, reported done by the kernel
+  std::atomic<uint64_t> zc_copied_{0};  // of those, copied by the kernel after all
+
+  std::mutex stripe_mu_;
+  std::atomic<bool> striped_{false};  // stripes_ was set non-empty (the fast path's test)
+  std::vector<std::shared_ptr<TcpChannel>> stripes_;      // set before the channel is handed out
+  std::vector<std::shared_ptr<Channel>> stripe_handles_;  // closing them closes the stripes
+  bool striping_ = false;  // (stripe_mu_) a striped write is in flight
+  std::deque<Held> held_;  // (stripe_mu_)
 
   // Brackets each placement into a grant's memory (GrantTable::enter/leave). false:
   // the grant was revoked meanwhile; the rest of the chunk is discarded and refused.

@@ -29,10 +29,12 @@ bool TcpChannel::drive(const std::function<bool()>& ready, Clock::time_point dea
                        bool exclusive) {
   const auto horizon =
       std::min(deadline, Clock::now() + std::chrono::microseconds(options_.drive_us));
-  flush_deferred(Clock::now(), Clock::duration::zero());  // about to block: no answer coming
   {
     std::lock_guard<std::mutex> lock(arm_mu_);
-    if (rx_driving_ || unwatched_ || rx_stopped_.load()) return false;  // sleep instead
+    if (rx_driving_ || unwatched_ || rx_stopped_.load()) {
+      flush_deferred(Clock::now(), Clock::duration::zero());  // about to sleep: no answer coming
+      return false;
+    }
     rx_driving_ = true;
     if (!rx_waiter_) {  // else: still leased from the previous wait, nothing to change
       rx_waiter_ = true;
@@ -53,6 +55,10 @@ bool TcpChannel::drive(const std::function<bool()>& ready, Clock::time_point dea
       break;
     }
     if (rx_stopped_.load()) break;
+    // About to block. Deferred ACKs go out now, not at the start of the drive:
+    // ready() may have posted the answer they were waiting to ride along with
+    // (an executor's next piece), which took them already.
+    flush_deferred(Clock::now(), Clock::duration::zero());
     auto left = horizon - Clock::now();
     if (left <= Clock::duration::zero()) break;
     if (exclusive) {
@@ -68,7 +74,8 @@ bool TcpChannel::drive(const std::function<bool()>& ready, Clock::time_point dea
     int r = ::ppoll(fds, efd >= 0 ? 2 : 1, &ts, nullptr);
     if (r < 0 && errno != EINTR) break;
     if (r <= 0) continue;
-    if (efd >= 0 && fds[1].revents != 0) {  // a delivery elsewhere: re-check ready()
+    if (fds[0].revents & POLLERR) drain_zerocopy();  // else POLLERR stays up: a busy loop
+    if (efd >= 0 && fds[1].revents != 0) {           // a delivery elsewhere: re-check ready()
       uint64_t v;
       [[maybe_unused]] ssize_t n = ::read(efd, &v, sizeof(v));
     }
@@ -292,8 +299,10 @@ bool TcpChannel::on_header() {
       rx_.gen = grants_->generation();  // before resolving: a revoke after it is seen
       if (!rx_.has_poisoned) {
         if (h.flags & kFlagFirst) {
-          // Check the whole write up front so a refused write writes nothing.
-          rx_.refusal = grants_->resolve(h.key_id, h.secret, h.offset, h.total, &dst,
+          // Check the whole write up front so a refused write writes nothing (a
+          // share of a striped write: the whole striped write, which each share checks).
+          const uint64_t from = (h.flags & kFlagShare) ? h.value : h.offset;
+          rx_.refusal = grants_->resolve(h.key_id, h.secret, from, h.total, &dst,
                                          "write (remote side)", peer_);
         }
         if (rx_.refusal.is_ok()) {

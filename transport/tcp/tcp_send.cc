@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <iterator>
 #include <string>
 
 #include "transport/tcp/tcp_channel.h"
@@ -34,8 +35,9 @@ void TcpChannel::submit(Op* op, std::unique_lock<std::mutex>& lock) {
   if (become_sender) pump();
 }
 
-void TcpChannel::write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
-                       std::optional<uint64_t> notify, Callback done, Millis timeout) {
+void TcpChannel::write_now(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
+                           std::optional<uint64_t> notify, Callback done, Millis timeout,
+                           const Share* share) {
   if (Status st = check_key(dst, dst_offset, len, "write"); !st.is_ok()) {
     return complete_soon(std::move(done), std::move(st));
   }
@@ -58,13 +60,18 @@ void TcpChannel::write(const void* src, size_t len, const RemoteKey& dst, uint64
   h.offset = dst_offset;
   h.value = notify.value_or(0);
   h.total = len;
+  if (share != nullptr) {
+    h.flags = kFlagShare;
+    h.value = share->base;
+    h.total = share->total;
+  }
   op->src = static_cast<const uint8_t*>(src);
   op->len = len;
   submit(op, lock);
 }
 
-void TcpChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset,
-                      Callback done, Millis timeout) {
+void TcpChannel::read_now(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset,
+                          Callback done, Millis timeout) {
   if (Status st = check_key(src, src_offset, len, "read"); !st.is_ok()) {
     return complete_soon(std::move(done), std::move(st));
   }
@@ -90,7 +97,7 @@ void TcpChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t src_
   submit(op, lock);
 }
 
-void TcpChannel::send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) {
+void TcpChannel::send_message_now(std::vector<uint8_t> bytes, Callback done, Millis timeout) {
   if (bytes.size() > kMaxMessageBytes) {
     return complete_soon(
         std::move(done),
@@ -131,6 +138,7 @@ void TcpChannel::Batch::advance(size_t n) {
 bool TcpChannel::build_batch_locked() {
   Batch& b = batch_;
   b.clear();
+  if (options_.zerocopy_min > 0) std::fill(std::begin(b.zero_copy), std::end(b.zero_copy), false);
   while (ctrl_head_ < ctrl_.size() && b.frames < kBatchFrames) {
     Ctrl& c = ctrl_[ctrl_head_++];
     int f = b.frames++;
@@ -180,6 +188,9 @@ bool TcpChannel::build_batch_locked() {
             (last ? kFlagLast | (op->header.flags & kFlagHasNotify) : 0));
         b.iov[b.iov_count++] = {&h, sizeof(FrameHeader)};
         if (chunk > 0) {
+          // Zero copy only for write payloads (see tcp_zerocopy.cc for why not the others).
+          b.zero_copy[b.iov_count] =
+              op->kind == Op::kWrite && options_.zerocopy_min > 0 && chunk >= options_.zerocopy_min;
           b.iov[b.iov_count++] = {const_cast<uint8_t*>(op->src + op->emitted), chunk};
           if (op->kind == Op::kServeRead) b.serving = true;
         }
@@ -291,9 +302,26 @@ void TcpChannel::pump() {
     msghdr m{};
     m.msg_iov = batch_.iov + batch_.iov_pos;
     m.msg_iovlen = static_cast<size_t>(batch_.iov_count - batch_.iov_pos);
+    // MSG_ZEROCOPY pins every page of the call, the batch's headers too, which
+    // the next batch overwrites: a zero-copy payload goes in a call of its own,
+    // and a copying call stops before it.
+    const bool zc = options_.zerocopy_min > 0 && batch_.zero_copy[batch_.iov_pos];
+    if (zc) {
+      m.msg_iovlen = 1;
+    } else if (options_.zerocopy_min > 0) {
+      size_t k = 1;
+      while (k < m.msg_iovlen && !batch_.zero_copy[batch_.iov_pos + k]) ++k;
+      m.msg_iovlen = k;
+    }
     lock.unlock();
-    ssize_t n = ::sendmsg(fd_, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t n = ::sendmsg(fd_, &m, MSG_DONTWAIT | MSG_NOSIGNAL | (zc ? MSG_ZEROCOPY : 0));
     int err = errno;
+    if (zc && n < 0 && err == ENOBUFS) {  // out of pinned-page budget: copy this time
+      n = ::sendmsg(fd_, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+      err = errno;
+    } else if (zc && n >= 0) {
+      zc_sent_.fetch_add(1, std::memory_order_relaxed);
+    }
     if (fenced) grants_->leave(gen);
     lock.lock();
     if (n >= 0) {

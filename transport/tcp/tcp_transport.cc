@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
@@ -123,6 +124,13 @@ Result<std::unique_ptr<Transport>> TcpTransport::create(const TransportConfig& c
                           4096, static_cast<int64_t>(kMaxChunkPayload)));
   o.busy_poll_us = std::max<int64_t>(0, env_or("RDMAFLOW_TCP_BUSY_POLL", 0));
   o.channel.drive_us = std::max<int64_t>(0, env_or("RDMAFLOW_TCP_WAIT_POLL", 2000));
+  o.streams =
+      static_cast<int>(std::clamp<int64_t>(env_or("RDMAFLOW_TCP_STREAMS", o.streams), 1, 16));
+  o.channel.stripe_min = static_cast<uint64_t>(std::clamp<int64_t>(
+      env_or("RDMAFLOW_TCP_STRIPE_MIN", static_cast<int64_t>(o.channel.stripe_min)), 4096,
+      int64_t{1} << 40));
+  o.channel.zerocopy_min = static_cast<uint64_t>(
+      std::clamp<int64_t>(env_or("RDMAFLOW_TCP_ZEROCOPY", 0), 0, int64_t{1} << 40));
   int64_t port = env_or("RDMAFLOW_TCP_PORT", 0);
   if (port < 0 || port > 65535) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, "create tcp transport", -1,
@@ -244,8 +252,16 @@ void TcpTransport::start_accept() {
 }
 
 void TcpTransport::on_hello(std::shared_ptr<Incoming> in) {
+  const uint32_t streams = std::max<uint32_t>(1, in->hello.streams);
+  if (streams != static_cast<uint32_t>(options_.streams) && in->hello.magic == kHelloMagic) {
+    RDMAFLOW_LOG_WARN(
+        "tcp: refused a connection from rank {} with {} streams per channel; this rank uses {} "
+        "(RDMAFLOW_TCP_STREAMS must be the same on every rank)",
+        in->hello.rank, streams, options_.streams);
+  }
   if (in->hello.magic != kHelloMagic || in->hello.version != kProtocolVersion ||
-      in->hello.rank < 0) {
+      in->hello.rank < 0 || streams != static_cast<uint32_t>(options_.streams) ||
+      in->hello.stream >= streams) {
     RDMAFLOW_LOG_WARN("tcp: refused a connection with a bad hello (magic {:#x}, version {})",
                       in->hello.magic, in->hello.version);
     in->done = true;
@@ -269,12 +285,12 @@ void TcpTransport::on_hello(std::shared_ptr<Incoming> in) {
                       boost::system::error_code ec;
                       int fd = in->socket.release(ec);
                       if (ec) return;
-                      accepted_[in->hello.rank].push_back(fd);
+                      accepted_[in->hello.rank].push_back({in->hello.stream, fd});
                       cv_.notify_all();
                     });
 }
 
-std::shared_ptr<Channel> TcpTransport::adopt(int fd, int peer_rank) {
+std::shared_ptr<TcpChannel> TcpTransport::adopt(int fd, int peer_rank) {
   auto ch =
       std::make_shared<TcpChannel>(loop_, grants_, fd, config_.rank, peer_rank, options_.channel);
   ch->start();
@@ -283,12 +299,42 @@ std::shared_ptr<Channel> TcpTransport::adopt(int fd, int peer_rank) {
     std::erase_if(channels_, [](const auto& c) { return c->finished(); });
     channels_.push_back(ch);
   }
-  // The user's handle closes the channel when its last copy goes away.
+  return ch;
+}
+
+std::shared_ptr<Channel> TcpTransport::hand_out(std::vector<int> fds, int peer_rank) {
+  auto ch = adopt(fds[0], peer_rank);
+  if (fds.size() > 1) {
+    std::vector<std::shared_ptr<TcpChannel>> stripes;
+    std::vector<std::shared_ptr<Channel>> handles;
+    for (size_t i = 1; i < fds.size(); ++i) {
+      auto s = adopt(fds[i], peer_rank);
+      stripes.push_back(s);
+      handles.push_back(std::shared_ptr<Channel>(s.get(), [s](Channel*) { s->close(); }));
+    }
+    ch->set_stripes(std::move(stripes), std::move(handles));
+  }
+  // The user's handle closes the channel (and its stripes) when its last copy goes away.
   return std::shared_ptr<Channel>(ch.get(), [ch](Channel*) { ch->close(); });
 }
 
 Result<std::shared_ptr<Channel>> TcpTransport::connect(int peer_rank, const std::string& address,
                                                        Millis timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::vector<int> fds;
+  for (int stream = 0; stream < options_.streams; ++stream) {
+    auto fd = connect_stream(peer_rank, address, stream, deadline, timeout);
+    if (!fd.is_ok()) {
+      for (int f : fds) ::close(f);
+      return fd.status();
+    }
+    fds.push_back(*fd);
+  }
+  return hand_out(std::move(fds), peer_rank);
+}
+
+Result<int> TcpTransport::connect_stream(int peer_rank, const std::string& address, int stream,
+                                         Clock::time_point deadline, Millis timeout) {
   const std::string op = "connect to " + address;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -296,7 +342,6 @@ Result<std::shared_ptr<Channel>> TcpTransport::connect(int peer_rank, const std:
       return RDMAFLOW_ERROR(Code::kCancelled, op, peer_rank, "transport is shut down");
   }
   RDMAFLOW_ASSIGN_OR_RETURN(tcp::endpoint endpoint, parse_address(address));
-  const auto deadline = Clock::now() + timeout;
   Millis backoff(5);
   std::string last_error = "no attempt made";
   for (int attempt = 1;; ++attempt) {
@@ -322,6 +367,8 @@ Result<std::shared_ptr<Channel>> TcpTransport::connect(int peer_rank, const std:
     if (err == 0) {
       Hello hello;
       hello.rank = config_.rank;
+      hello.stream = static_cast<uint16_t>(stream);
+      hello.streams = static_cast<uint32_t>(options_.streams);
       Hello reply;
       if (send_all(fd, &hello, sizeof(hello), deadline, err) &&
           recv_all(fd, &reply, sizeof(reply), deadline, err)) {
@@ -338,18 +385,24 @@ Result<std::shared_ptr<Channel>> TcpTransport::connect(int peer_rank, const std:
                                 address + " belongs to rank " + std::to_string(reply.rank) +
                                     ", not rank " + std::to_string(peer_rank));
         }
-        return adopt(fd, peer_rank);
+        return fd;
       }
+      if (err == 0) err = ECONNRESET;  // closed without a reply: e.g. a streams mismatch
     }
     ::close(fd);
     last_error = std::strerror(err);
     const bool retry = err == ECONNREFUSED || err == ECONNRESET || err == EAGAIN;
     if (!retry || Clock::now() + backoff >= deadline) {
       Code code = err == ETIMEDOUT ? Code::kTimeout : Code::kConnectionFailed;
-      return RDMAFLOW_ERROR(code, op, peer_rank,
-                            "could not reach rank " + std::to_string(peer_rank) + " at " + address +
-                                " within " + std::to_string(timeout.count()) + " ms (" +
-                                std::to_string(attempt) + " attempts; last: " + last_error + ")");
+      return RDMAFLOW_ERROR(
+          code, op, peer_rank,
+          "could not reach rank " + std::to_string(peer_rank) + " at " + address + " within " +
+              std::to_string(timeout.count()) + " ms (" + std::to_string(attempt) +
+              " attempts; last: " + last_error +
+              (options_.streams > 1 ? "; RDMAFLOW_TCP_STREAMS=" + std::to_string(options_.streams) +
+                                          " must be the same on every rank"
+                                    : std::string()) +
+              ")");
     }
     // Nobody listening yet: the peer may still be starting; retry until the deadline.
     std::this_thread::sleep_for(backoff);
@@ -360,9 +413,19 @@ Result<std::shared_ptr<Channel>> TcpTransport::connect(int peer_rank, const std:
 Result<std::shared_ptr<Channel>> TcpTransport::accept(int peer_rank, Millis timeout) {
   RDMAFLOW_RETURN_IF_ERROR(listen().status());
   std::unique_lock<std::mutex> lock(mu_);
+  // Every stream of one channel: the first connection announced as stream k, for each k.
+  auto find = [&](std::vector<Accepted>& queue, int stream) {
+    return std::find_if(queue.begin(), queue.end(),
+                        [stream](const Accepted& a) { return a.stream == stream; });
+  };
   auto ready = [&] {
+    if (shut_down_) return true;
     auto it = accepted_.find(peer_rank);
-    return shut_down_ || (it != accepted_.end() && !it->second.empty());
+    if (it == accepted_.end()) return false;
+    for (int k = 0; k < options_.streams; ++k) {
+      if (find(it->second, k) == it->second.end()) return false;
+    }
+    return true;
   };
   if (!cv_.wait_for(lock, timeout, ready)) {
     return RDMAFLOW_ERROR(Code::kTimeout, "accept", peer_rank,
@@ -372,10 +435,14 @@ Result<std::shared_ptr<Channel>> TcpTransport::accept(int peer_rank, Millis time
   if (shut_down_)
     return RDMAFLOW_ERROR(Code::kCancelled, "accept", peer_rank, "transport is shut down");
   auto& queue = accepted_[peer_rank];
-  int fd = queue.front();
-  queue.erase(queue.begin());
+  std::vector<int> fds;
+  for (int k = 0; k < options_.streams; ++k) {
+    auto it = find(queue, k);
+    fds.push_back(it->fd);
+    queue.erase(it);
+  }
   lock.unlock();
-  return adopt(fd, peer_rank);
+  return hand_out(std::move(fds), peer_rank);
 }
 
 bool TcpTransport::sweep(Clock::time_point now) {
@@ -391,6 +458,7 @@ bool TcpTransport::sweep(Clock::time_point now) {
   for (auto& ch : channels) {
     pending = ch->flush_deferred(now, Millis(1)) || pending;
     pending = ch->release_lease(now, Millis(1)) || pending;
+    pending = ch->drain_zerocopy() || pending;
     if (full) pending = ch->sweep(now) || pending;
   }
   return pending || !full;
@@ -428,8 +496,8 @@ void TcpTransport::shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     channels.swap(channels_);
-    for (auto& [rank, fds] : accepted_) {
-      for (int fd : fds) ::close(fd);
+    for (auto& [rank, queue] : accepted_) {
+      for (const Accepted& a : queue) ::close(a.fd);
     }
     accepted_.clear();
     acceptor_.reset();

@@ -1,8 +1,10 @@
 // TcpTransport: the TCP backend (Boost.Asio). One io_context and one progress
-// thread per transport; one TcpChannel (one socket) per peer.
+// thread per transport; one TcpChannel (one socket) per peer, plus its stripes
+// (one more socket each) with RDMAFLOW_TCP_STREAMS > 1.
 //
 // Knobs (docs/tcp_transport.md): RDMAFLOW_SOCKET_IFNAME, RDMAFLOW_TCP_PORT,
-// RDMAFLOW_TCP_SOCKBUF, RDMAFLOW_TCP_CHUNK, RDMAFLOW_TCP_BUSY_POLL.
+// RDMAFLOW_TCP_SOCKBUF, RDMAFLOW_TCP_CHUNK, RDMAFLOW_TCP_BUSY_POLL,
+// RDMAFLOW_TCP_WAIT_POLL, RDMAFLOW_TCP_STREAMS, RDMAFLOW_TCP_STRIPE_MIN.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
@@ -25,7 +27,8 @@ struct TcpTransportOptions {
   TcpOptions channel;
   int sockbuf = 4 << 20;  // SO_SNDBUF / SO_RCVBUF; 0 leaves kernel autotuning on
   int64_t busy_poll_us = 0;
-  int port = 0;  // 0 = any free port
+  int port = 0;     // 0 = any free port
+  int streams = 1;  // RDMAFLOW_TCP_STREAMS: connections per channel
 };
 
 class TcpTransport final : public Transport {
@@ -54,7 +57,11 @@ class TcpTransport final : public Transport {
   void start_accept();                          // progress thread
   void on_hello(std::shared_ptr<Incoming> in);  // progress thread
   void apply_socket_options(int fd) const;
-  std::shared_ptr<Channel> adopt(int fd, int peer_rank);
+  std::shared_ptr<TcpChannel> adopt(int fd, int peer_rank);
+  // The user's handle of `streams` adopted connections (stream 0 first).
+  std::shared_ptr<Channel> hand_out(std::vector<int> fds, int peer_rank);
+  Result<int> connect_stream(int peer_rank, const std::string& address, int stream,
+                             Clock::time_point deadline, Millis timeout);
   bool sweep(Clock::time_point now);
 
   TransportConfig config_;
@@ -67,7 +74,11 @@ class TcpTransport final : public Transport {
   bool shut_down_ = false;
   std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
   std::string address_;
-  std::map<int, std::vector<int>> accepted_;  // socket fds by rank, hello done
+  struct Accepted {
+    int stream = 0;
+    int fd = -1;
+  };
+  std::map<int, std::vector<Accepted>> accepted_;  // sockets by rank, hello done
   std::vector<std::shared_ptr<Incoming>> incoming_;
   std::vector<std::shared_ptr<TcpChannel>> channels_;
   uint64_t ticks_ = 0;  // progress thread

@@ -18,9 +18,9 @@ constexpr uint16_t kProtocolVersion = 1;
 struct Hello {
   uint32_t magic = kHelloMagic;
   uint16_t version = kProtocolVersion;
-  uint16_t reserved = 0;
-  int32_t rank = -1;  // the sender's rank
-  uint32_t reserved2 = 0;
+  uint16_t stream = 0;   // which of the connector's connections to this peer (0 = the channel)
+  int32_t rank = -1;     // the sender's rank
+  uint32_t streams = 0;  // connections per channel (RDMAFLOW_TCP_STREAMS); 0 means 1
 };
 static_assert(sizeof(Hello) == 16);
 
@@ -38,6 +38,8 @@ enum FrameFlags : uint8_t {
   kFlagFirst = 1,      // first chunk of a write/read response
   kFlagLast = 2,       // last chunk of a write/read response
   kFlagHasNotify = 4,  // write: push `value` to the receiver's inbox after the data
+  kFlagShare = 8,      // write: a share of a striped write; `value` and `total` are the
+                       // whole write's offset and length, which the first chunk checks
 };
 
 struct FrameHeader {
