@@ -295,6 +295,10 @@ TEST(Topology, FoldPairsTheFirstRanks) {
   }
 }
 
+const CollectiveKind kHierKinds[] = {CollectiveKind::kAllreduce, CollectiveKind::kReduceScatter,
+                                     CollectiveKind::kAllgather,  CollectiveKind::kBroadcast,
+                                     CollectiveKind::kReduce,     CollectiveKind::kBarrier};
+
 // hier over layouts of hosts: two levels (hosts numbered host by host or
 // interleaved), one host, one rank per host, hosts of different sizes; with
 // cost models that pick different algorithms for the lanes between hosts;
@@ -320,7 +324,7 @@ TEST(Schedule, HierOverHostLayouts) {
   latency.beta = 1e-12;
   bandwidth.alpha = 1e-9;
   bandwidth.beta = 1e-6;
-  std::map<Algorithm, int> lanes;  // the lanes' algorithms the models chose
+  std::map<std::pair<CollectiveKind, Algorithm>, int> lanes;  // the lanes' algorithms the models chose
   uint32_t seed = 1;
   for (const auto& keys : layouts) {
     const HostGroups g(keys);
@@ -334,26 +338,45 @@ TEST(Schedule, HierOverHostLayouts) {
       const CostModel* model = mi < models.size() ? &models[mi] : nullptr;
       const size_t counts[] = {1, static_cast<size_t>(world - 1), static_cast<size_t>(world + 1),
                                37, 301};
-      for (size_t count : counts) {
-        for (bool in_place : {false, true}) {
-          const DataType t = types[seed % 7];
-          const ReduceOp op = kAllReduceOps[(seed / 7) % 5];
-          const size_t piece = 1 + seed % 9;
-          if (model != nullptr && g.hierarchical()) {
-            ++lanes[model->between_hosts(count / g.per_host() * dtype_size(t))];
+      for (CollectiveKind kind : kHierKinds) {
+        const bool barrier = kind == CollectiveKind::kBarrier;
+        // The other kinds on fewer cells: the simulator is slow (seconds per kind and layout).
+        const bool all = kind == CollectiveKind::kAllreduce;
+        for (size_t count : counts) {
+          if (!all && count != counts[2] && count != counts[3]) continue;
+          for (bool in_place : {false, true}) {
+            if (!all && in_place != (seed % 2 == 0)) continue;
+            // A barrier is a one-byte u8 max-reduction, as Communicator::barrier runs it.
+            const DataType t = barrier ? DataType::kU8 : types[seed % 7];
+            const ReduceOp op = barrier                ? ReduceOp::kMax
+                                : reduces(kind) ? kAllReduceOps[(seed / 7) % 5]
+                                                       : ReduceOp::kSum;
+            const size_t piece = 1 + seed % 9;
+            const int root = static_cast<int>(seed % static_cast<uint32_t>(world));
+            if (model != nullptr && g.hierarchical() && !barrier) {
+              ++lanes[{kind, model->between_hosts(kind, count * dtype_size(t))}];
+            }
+            std::string err =
+                simulate(kind, Algorithm::kHier, t, op, world, barrier ? 1 : count, root, piece,
+                         1 + seed % 3, seed, in_place && !barrier, &g, model);
+            ASSERT_EQ(err, "") << collective_name(kind) << " " << g.describe() << " model " << mi
+                               << " count " << count << " " << dtype_name(t) << " "
+                               << reduce_op_name(op) << " root " << root << " piece " << piece
+                               << (in_place ? " in-place" : "");
+            ++seed;
           }
-          std::string err = simulate(CollectiveKind::kAllreduce, Algorithm::kHier, t, op, world,
-                                     count, 0, piece, 1 + seed % 3, seed, in_place, &g, model);
-          ASSERT_EQ(err, "") << g.describe() << " model " << mi << " count " << count << " "
-                             << dtype_name(t) << " " << reduce_op_name(op) << " piece " << piece
-                             << (in_place ? " in-place" : "");
-          ++seed;
         }
       }
     }
   }
-  // The models above pick ring, Rabenseifner, recursive doubling and direct for the lanes.
-  EXPECT_GE(lanes.size(), 3u);
+  // The models above pick more than one algorithm for the lanes of every kind
+  // with a choice (ring, Rabenseifner, recursive doubling, direct, tree).
+  for (CollectiveKind kind : kHierKinds) {
+    if (kind == CollectiveKind::kBarrier) continue;  // dissemination on lane 0
+    int picked = 0;
+    for (const auto& [key, n] : lanes) picked += key.first == kind ? 1 : 0;
+    EXPECT_GE(picked, 2) << collective_name(kind);
+  }
 }
 
 // Hosts are numbered by their lowest rank, local ranks in rank order.
