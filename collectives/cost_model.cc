@@ -116,7 +116,8 @@ CostModel::Estimate CostModel::hier_estimate(CollectiveKind kind, Algorithm betw
   switch (kind) {
     case K::kAllreduce:
       host_rounds = host.rounds(K::kReduceScatter, ring) + host.rounds(K::kAllgather, ring);
-      host_seconds = host.cost(K::kReduceScatter, ring, bytes) + host.cost(K::kAllgather, ring, bytes);
+      host_seconds =
+          host.cost(K::kReduceScatter, ring, bytes) + host.cost(K::kAllgather, ring, bytes);
       break;
     case K::kReduceScatter:
       host_rounds = host.rounds(K::kReduceScatter, ring);
@@ -132,7 +133,8 @@ CostModel::Estimate CostModel::hier_estimate(CollectiveKind kind, Algorithm betw
       break;
     case K::kReduce:  // reduce-scatter, gather to the root
       host_rounds = host.rounds(K::kReduceScatter, ring) + 1;
-      host_seconds = host.cost(K::kReduceScatter, ring, bytes) + host.cost(K::kAllgather, ring, bytes);
+      host_seconds =
+          host.cost(K::kReduceScatter, ring, bytes) + host.cost(K::kAllgather, ring, bytes);
       break;
     case K::kBarrier:  // in, and out once the lane is through
       host_rounds = 2 * host.rounds(K::kBarrier, Algorithm::kDissemination);

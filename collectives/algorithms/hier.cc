@@ -74,7 +74,8 @@ LanePhase lane_phase(const CollArgs& a) {
 Algorithm lane_algorithm(const CollArgs& a, CollectiveKind kind, size_t bytes) {
   Algorithm algo = Algorithm::kRing;
   if (a.model != nullptr) {
-    algo = a.model->two_level() ? a.model->between_hosts(kind, bytes) : a.model->choose(kind, bytes);
+    algo =
+        a.model->two_level() ? a.model->between_hosts(kind, bytes) : a.model->choose(kind, bytes);
   }
   if (algo == Algorithm::kHier || algo == Algorithm::kAuto || !algorithm_supports(algo, kind)) {
     algo = Algorithm::kRing;

@@ -143,8 +143,8 @@ LanePlan lane_plan(const CollArgs& a) {
 
 void run_lane(const LanePlan& lp, const Levels& l, Program& p) {
   if (lp.args.count == 0) return;
-  build_in_group(lp.args, find_algorithm(lp.algo)->build[static_cast<size_t>(lp.args.kind)],
-                 l.lane, p);
+  build_in_group(lp.args, find_algorithm(lp.algo)->build[static_cast<size_t>(lp.args.kind)], l.lane,
+                 p);
 }
 
 // Reduce-scatter within the host over lane groups: group g is the blocks of

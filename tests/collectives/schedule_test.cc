@@ -296,8 +296,8 @@ TEST(Topology, FoldPairsTheFirstRanks) {
 }
 
 const CollectiveKind kHierKinds[] = {CollectiveKind::kAllreduce, CollectiveKind::kReduceScatter,
-                                     CollectiveKind::kAllgather,  CollectiveKind::kBroadcast,
-                                     CollectiveKind::kReduce,     CollectiveKind::kBarrier};
+                                     CollectiveKind::kAllgather, CollectiveKind::kBroadcast,
+                                     CollectiveKind::kReduce,    CollectiveKind::kBarrier};
 
 // hier over layouts of hosts: two levels (hosts numbered host by host or
 // interleaved), one host, one rank per host, hosts of different sizes; with
@@ -324,7 +324,8 @@ TEST(Schedule, HierOverHostLayouts) {
   latency.beta = 1e-12;
   bandwidth.alpha = 1e-9;
   bandwidth.beta = 1e-6;
-  std::map<std::pair<CollectiveKind, Algorithm>, int> lanes;  // the lanes' algorithms the models chose
+  std::map<std::pair<CollectiveKind, Algorithm>, int>
+      lanes;  // the lanes' algorithms the models chose
   uint32_t seed = 1;
   for (const auto& keys : layouts) {
     const HostGroups g(keys);
@@ -348,9 +349,9 @@ TEST(Schedule, HierOverHostLayouts) {
             if (!all && in_place != (seed % 2 == 0)) continue;
             // A barrier is a one-byte u8 max-reduction, as Communicator::barrier runs it.
             const DataType t = barrier ? DataType::kU8 : types[seed % 7];
-            const ReduceOp op = barrier                ? ReduceOp::kMax
+            const ReduceOp op = barrier         ? ReduceOp::kMax
                                 : reduces(kind) ? kAllReduceOps[(seed / 7) % 5]
-                                                       : ReduceOp::kSum;
+                                                : ReduceOp::kSum;
             const size_t piece = 1 + seed % 9;
             const int root = static_cast<int>(seed % static_cast<uint32_t>(world));
             if (model != nullptr && g.hierarchical() && !barrier) {
