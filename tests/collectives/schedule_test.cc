@@ -480,6 +480,42 @@ TEST(CostModel, HierWhereTheHostIsCheaperThanTheLink) {
             2 + CostModel(2, between).rounds(CollectiveKind::kAllreduce, two.between_hosts(0)));
 }
 
+// The other collectives on the same two levels: hier's lanes carry what
+// crosses a host's link once, so it is chosen for the bandwidth-bound
+// collectives of large buffers and for the barrier (one round over the link
+// instead of lg n), never where both levels cost the same or on one level;
+// its cost is the sum of its phases with the lanes' choice.
+TEST(CostModel, HierForTheOtherCollectivesWhereItPays) {
+  CostParams within, between;
+  within.alpha = 0.1e-6;
+  within.beta = 0.058e-9;
+  within.gamma = between.gamma = 0.022e-9;
+  between.alpha = 17.5e-6;
+  between.beta = 0.837e-9;
+  const CostModel two(2, 2, within, between), same(2, 2, between, between);
+  const size_t m = size_t{16} << 20;
+  for (CollectiveKind kind :
+       {CollectiveKind::kReduceScatter, CollectiveKind::kAllgather, CollectiveKind::kReduce}) {
+    EXPECT_EQ(two.choose(kind, m), Algorithm::kHier) << collective_name(kind);
+    EXPECT_NE(same.choose(kind, m), Algorithm::kHier) << collective_name(kind);
+    const Algorithm lanes = two.between_hosts(kind, m / 2);
+    EXPECT_NE(lanes, Algorithm::kHier);
+    EXPECT_DOUBLE_EQ(two.cost(kind, Algorithm::kHier, m),
+                     two.hier_estimate(kind, lanes, m).seconds);
+  }
+  EXPECT_EQ(two.choose(CollectiveKind::kBarrier, 0), Algorithm::kHier);
+  // One dissemination round between the hosts, one within before and after.
+  EXPECT_EQ(two.rounds(CollectiveKind::kBarrier, Algorithm::kHier), 3);
+  EXPECT_LT(two.cost(CollectiveKind::kBarrier, Algorithm::kHier, 0),
+            two.cost(CollectiveKind::kBarrier, Algorithm::kDissemination, 0));
+  for (const CostModel& flat : {CostModel(4, between), CostModel(4, 1, within, between)}) {
+    for (CollectiveKind kind : kHierKinds) {
+      EXPECT_TRUE(std::isinf(flat.cost(kind, Algorithm::kHier, m))) << collective_name(kind);
+      EXPECT_NE(flat.choose(kind, m), Algorithm::kHier) << collective_name(kind);
+    }
+  }
+}
+
 // The registry is the one list of algorithms: every row has a name and a
 // collective, names and aliases parse back to the row, and the names the
 // environment knobs have always accepted still do.
