@@ -78,47 +78,59 @@ CommunicatorOptions layout_options(const Layout& l, int rank) {
 const DataType kTypes[] = {DataType::kF32, DataType::kF64, DataType::kF16, DataType::kBF16,
                            DataType::kI32, DataType::kI64, DataType::kU8};
 
+// Runs `calls` in turn on every rank of layout `l` and checks each result;
+// with `allreduce_env`, hier is forced by RDMAFLOW_ALLREDUCE_ALGO (the calls
+// then ask for auto) rather than per call.
+RunResult run_calls(const BackendRow& backend, const Layout& l, const std::vector<CallSpec>& calls,
+                    bool allreduce_env) {
+  RunOptions ro;
+  ro.timeout = Millis(300000);
+  return run_ranks(
+      l.world,
+      [&](int rank, int n, Exchange& ex) {
+        if (allreduce_env) setenv("RDMAFLOW_ALLREDUCE_ALGO", "hier", 1);
+        CommNode node;
+        RF_ASSERT_OK(make_comm_node(backend, rank, n, ex, node, layout_options(l, rank)));
+        EXPECT_EQ(node.comm->host_groups().hierarchical(), l.hosts > 0);
+        if (allreduce_env) {
+          auto chosen = node.comm->select(CollectiveKind::kAllreduce, 1000, DataType::kF32);
+          RF_ASSERT_OK(chosen);
+          EXPECT_EQ(*chosen, Algorithm::kHier);
+        }
+        for (const CallSpec& c : calls) {
+          std::string first;
+          auto wrong = run_and_check(*node.comm, c, &first);
+          RF_ASSERT_OK(wrong);
+          EXPECT_EQ(*wrong, 0u) << "rank " << rank << " " << node.comm->host_groups().describe()
+                                << ": " << describe(c, n) << ": " << first;
+          if (*wrong) return 1;
+        }
+        RF_ASSERT_OK(ex.barrier());
+        return 0;
+      },
+      ro);
+}
+
 // hier, forced by RDMAFLOW_ALLREDUCE_ALGO, over 2 simulated hosts x 2 ranks
 // (hosts numbered host by host), 3 x 2 (interleaved) and this one host (where
 // it runs the ring within the host): every type and reduction, counts that
 // do not divide by the ranks per host or the hosts, in and out of place, and
 // a buffer of many pieces.
 TEST_P(Hierarchy, HierAllreduceEveryTypeAndReduction) {
+  std::vector<CallSpec> calls;
+  uint32_t seed = 1;
+  for (DataType t : kTypes) {
+    for (ReduceOp op : kAllReduceOps) {
+      for (size_t count : {size_t{1}, size_t{5}, size_t{1001}, size_t{100003}}) {
+        CallSpec c{CollectiveKind::kAllreduce, Algorithm::kAuto, t, op, count};
+        c.in_place = seed % 2 == 0;
+        c.seed = seed++;
+        calls.push_back(c);
+      }
+    }
+  }
   for (const Layout& l : kLayouts) {
-    RunOptions ro;
-    ro.timeout = Millis(300000);
-    auto r = run_ranks(
-        l.world,
-        [&](int rank, int n, Exchange& ex) {
-          setenv("RDMAFLOW_ALLREDUCE_ALGO", "hier", 1);
-          const CommunicatorOptions co = layout_options(l, rank);
-          CommNode node;
-          RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node, co));
-          EXPECT_EQ(node.comm->host_groups().hierarchical(), l.hosts > 0);
-          auto chosen = node.comm->select(CollectiveKind::kAllreduce, 1000, DataType::kF32);
-          RF_ASSERT_OK(chosen);
-          EXPECT_EQ(*chosen, Algorithm::kHier);
-          uint32_t seed = 1;
-          for (DataType t : kTypes) {
-            for (ReduceOp op : kAllReduceOps) {
-              for (size_t count : {size_t{1}, size_t{5}, size_t{1001}, size_t{100003}}) {
-                CallSpec c{CollectiveKind::kAllreduce, Algorithm::kAuto, t, op, count};
-                c.in_place = seed % 2 == 0;
-                c.seed = seed++;
-                std::string first;
-                auto wrong = run_and_check(*node.comm, c, &first);
-                RF_ASSERT_OK(wrong);
-                EXPECT_EQ(*wrong, 0u)
-                    << "rank " << rank << " " << node.comm->host_groups().describe() << ": "
-                    << describe(c, n) << ": " << first;
-                if (*wrong) return 1;
-              }
-            }
-          }
-          RF_ASSERT_OK(ex.barrier());
-          return 0;
-        },
-        ro);
+    const RunResult r = run_calls(backend(), l, calls, true);
     if (r.skipped) GTEST_SKIP() << r.message;
     ASSERT_TRUE(r.ok) << l.world << " ranks, " << l.hosts << " hosts: " << r.message;
   }
@@ -132,39 +144,23 @@ TEST_P(Hierarchy, HierEveryOperation) {
   const CollectiveKind kinds[] = {CollectiveKind::kReduceScatter, CollectiveKind::kAllgather,
                                   CollectiveKind::kBroadcast, CollectiveKind::kReduce};
   for (const Layout& l : kLayouts) {
-    RunOptions ro;
-    ro.timeout = Millis(300000);
-    auto r = run_ranks(
-        l.world,
-        [&](int rank, int n, Exchange& ex) {
-          CommNode node;
-          RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node, layout_options(l, rank)));
-          EXPECT_EQ(node.comm->host_groups().hierarchical(), l.hosts > 0);
-          uint32_t seed = 1;
-          for (CollectiveKind kind : kinds) {
-            const bool reduces =
-                kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kReduce;
-            for (DataType t : kTypes) {
-              for (size_t count : {size_t{1}, size_t{5}, size_t{1001}, size_t{30011}}) {
-                const ReduceOp op = reduces ? kAllReduceOps[seed % 5] : ReduceOp::kSum;
-                CallSpec c{kind, Algorithm::kHier, t, op, count};
-                c.root = static_cast<int>((seed * 5 + 1) % static_cast<uint32_t>(n));
-                c.in_place = seed % 2 == 0;
-                c.seed = seed++;
-                std::string first;
-                auto wrong = run_and_check(*node.comm, c, &first);
-                RF_ASSERT_OK(wrong);
-                EXPECT_EQ(*wrong, 0u)
-                    << "rank " << rank << " " << node.comm->host_groups().describe() << ": "
-                    << describe(c, n) << ": " << first;
-                if (*wrong) return 1;
-              }
-            }
-          }
-          RF_ASSERT_OK(ex.barrier());
-          return 0;
-        },
-        ro);
+    std::vector<CallSpec> calls;
+    uint32_t seed = 1;
+    for (CollectiveKind kind : kinds) {
+      const bool reduces =
+          kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kReduce;
+      for (DataType t : kTypes) {
+        for (size_t count : {size_t{1}, size_t{5}, size_t{1001}, size_t{30011}}) {
+          const ReduceOp op = reduces ? kAllReduceOps[seed % 5] : ReduceOp::kSum;
+          CallSpec c{kind, Algorithm::kHier, t, op, count};
+          c.root = static_cast<int>((seed * 5 + 1) % static_cast<uint32_t>(l.world));
+          c.in_place = seed % 2 == 0;
+          c.seed = seed++;
+          calls.push_back(c);
+        }
+      }
+    }
+    const RunResult r = run_calls(backend(), l, calls, false);
     if (r.skipped) GTEST_SKIP() << r.message;
     ASSERT_TRUE(r.ok) << l.world << " ranks, " << l.hosts << " hosts: " << r.message;
   }

@@ -436,17 +436,23 @@ TEST(CostModel, RoundsDecideTinyAllreduceOnACrowdedHost) {
             4);
 }
 
-// Two levels: hier where a host's ranks reach each other for much less than
-// the other hosts (the cluster's figures, docs/scaling.md), at every size;
-// the flat algorithms where both levels cost the same (hier then moves more
-// bytes in all); never hier on one level or with one rank per host.
-TEST(CostModel, HierWhereTheHostIsCheaperThanTheLink) {
+// The costs of each level as measured on the cluster (docs/scaling.md).
+std::pair<CostParams, CostParams> cluster_levels() {
   CostParams within, between;
   within.alpha = 0.1e-6;
   within.beta = 0.058e-9;
   within.gamma = between.gamma = 0.022e-9;
   between.alpha = 17.5e-6;
   between.beta = 0.837e-9;
+  return {within, between};
+}
+
+// Two levels: hier where a host's ranks reach each other for much less than
+// the other hosts (the cluster's figures, docs/scaling.md), at every size;
+// the flat algorithms where both levels cost the same (hier then moves more
+// bytes in all); never hier on one level or with one rank per host.
+TEST(CostModel, HierWhereTheHostIsCheaperThanTheLink) {
+  const auto [within, between] = cluster_levels();
   const CostModel two(2, 2, within, between), same(2, 2, between, between);
   EXPECT_TRUE(two.two_level());
   EXPECT_EQ(two.world(), 4);
@@ -486,12 +492,7 @@ TEST(CostModel, HierWhereTheHostIsCheaperThanTheLink) {
 // instead of lg n), never where both levels cost the same or on one level;
 // its cost is the sum of its phases with the lanes' choice.
 TEST(CostModel, HierForTheOtherCollectivesWhereItPays) {
-  CostParams within, between;
-  within.alpha = 0.1e-6;
-  within.beta = 0.058e-9;
-  within.gamma = between.gamma = 0.022e-9;
-  between.alpha = 17.5e-6;
-  between.beta = 0.837e-9;
+  const auto [within, between] = cluster_levels();
   const CostModel two(2, 2, within, between), same(2, 2, between, between);
   const size_t m = size_t{16} << 20;
   for (CollectiveKind kind :
