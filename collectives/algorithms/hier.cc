@@ -118,7 +118,18 @@ double hier_rounds(CollectiveKind kind, const CostTerms& t) {
   return m.hier_estimate(kind, lane_choice(m, kind, bytes), bytes).rounds;
 }
 
+// Auto leaves hier's broadcast and reduce alone: their lanes move as many
+// bytes over a host's link as the flat chain or binomial tree does when the
+// ranks are numbered host by host (as launchers number them), and hier adds
+// the phases within the host. The model costs every hop of a flat algorithm
+// at the link's rate (it does not know the numbering), so it would credit
+// hier with a gain that is not there: on 2 hosts x 2 ranks hier's broadcast
+// measured 0.79-0.95x and its reduce 0.5-0.96x of the best flat algorithm
+// (docs/benchmarks.md, "Hierarchical collectives"). Forced, they run.
 double hier_cost(CollectiveKind kind, const CostTerms& t) {
+  if (kind == CollectiveKind::kBroadcast || kind == CollectiveKind::kReduce) {
+    return std::numeric_limits<double>::infinity();
+  }
   if (t.model == nullptr || !t.model->two_level()) return std::numeric_limits<double>::infinity();
   const CostModel& m = *t.model;
   const auto bytes = static_cast<size_t>(t.m);

@@ -487,22 +487,27 @@ TEST(CostModel, HierWhereTheHostIsCheaperThanTheLink) {
 }
 
 // The other collectives on the same two levels: hier's lanes carry what
-// crosses a host's link once, so it is chosen for the bandwidth-bound
-// collectives of large buffers and for the barrier (one round over the link
+// crosses a host's link once, so it is chosen for reduce_scatter and
+// allgather of large buffers and for the barrier (one round over the link
 // instead of lg n), never where both levels cost the same or on one level;
-// its cost is the sum of its phases with the lanes' choice.
+// its cost is the sum of its phases with the lanes' choice. Its broadcast and
+// reduce move as many bytes over the link as a flat chain or tree in host
+// order, so auto never takes them (hier.cc).
 TEST(CostModel, HierForTheOtherCollectivesWhereItPays) {
   const auto [within, between] = cluster_levels();
   const CostModel two(2, 2, within, between), same(2, 2, between, between);
   const size_t m = size_t{16} << 20;
-  for (CollectiveKind kind :
-       {CollectiveKind::kReduceScatter, CollectiveKind::kAllgather, CollectiveKind::kReduce}) {
+  for (CollectiveKind kind : {CollectiveKind::kReduceScatter, CollectiveKind::kAllgather}) {
     EXPECT_EQ(two.choose(kind, m), Algorithm::kHier) << collective_name(kind);
     EXPECT_NE(same.choose(kind, m), Algorithm::kHier) << collective_name(kind);
     const Algorithm lanes = two.between_hosts(kind, m / 2);
     EXPECT_NE(lanes, Algorithm::kHier);
     EXPECT_DOUBLE_EQ(two.cost(kind, Algorithm::kHier, m),
                      two.hier_estimate(kind, lanes, m).seconds);
+  }
+  for (CollectiveKind kind : {CollectiveKind::kBroadcast, CollectiveKind::kReduce}) {
+    EXPECT_TRUE(std::isinf(two.cost(kind, Algorithm::kHier, m))) << collective_name(kind);
+    EXPECT_NE(two.choose(kind, 64 << 10), Algorithm::kHier) << collective_name(kind);
   }
   EXPECT_EQ(two.choose(CollectiveKind::kBarrier, 0), Algorithm::kHier);
   // One dissemination round between the hosts, one within before and after.
