@@ -83,12 +83,22 @@ CostParams without_rounds(CostParams p) {
 }  // namespace
 
 Algorithm CostModel::between_hosts(size_t block_bytes) const {
+  return between_hosts(CollectiveKind::kAllreduce, block_bytes);
+}
+
+Algorithm CostModel::between_hosts(CollectiveKind kind, size_t lane_bytes) const {
   CostParams link = p_;
   link.beta *= per_host_;  // the host's lanes share its link
-  return CostModel(hosts_, link).choose(CollectiveKind::kAllreduce, block_bytes);
+  return CostModel(hosts_, link).choose(kind, lane_bytes);
 }
 
 CostModel::Estimate CostModel::hier_estimate(Algorithm between, size_t bytes) const {
+  return hier_estimate(CollectiveKind::kAllreduce, between, bytes);
+}
+
+CostModel::Estimate CostModel::hier_estimate(CollectiveKind kind, Algorithm between,
+                                             size_t bytes) const {
+  using K = CollectiveKind;
   Estimate e;
   if (!two_level()) {
     e.seconds = std::numeric_limits<double>::infinity();
@@ -97,13 +107,45 @@ CostModel::Estimate CostModel::hier_estimate(Algorithm between, size_t bytes) co
   CostParams link = without_rounds(p_);
   link.beta *= per_host_;
   const CostModel host(per_host_, without_rounds(within_)), lanes(hosts_, link);
-  const size_t block = bytes / static_cast<size_t>(per_host_);
-  e.rounds = host.rounds(CollectiveKind::kReduceScatter, Algorithm::kRing) +
-             lanes.rounds(CollectiveKind::kAllreduce, between) +
-             host.rounds(CollectiveKind::kAllgather, Algorithm::kRing);
-  e.seconds = host.cost(CollectiveKind::kReduceScatter, Algorithm::kRing, bytes) +
-              lanes.cost(CollectiveKind::kAllreduce, between, block) +
-              host.cost(CollectiveKind::kAllgather, Algorithm::kRing, bytes);
+  const size_t lane_bytes = bytes / static_cast<size_t>(per_host_);
+  const Algorithm ring = Algorithm::kRing;
+  // The phases within the host (collectives/algorithms/hier.cc, hier_ops.cc).
+  // A root's scatter or gather of the buffer within its host moves the bytes
+  // of the ring allgather in one round.
+  double host_rounds = 0, host_seconds = 0;
+  switch (kind) {
+    case K::kAllreduce:
+      host_rounds = host.rounds(K::kReduceScatter, ring) + host.rounds(K::kAllgather, ring);
+      host_seconds =
+          host.cost(K::kReduceScatter, ring, bytes) + host.cost(K::kAllgather, ring, bytes);
+      break;
+    case K::kReduceScatter:
+      host_rounds = host.rounds(K::kReduceScatter, ring);
+      host_seconds = host.cost(K::kReduceScatter, ring, bytes);
+      break;
+    case K::kAllgather:
+      host_rounds = host.rounds(K::kAllgather, ring);
+      host_seconds = host.cost(K::kAllgather, ring, bytes);
+      break;
+    case K::kBroadcast:  // scatter from the root, allgather
+      host_rounds = 1 + host.rounds(K::kAllgather, ring);
+      host_seconds = 2 * host.cost(K::kAllgather, ring, bytes);
+      break;
+    case K::kReduce:  // reduce-scatter, gather to the root
+      host_rounds = host.rounds(K::kReduceScatter, ring) + 1;
+      host_seconds =
+          host.cost(K::kReduceScatter, ring, bytes) + host.cost(K::kAllgather, ring, bytes);
+      break;
+    case K::kBarrier:  // in, and out once the lane is through
+      host_rounds = 2 * host.rounds(K::kBarrier, Algorithm::kDissemination);
+      host_seconds = 2 * host.cost(K::kBarrier, Algorithm::kDissemination, 0);
+      break;
+    default:
+      e.seconds = std::numeric_limits<double>::infinity();
+      return e;
+  }
+  e.rounds = host_rounds + lanes.rounds(kind, between);
+  e.seconds = host_seconds + lanes.cost(kind, between, lane_bytes);
   return e;
 }
 

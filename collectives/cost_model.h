@@ -94,6 +94,8 @@ class CostModel {
   // `block_bytes`: the cheapest flat allreduce over `hosts` ranks on links
   // that carry every lane at once.
   Algorithm between_hosts(size_t block_bytes) const;
+  // The same for hier's lane phase of `kind` (a lane's call of `lane_bytes`).
+  Algorithm between_hosts(CollectiveKind kind, size_t lane_bytes) const;
   // hier with `between` for the lanes: its dependent rounds, and its seconds
   // without them (two levels only).
   struct Estimate {
@@ -101,6 +103,11 @@ class CostModel {
     double seconds = 0;
   };
   Estimate hier_estimate(Algorithm between, size_t bytes) const;
+  // The same for hier's `kind`, a call of `bytes` (the call's largest buffer),
+  // phase by phase: within the host by the host's costs, the lanes' phase
+  // (`between`, on 1/per_host of the bytes) by the link's costs with the
+  // host's lanes sharing its link.
+  Estimate hier_estimate(CollectiveKind kind, Algorithm between, size_t bytes) const;
   // Seconds of hier with `between` for the lanes, rounds included; +inf on one level.
   double hierarchical(Algorithm between, size_t bytes) const;
   // The costs of each level, for logs and benchmarks.

@@ -27,6 +27,7 @@
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
+#include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
@@ -113,7 +114,7 @@ std::optional<Algorithm> parse_algo_or_all(std::string_view name) {
 
 std::optional<CollectiveKind> parse_op(std::string_view name) {
   for (CollectiveKind c : kAllCollectives) {
-    if (c != CollectiveKind::kBarrier && collective_name(c) == name) return c;
+    if (collective_name(c) == name) return c;
   }
   return std::nullopt;
 }
@@ -128,7 +129,9 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
   cli::configure(app);
   std::string op = "allreduce", type = "f32", redop = "sum", algo = "auto";
   std::vector<std::string> vs;
-  app.add_option("--op", op, "allreduce, reduce_scatter, allgather, broadcast, reduce or alltoall")
+  app.add_option("--op", op,
+                 "allreduce, reduce_scatter, allgather, broadcast, reduce, alltoall or barrier "
+                 "(its sizes only name the rows)")
       ->check(named("collective", parse_op));
   app.add_option("--type", type, "f32, f64, f16, bf16, i32, i64 or u8")
       ->check(named("type", parse_dtype));
@@ -538,6 +541,11 @@ int main(int argc, char** argv) {
                           gloo::alltoall(o);
                           break;
                         }
+                        case CollectiveKind::kBarrier: {
+                          gloo::BarrierOptions o(gctx);
+                          gloo::barrier(o);
+                          break;
+                        }
                         default:
                           break;
                       }
@@ -581,6 +589,9 @@ int main(int argc, char** argv) {
                break;
              case CollectiveKind::kAlltoall:
                rc = MPI_Alltoall(b.in.data(), per, t, b.out.data(), per, t, MPI_COMM_WORLD);
+               break;
+             case CollectiveKind::kBarrier:
+               rc = MPI_Barrier(MPI_COMM_WORLD);
                break;
              default:
                break;

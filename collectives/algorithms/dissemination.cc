@@ -1,7 +1,11 @@
 // Dissemination barrier (Hensgen, Finkel & Manber): in round k every rank
 // signals rank+2^k and waits for rank-2^k. After ceil(log2 n) rounds every rank
 // has transitively heard from all others. The one-byte token a round sends is
-// the one the previous round received, which orders the rounds.
+// the one the previous round received, and a round's token is received into
+// a reduction with the previous one: the Program orders items by the buffers
+// they touch, so without that read the token of round k + 1 would not wait
+// for round k's and a rank could hear "everyone" before its round-k partner
+// (and those behind it) arrived (seen with 6 ranks, three rounds).
 #include <limits>
 
 #include "collectives/algorithms/registry.h"
@@ -14,7 +18,7 @@ void dissemination_barrier(const CollArgs& a, Program& p) {
   int k = 0;
   for (int d = 1; d < n; d *= 2, ++k) {
     p.send((r + d) % n, a.tmp + k, 1);
-    p.recv((r - d + n) % n, a.tmp + k + 1, 1);
+    p.recv_reduce((r - d + n) % n, a.tmp + k + 1, a.tmp + k, 1);
     p.next_step();
   }
 }

@@ -36,6 +36,14 @@ bool has_levels(const CollArgs& a) {
   return a.hosts != nullptr && a.hosts->hosts() > 1 && a.hosts->per_host() > 0;
 }
 
+// The lanes' algorithm of hier's `kind` for a call of `bytes` (the call's
+// largest buffer), as the builders choose it: each of the per_host lanes
+// carries its share; the barrier's lane is a dissemination (hier_ops.cc).
+Algorithm lane_choice(const CostModel& m, CollectiveKind kind, size_t bytes) {
+  if (kind == CollectiveKind::kBarrier) return Algorithm::kDissemination;
+  return m.between_hosts(kind, bytes / static_cast<size_t>(m.per_host()));
+}
+
 // Phase 2 of this rank: the allreduce of its block among its lane.
 struct LanePhase {
   CollArgs args;
@@ -57,18 +65,23 @@ LanePhase lane_phase(const CollArgs& a) {
   // hier scales kAvg itself, once the block is reduced over every rank.
   if (a.op == ReduceOp::kAvg) lp.args.op = ReduceOp::kSum;
   lp.ranks = g.lane(local);
-  const size_t bytes = mine.size * a.es();
-  if (a.model != nullptr) {
-    lp.algo = a.model->two_level() ? a.model->between_hosts(bytes)
-                                   : a.model->choose(CollectiveKind::kAllreduce, bytes);
-  }
-  if (lp.algo == Algorithm::kHier || !algorithm_supports(lp.algo, CollectiveKind::kAllreduce)) {
-    lp.algo = Algorithm::kRing;
-  }
+  lp.algo = lane_algorithm(a, CollectiveKind::kAllreduce, mine.size * a.es());
   return lp;
 }
 
 }  // namespace
+
+Algorithm lane_algorithm(const CollArgs& a, CollectiveKind kind, size_t bytes) {
+  Algorithm algo = Algorithm::kRing;
+  if (a.model != nullptr) {
+    algo =
+        a.model->two_level() ? a.model->between_hosts(kind, bytes) : a.model->choose(kind, bytes);
+  }
+  if (algo == Algorithm::kHier || algo == Algorithm::kAuto || !algorithm_supports(algo, kind)) {
+    algo = Algorithm::kRing;
+  }
+  return algo;
+}
 
 void hier_allreduce(const CollArgs& a, Program& p) {
   if (!has_levels(a)) return ring_allreduce(a, p);
@@ -90,25 +103,37 @@ void hier_allreduce(const CollArgs& a, Program& p) {
 }
 
 size_t hier_scratch(const CollArgs& a) {
-  if (a.kind != CollectiveKind::kAllreduce || !has_levels(a)) return 0;
+  if (a.kind != CollectiveKind::kAllreduce) return hier_ops_scratch(a);
+  if (!has_levels(a)) return 0;
   const LanePhase lane = lane_phase(a);
   return temp_elems(lane.args, lane.algo);
 }
 
+// Every kind is costed phase by phase (CostModel::hier_estimate) with the
+// lanes' algorithm the builders take for the same bytes.
 double hier_rounds(CollectiveKind kind, const CostTerms& t) {
-  if (kind != CollectiveKind::kAllreduce || t.model == nullptr || !t.model->two_level()) return 0;
+  if (t.model == nullptr || !t.model->two_level()) return 0;
   const CostModel& m = *t.model;
   const auto bytes = static_cast<size_t>(t.m);
-  return m.hier_estimate(m.between_hosts(bytes / m.per_host()), bytes).rounds;
+  return m.hier_estimate(kind, lane_choice(m, kind, bytes), bytes).rounds;
 }
 
+// Auto leaves hier's broadcast and reduce alone: their lanes move as many
+// bytes over a host's link as the flat chain or binomial tree does when the
+// ranks are numbered host by host (as launchers number them), and hier adds
+// the phases within the host. The model costs every hop of a flat algorithm
+// at the link's rate (it does not know the numbering), so it would credit
+// hier with a gain that is not there: on 2 hosts x 2 ranks hier's broadcast
+// measured 0.79-0.95x and its reduce 0.5-0.96x of the best flat algorithm
+// (docs/benchmarks.md, "Hierarchical collectives"). Forced, they run.
 double hier_cost(CollectiveKind kind, const CostTerms& t) {
-  if (kind != CollectiveKind::kAllreduce || t.model == nullptr || !t.model->two_level()) {
+  if (kind == CollectiveKind::kBroadcast || kind == CollectiveKind::kReduce) {
     return std::numeric_limits<double>::infinity();
   }
+  if (t.model == nullptr || !t.model->two_level()) return std::numeric_limits<double>::infinity();
   const CostModel& m = *t.model;
   const auto bytes = static_cast<size_t>(t.m);
-  return m.hier_estimate(m.between_hosts(bytes / m.per_host()), bytes).seconds;
+  return m.hier_estimate(kind, lane_choice(m, kind, bytes), bytes).seconds;
 }
 
 }  // namespace rdmaflow

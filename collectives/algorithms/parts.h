@@ -15,4 +15,11 @@ namespace rdmaflow {
 void ring_reduce_scatter_blocks(const CollArgs& a, Program& p);
 void ring_allgather_blocks(const CollArgs& a, Program& p);
 
+// hier.cc: the algorithm of hier's lane phase of `kind` for a lane's call of
+// `bytes`: the cost model's choice on the link the host's lanes share (ring
+// without a model or where the choice does not implement `kind`).
+Algorithm lane_algorithm(const CollArgs& a, CollectiveKind kind, size_t bytes);
+// hier_ops.cc: hier's scratch for every kind but allreduce.
+size_t hier_ops_scratch(const CollArgs& a);
+
 }  // namespace rdmaflow

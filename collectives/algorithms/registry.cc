@@ -58,6 +58,12 @@ double direct_rounds(CollectiveKind kind, const CostTerms& t);
 double direct_cost(CollectiveKind kind, const CostTerms& t);
 // hier.cc
 void hier_allreduce(const CollArgs& a, Program& p);
+// hier_ops.cc
+void hier_reduce_scatter(const CollArgs& a, Program& p);
+void hier_allgather(const CollArgs& a, Program& p);
+void hier_broadcast(const CollArgs& a, Program& p);
+void hier_reduce(const CollArgs& a, Program& p);
+void hier_barrier(const CollArgs& a, Program& p);
 size_t hier_scratch(const CollArgs& a);
 double hier_rounds(CollectiveKind kind, const CostTerms& t);
 double hier_cost(CollectiveKind kind, const CostTerms& t);
@@ -100,7 +106,9 @@ constexpr AlgorithmInfo kTable[] = {
      builders({{K::kAllreduce, direct_allreduce}, {K::kAllgather, direct_allgather}}),
      direct_scratch, direct_rounds, direct_cost},
     {A::kHier, "hier", {"hierarchical"},
-     builders({{K::kAllreduce, hier_allreduce}}),
+     builders({{K::kAllreduce, hier_allreduce}, {K::kReduceScatter, hier_reduce_scatter},
+               {K::kAllgather, hier_allgather}, {K::kBroadcast, hier_broadcast},
+               {K::kReduce, hier_reduce}, {K::kBarrier, hier_barrier}}),
      hier_scratch, hier_rounds, hier_cost},
 };
 // clang-format on

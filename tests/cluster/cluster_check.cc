@@ -2,7 +2,9 @@
 // hand) on the simulated hosts of scripts/cluster: bootstraps from the
 // launcher's own variables, lets RDMAFLOW_TRANSPORT (auto unless set) choose
 // a transport per peer, checks every channel with a message each way, then
-// runs three allreduces and checks their sums.
+// runs three allreduces and checks their sums, and a reduce_scatter,
+// allgather, broadcast and reduce (roots other than 0) of each size and
+// barriers.
 //
 //   mpirun ... -H h0:2,h1:1 cluster_check --expect-split
 //   srun -N 2 -n 4 cluster_check
@@ -11,13 +13,15 @@
 // Prints one line per peer: its host, the transport and the medium the library
 // chose (PeerTransport) and why, then "cluster_check: ok ..." on success. The
 // communicator's host groups must match the hostnames (--expect-hosts: and
-// be the layout given); --algo forces the allreduce's algorithm. --expect-split also
+// be the layout given); --algo forces the algorithm of every collective that
+// implements (hier implements them all). --expect-split also
 // fails unless peers on this host (same hostname) are reached through shared
 // memory and peers on other hosts through the network, and unless hostnames and
 // the library's host identity (kernel boot, pid and IPC namespaces) agree.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -77,6 +81,74 @@ int check_allreduce(Communicator& comm, int me, int world, size_t count, Algorit
                   std::to_string(want));
     }
   }
+  return 0;
+}
+
+// Element i of rank r's contribution.
+float contribution(int r, size_t i) {
+  return static_cast<float>(r + static_cast<int>(i % 7));
+}
+
+int compare(const std::string& what, const std::vector<float>& got,
+            const std::function<float(size_t)>& want) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want(i)) {
+      return fail(what + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) +
+                  ", expected " + std::to_string(want(i)));
+    }
+  }
+  return 0;
+}
+
+// reduce_scatter, allgather, broadcast and reduce of `count` floats per rank
+// (contribution() again: sums stay exact), then a barrier.
+int check_other_collectives(Communicator& comm, int me, int world, size_t count, Algorithm algo) {
+  auto opts = [&](CollectiveKind kind) {
+    CallOptions o;
+    o.algorithm = algorithm_supports(algo, kind) ? algo : Algorithm::kAuto;
+    return o;
+  };
+  const size_t n = static_cast<size_t>(world);
+  const float ranks = static_cast<float>(world * (world - 1) / 2);
+  auto sum = [&](size_t i) { return ranks + static_cast<float>(world * static_cast<int>(i % 7)); };
+  const std::string of = " of " + std::to_string(count) + " floats";
+  std::vector<float> in(n * count), out(n * count, -1.0f);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = contribution(me, i);
+
+  std::vector<float> block(count, -1.0f);
+  Status st = comm.reduce_scatter(in.data(), block.data(), count, DataType::kF32, ReduceOp::kSum,
+                                  opts(CollectiveKind::kReduceScatter));
+  if (!st.is_ok()) return fail("reduce_scatter" + of + ": " + st.to_string());
+  const size_t first = static_cast<size_t>(me) * count;
+  if (int rc = compare("reduce_scatter" + of, block, [&](size_t i) { return sum(first + i); })) {
+    return rc;
+  }
+  st = comm.allgather(in.data(), out.data(), count, DataType::kF32,
+                      opts(CollectiveKind::kAllgather));
+  if (!st.is_ok()) return fail("allgather" + of + ": " + st.to_string());
+  if (int rc = compare("allgather" + of, out, [&](size_t i) {
+        return contribution(static_cast<int>(i / count), i % count);
+      })) {
+    return rc;
+  }
+  const int root = world - 1, reduce_root = 1 % world;
+  std::vector<float> buf(count, -1.0f);
+  if (me == root) buf.assign(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(count));
+  st = comm.broadcast(buf.data(), buf.data(), count, DataType::kF32, root,
+                      opts(CollectiveKind::kBroadcast));
+  if (!st.is_ok()) return fail("broadcast" + of + ": " + st.to_string());
+  if (int rc = compare("broadcast" + of, buf, [&](size_t i) { return contribution(root, i); })) {
+    return rc;
+  }
+  buf.assign(count, -1.0f);
+  st = comm.reduce(in.data(), buf.data(), count, DataType::kF32, ReduceOp::kSum, reduce_root,
+                   opts(CollectiveKind::kReduce));
+  if (!st.is_ok()) return fail("reduce" + of + ": " + st.to_string());
+  if (me == reduce_root) {
+    if (int rc = compare("reduce" + of, buf, sum)) return rc;
+  }
+  st = comm.barrier(opts(CollectiveKind::kBarrier));
+  if (!st.is_ok()) return fail("barrier: " + st.to_string());
   return 0;
 }
 
@@ -151,6 +223,9 @@ int run(bool expect_split, Algorithm algo, const std::string& expect_hosts) {
   for (size_t count : {size_t{1000}, size_t{100003}, size_t{1} << 18}) {
     if (int rc = check_allreduce(**comm, me, world, count, algo)) return rc;
   }
+  for (size_t count : {size_t{1000}, size_t{100003}, size_t{1} << 18}) {
+    if (int rc = check_other_collectives(**comm, me, world, count, algo)) return rc;
+  }
   const std::string hosts = (*comm)->host_groups().describe();
   comm->reset();
   if (Status st = b.barrier(); !st.is_ok()) return fail(st.to_string());
@@ -158,9 +233,11 @@ int run(bool expect_split, Algorithm algo, const std::string& expect_hosts) {
   if (Status st = b.finalize(); !st.is_ok()) return fail(st.to_string());
   std::printf(
       "cluster_check: ok: rank %d of %d on %s (%s, rendezvous %s): %d channels over %s, "
-      "host groups %s, allreduce[%s] of 1000, 100003 and 262144 floats correct\n",
+      "host groups %s, allreduce[%s] of 1000, 100003 and 262144 floats correct; "
+      "reduce_scatter, allgather, broadcast, reduce and barrier[%s] correct\n",
       me, world, mine.hostname.c_str(), b.rank_info().source.c_str(), b.rendezvous().c_str(),
-      world - 1, sel.name().c_str(), hosts.c_str(), std::string(algorithm_name(algo)).c_str());
+      world - 1, sel.name().c_str(), hosts.c_str(), std::string(algorithm_name(algo)).c_str(),
+      std::string(algorithm_name(algo)).c_str());
   return 0;
 }
 

@@ -5,6 +5,10 @@
 // while each pair's bytes still take the path its channel has.
 // tests/cluster runs the same across the hosts of scripts/cluster.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <atomic>
+#include <thread>
 
 #include "tests/collectives/coll_util.h"
 
@@ -51,8 +55,61 @@ TEST_P(Hierarchy, HostGroupsFromHostKeys) {
   }
 }
 
+// The layouts the hier tests run: world ranks, `hosts` simulated hosts (keys
+// rank / (world / hosts), or rank % hosts when interleaved; 0: this machine's
+// own key, one host, where hier runs its flat schedule).
+struct Layout {
+  int world;
+  int hosts;
+  bool interleaved;
+};
+constexpr Layout kLayouts[] = {{4, 2, false}, {6, 3, true}, {3, 0, false}};
+
+CommunicatorOptions layout_options(const Layout& l, int rank) {
+  CommunicatorOptions co;
+  co.slot_bytes = 16384;  // many pieces per block
+  if (l.hosts > 0) {
+    co.host_key =
+        static_cast<uint64_t>(l.interleaved ? rank % l.hosts : rank / (l.world / l.hosts));
+  }
+  return co;
+}
+
 const DataType kTypes[] = {DataType::kF32, DataType::kF64, DataType::kF16, DataType::kBF16,
                            DataType::kI32, DataType::kI64, DataType::kU8};
+
+// Runs `calls` in turn on every rank of layout `l` and checks each result;
+// with `allreduce_env`, hier is forced by RDMAFLOW_ALLREDUCE_ALGO (the calls
+// then ask for auto) rather than per call.
+RunResult run_calls(const BackendRow& backend, const Layout& l, const std::vector<CallSpec>& calls,
+                    bool allreduce_env) {
+  RunOptions ro;
+  ro.timeout = Millis(300000);
+  return run_ranks(
+      l.world,
+      [&](int rank, int n, Exchange& ex) {
+        if (allreduce_env) setenv("RDMAFLOW_ALLREDUCE_ALGO", "hier", 1);
+        CommNode node;
+        RF_ASSERT_OK(make_comm_node(backend, rank, n, ex, node, layout_options(l, rank)));
+        EXPECT_EQ(node.comm->host_groups().hierarchical(), l.hosts > 0);
+        if (allreduce_env) {
+          auto chosen = node.comm->select(CollectiveKind::kAllreduce, 1000, DataType::kF32);
+          RF_ASSERT_OK(chosen);
+          EXPECT_EQ(*chosen, Algorithm::kHier);
+        }
+        for (const CallSpec& c : calls) {
+          std::string first;
+          auto wrong = run_and_check(*node.comm, c, &first);
+          RF_ASSERT_OK(wrong);
+          EXPECT_EQ(*wrong, 0u) << "rank " << rank << " " << node.comm->host_groups().describe()
+                                << ": " << describe(c, n) << ": " << first;
+          if (*wrong) return 1;
+        }
+        RF_ASSERT_OK(ex.barrier());
+        return 0;
+      },
+      ro);
+}
 
 // hier, forced by RDMAFLOW_ALLREDUCE_ALGO, over 2 simulated hosts x 2 ranks
 // (hosts numbered host by host), 3 x 2 (interleaved) and this one host (where
@@ -60,53 +117,91 @@ const DataType kTypes[] = {DataType::kF32, DataType::kF64, DataType::kF16, DataT
 // do not divide by the ranks per host or the hosts, in and out of place, and
 // a buffer of many pieces.
 TEST_P(Hierarchy, HierAllreduceEveryTypeAndReduction) {
-  struct Layout {
-    int world;
-    int hosts;  // keys: rank / (world / hosts); 0: this machine's own key
-    bool interleaved;
-  };
-  for (Layout l : {Layout{4, 2, false}, Layout{6, 3, true}, Layout{3, 0, false}}) {
-    RunOptions ro;
-    ro.timeout = Millis(300000);
-    auto r = run_ranks(
-        l.world,
-        [&](int rank, int n, Exchange& ex) {
-          setenv("RDMAFLOW_ALLREDUCE_ALGO", "hier", 1);
-          CommunicatorOptions co;
-          co.slot_bytes = 16384;  // many pieces per block
-          if (l.hosts > 0) {
-            co.host_key =
-                static_cast<uint64_t>(l.interleaved ? rank % l.hosts : rank / (n / l.hosts));
-          }
-          CommNode node;
-          RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node, co));
-          EXPECT_EQ(node.comm->host_groups().hierarchical(), l.hosts > 0);
-          auto chosen = node.comm->select(CollectiveKind::kAllreduce, 1000, DataType::kF32);
-          RF_ASSERT_OK(chosen);
-          EXPECT_EQ(*chosen, Algorithm::kHier);
-          uint32_t seed = 1;
-          for (DataType t : kTypes) {
-            for (ReduceOp op : kAllReduceOps) {
-              for (size_t count : {size_t{1}, size_t{5}, size_t{1001}, size_t{100003}}) {
-                CallSpec c{CollectiveKind::kAllreduce, Algorithm::kAuto, t, op, count};
-                c.in_place = seed % 2 == 0;
-                c.seed = seed++;
-                std::string first;
-                auto wrong = run_and_check(*node.comm, c, &first);
-                RF_ASSERT_OK(wrong);
-                EXPECT_EQ(*wrong, 0u)
-                    << "rank " << rank << " " << node.comm->host_groups().describe() << ": "
-                    << describe(c, n) << ": " << first;
-                if (*wrong) return 1;
-              }
-            }
-          }
-          RF_ASSERT_OK(ex.barrier());
-          return 0;
-        },
-        ro);
+  std::vector<CallSpec> calls;
+  uint32_t seed = 1;
+  for (DataType t : kTypes) {
+    for (ReduceOp op : kAllReduceOps) {
+      for (size_t count : {size_t{1}, size_t{5}, size_t{1001}, size_t{100003}}) {
+        CallSpec c{CollectiveKind::kAllreduce, Algorithm::kAuto, t, op, count};
+        c.in_place = seed % 2 == 0;
+        c.seed = seed++;
+        calls.push_back(c);
+      }
+    }
+  }
+  for (const Layout& l : kLayouts) {
+    const RunResult r = run_calls(backend(), l, calls, true);
     if (r.skipped) GTEST_SKIP() << r.message;
     ASSERT_TRUE(r.ok) << l.world << " ranks, " << l.hosts << " hosts: " << r.message;
+  }
+}
+
+// hier's reduce_scatter, allgather, broadcast and reduce, forced per call,
+// over the layouts above: every type, the reductions in turn, roots in turn
+// (root != 0 included), counts that do not divide by the ranks per host or
+// the hosts, in and out of place, buffers of many pieces.
+TEST_P(Hierarchy, HierEveryOperation) {
+  const CollectiveKind kinds[] = {CollectiveKind::kReduceScatter, CollectiveKind::kAllgather,
+                                  CollectiveKind::kBroadcast, CollectiveKind::kReduce};
+  for (const Layout& l : kLayouts) {
+    std::vector<CallSpec> calls;
+    uint32_t seed = 1;
+    for (CollectiveKind kind : kinds) {
+      const bool reduces =
+          kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kReduce;
+      for (DataType t : kTypes) {
+        for (size_t count : {size_t{1}, size_t{5}, size_t{1001}, size_t{30011}}) {
+          const ReduceOp op = reduces ? kAllReduceOps[seed % 5] : ReduceOp::kSum;
+          CallSpec c{kind, Algorithm::kHier, t, op, count};
+          c.root = static_cast<int>((seed * 5 + 1) % static_cast<uint32_t>(l.world));
+          c.in_place = seed % 2 == 0;
+          c.seed = seed++;
+          calls.push_back(c);
+        }
+      }
+    }
+    const RunResult r = run_calls(backend(), l, calls, false);
+    if (r.skipped) GTEST_SKIP() << r.message;
+    ASSERT_TRUE(r.ok) << l.world << " ranks, " << l.hosts << " hosts: " << r.message;
+  }
+}
+
+// A barrier holds every rank until all have entered: each rank counts itself
+// in a counter the forked ranks share (anonymous shared memory) before
+// barrier i, one rank arriving late, and finds all world * (i + 1) entries
+// when it leaves. hier, and the flat barriers it falls back to or competes
+// with (dissemination once let ranks out early with three rounds).
+TEST_P(Hierarchy, BarrierWaitsForEveryRank) {
+  for (const auto& [l, algo] : {std::pair{kLayouts[0], Algorithm::kHier},
+                                {kLayouts[1], Algorithm::kHier},
+                                {kLayouts[2], Algorithm::kHier},
+                                {kLayouts[1], Algorithm::kDissemination},
+                                {kLayouts[1], Algorithm::kTree}}) {
+    void* shared = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(shared, MAP_FAILED);
+    auto* entered = new (shared) std::atomic<int>(0);
+    auto r = run_ranks(l.world, [&](int rank, int n, Exchange& ex) {
+      CommNode node;
+      RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node, layout_options(l, rank)));
+      constexpr int kRounds = 12;
+      for (int i = 0; i < kRounds; ++i) {
+        if (rank == i % n) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        entered->fetch_add(1);
+        CallOptions o;
+        o.algorithm = algo;
+        RF_ASSERT_OK(node.comm->barrier(o));
+        const int seen = entered->load();
+        EXPECT_GE(seen, n * (i + 1)) << "rank " << rank << " left barrier " << i << " early";
+        if (seen < n * (i + 1)) return 1;
+      }
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    });
+    munmap(shared, sizeof(std::atomic<int>));
+    if (r.skipped) GTEST_SKIP() << r.message;
+    ASSERT_TRUE(r.ok) << algorithm_name(algo) << ", " << l.world << " ranks, " << l.hosts
+                      << " hosts: " << r.message;
   }
 }
 

@@ -295,6 +295,10 @@ TEST(Topology, FoldPairsTheFirstRanks) {
   }
 }
 
+const CollectiveKind kHierKinds[] = {CollectiveKind::kAllreduce, CollectiveKind::kReduceScatter,
+                                     CollectiveKind::kAllgather, CollectiveKind::kBroadcast,
+                                     CollectiveKind::kReduce,    CollectiveKind::kBarrier};
+
 // hier over layouts of hosts: two levels (hosts numbered host by host or
 // interleaved), one host, one rank per host, hosts of different sizes; with
 // cost models that pick different algorithms for the lanes between hosts;
@@ -320,7 +324,8 @@ TEST(Schedule, HierOverHostLayouts) {
   latency.beta = 1e-12;
   bandwidth.alpha = 1e-9;
   bandwidth.beta = 1e-6;
-  std::map<Algorithm, int> lanes;  // the lanes' algorithms the models chose
+  std::map<std::pair<CollectiveKind, Algorithm>, int>
+      lanes;  // the lanes' algorithms the models chose
   uint32_t seed = 1;
   for (const auto& keys : layouts) {
     const HostGroups g(keys);
@@ -334,26 +339,45 @@ TEST(Schedule, HierOverHostLayouts) {
       const CostModel* model = mi < models.size() ? &models[mi] : nullptr;
       const size_t counts[] = {1, static_cast<size_t>(world - 1), static_cast<size_t>(world + 1),
                                37, 301};
-      for (size_t count : counts) {
-        for (bool in_place : {false, true}) {
-          const DataType t = types[seed % 7];
-          const ReduceOp op = kAllReduceOps[(seed / 7) % 5];
-          const size_t piece = 1 + seed % 9;
-          if (model != nullptr && g.hierarchical()) {
-            ++lanes[model->between_hosts(count / g.per_host() * dtype_size(t))];
+      for (CollectiveKind kind : kHierKinds) {
+        const bool barrier = kind == CollectiveKind::kBarrier;
+        // The other kinds on fewer cells: the simulator is slow (seconds per kind and layout).
+        const bool all = kind == CollectiveKind::kAllreduce;
+        for (size_t count : counts) {
+          if (!all && count != counts[2] && count != counts[3]) continue;
+          for (bool in_place : {false, true}) {
+            if (!all && in_place != (seed % 2 == 0)) continue;
+            // A barrier is a one-byte u8 max-reduction, as Communicator::barrier runs it.
+            const DataType t = barrier ? DataType::kU8 : types[seed % 7];
+            const ReduceOp op = barrier         ? ReduceOp::kMax
+                                : reduces(kind) ? kAllReduceOps[(seed / 7) % 5]
+                                                : ReduceOp::kSum;
+            const size_t piece = 1 + seed % 9;
+            const int root = static_cast<int>(seed % static_cast<uint32_t>(world));
+            if (model != nullptr && g.hierarchical() && !barrier) {
+              ++lanes[{kind, model->between_hosts(kind, count * dtype_size(t))}];
+            }
+            std::string err =
+                simulate(kind, Algorithm::kHier, t, op, world, barrier ? 1 : count, root, piece,
+                         1 + seed % 3, seed, in_place && !barrier, &g, model);
+            ASSERT_EQ(err, "") << collective_name(kind) << " " << g.describe() << " model " << mi
+                               << " count " << count << " " << dtype_name(t) << " "
+                               << reduce_op_name(op) << " root " << root << " piece " << piece
+                               << (in_place ? " in-place" : "");
+            ++seed;
           }
-          std::string err = simulate(CollectiveKind::kAllreduce, Algorithm::kHier, t, op, world,
-                                     count, 0, piece, 1 + seed % 3, seed, in_place, &g, model);
-          ASSERT_EQ(err, "") << g.describe() << " model " << mi << " count " << count << " "
-                             << dtype_name(t) << " " << reduce_op_name(op) << " piece " << piece
-                             << (in_place ? " in-place" : "");
-          ++seed;
         }
       }
     }
   }
-  // The models above pick ring, Rabenseifner, recursive doubling and direct for the lanes.
-  EXPECT_GE(lanes.size(), 3u);
+  // The models above pick more than one algorithm for the lanes of every kind
+  // with a choice (ring, Rabenseifner, recursive doubling, direct, tree).
+  for (CollectiveKind kind : kHierKinds) {
+    if (kind == CollectiveKind::kBarrier) continue;  // dissemination on lane 0
+    int picked = 0;
+    for (const auto& [key, n] : lanes) picked += key.first == kind ? 1 : 0;
+    EXPECT_GE(picked, 2) << collective_name(kind);
+  }
 }
 
 // Hosts are numbered by their lowest rank, local ranks in rank order.
@@ -412,17 +436,23 @@ TEST(CostModel, RoundsDecideTinyAllreduceOnACrowdedHost) {
             4);
 }
 
-// Two levels: hier where a host's ranks reach each other for much less than
-// the other hosts (the cluster's figures, docs/scaling.md), at every size;
-// the flat algorithms where both levels cost the same (hier then moves more
-// bytes in all); never hier on one level or with one rank per host.
-TEST(CostModel, HierWhereTheHostIsCheaperThanTheLink) {
+// The costs of each level as measured on the cluster (docs/scaling.md).
+std::pair<CostParams, CostParams> cluster_levels() {
   CostParams within, between;
   within.alpha = 0.1e-6;
   within.beta = 0.058e-9;
   within.gamma = between.gamma = 0.022e-9;
   between.alpha = 17.5e-6;
   between.beta = 0.837e-9;
+  return {within, between};
+}
+
+// Two levels: hier where a host's ranks reach each other for much less than
+// the other hosts (the cluster's figures, docs/scaling.md), at every size;
+// the flat algorithms where both levels cost the same (hier then moves more
+// bytes in all); never hier on one level or with one rank per host.
+TEST(CostModel, HierWhereTheHostIsCheaperThanTheLink) {
+  const auto [within, between] = cluster_levels();
   const CostModel two(2, 2, within, between), same(2, 2, between, between);
   EXPECT_TRUE(two.two_level());
   EXPECT_EQ(two.world(), 4);
@@ -454,6 +484,42 @@ TEST(CostModel, HierWhereTheHostIsCheaperThanTheLink) {
   // Dependent rounds: one step of each ring within the host, the lanes' between.
   EXPECT_EQ(two.rounds(CollectiveKind::kAllreduce, Algorithm::kHier),
             2 + CostModel(2, between).rounds(CollectiveKind::kAllreduce, two.between_hosts(0)));
+}
+
+// The other collectives on the same two levels: hier's lanes carry what
+// crosses a host's link once, so it is chosen for reduce_scatter and
+// allgather of large buffers and for the barrier (one round over the link
+// instead of lg n), never where both levels cost the same or on one level;
+// its cost is the sum of its phases with the lanes' choice. Its broadcast and
+// reduce move as many bytes over the link as a flat chain or tree in host
+// order, so auto never takes them (hier.cc).
+TEST(CostModel, HierForTheOtherCollectivesWhereItPays) {
+  const auto [within, between] = cluster_levels();
+  const CostModel two(2, 2, within, between), same(2, 2, between, between);
+  const size_t m = size_t{16} << 20;
+  for (CollectiveKind kind : {CollectiveKind::kReduceScatter, CollectiveKind::kAllgather}) {
+    EXPECT_EQ(two.choose(kind, m), Algorithm::kHier) << collective_name(kind);
+    EXPECT_NE(same.choose(kind, m), Algorithm::kHier) << collective_name(kind);
+    const Algorithm lanes = two.between_hosts(kind, m / 2);
+    EXPECT_NE(lanes, Algorithm::kHier);
+    EXPECT_DOUBLE_EQ(two.cost(kind, Algorithm::kHier, m),
+                     two.hier_estimate(kind, lanes, m).seconds);
+  }
+  for (CollectiveKind kind : {CollectiveKind::kBroadcast, CollectiveKind::kReduce}) {
+    EXPECT_TRUE(std::isinf(two.cost(kind, Algorithm::kHier, m))) << collective_name(kind);
+    EXPECT_NE(two.choose(kind, 64 << 10), Algorithm::kHier) << collective_name(kind);
+  }
+  EXPECT_EQ(two.choose(CollectiveKind::kBarrier, 0), Algorithm::kHier);
+  // One dissemination round between the hosts, one within before and after.
+  EXPECT_EQ(two.rounds(CollectiveKind::kBarrier, Algorithm::kHier), 3);
+  EXPECT_LT(two.cost(CollectiveKind::kBarrier, Algorithm::kHier, 0),
+            two.cost(CollectiveKind::kBarrier, Algorithm::kDissemination, 0));
+  for (const CostModel& flat : {CostModel(4, between), CostModel(4, 1, within, between)}) {
+    for (CollectiveKind kind : kHierKinds) {
+      EXPECT_TRUE(std::isinf(flat.cost(kind, Algorithm::kHier, m))) << collective_name(kind);
+      EXPECT_NE(flat.choose(kind, m), Algorithm::kHier) << collective_name(kind);
+    }
+  }
 }
 
 // The registry is the one list of algorithms: every row has a name and a
