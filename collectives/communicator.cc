@@ -163,18 +163,18 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t slots, knob("RDMAFLOW_COLL_SLOTS", options.slots, 4, 1));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t lanes, knob("RDMAFLOW_COLL_LANES", options.lanes, 2, 1));
   // A rank with a core of its own spins (driving progress) for up to 10 ms
-  // before it sleeps. On an oversubscribed host it polls and yields the core
-  // after every poll (cfg.yield_polls), for at most 1 ms: the ranks it waits
-  // for get the core at once, and its own answer is picked up at its next
-  // turn instead of after a futex wake-up and a hop from the progress thread
-  // (the tcp backend's driver blocks in recvmsg meanwhile). Sleeping at once
-  // made 8 B allreduce across 4 simulated hosts on 2 cores 1.2-1.6x slower
-  // (docs/benchmarks.md, "Waits under load", has the runs behind both).
+  // before it sleeps. On an oversubscribed host it sleeps at once: the ranks
+  // it waits for need the core. Polling and yielding for up to 1 ms there
+  // (RDMAFLOW_COLL_SPIN_US=1000) made 8 B allreduce across 4 simulated hosts
+  // on 2 cores 1.2-2x faster, but a wait whose answer comes on another
+  // channel than the one it drives then waits out the whole millisecond, once
+  // per step: 64 KiB Rabenseifner took 8.0 ms instead of 0.75 ms, 1 MiB
+  // 15.5 ms instead of 3.6-5.4 (docs/benchmarks.md, "Waits under load").
   const bool crowded = oversubscribed(setup.world);
   int64_t spin = options.spin_us;
   const bool spin_given = spin >= 0 || env_string("RDMAFLOW_COLL_SPIN_US").has_value();
   if (spin < 0) {
-    RDMAFLOW_ASSIGN_OR_RETURN(spin, env_int("RDMAFLOW_COLL_SPIN_US", crowded ? 1000 : 10000));
+    RDMAFLOW_ASSIGN_OR_RETURN(spin, env_int("RDMAFLOW_COLL_SPIN_US", crowded ? 0 : 10000));
   }
   // Waits on direct peers are plain loads (plus sched_yield when crowded), no
   // system call: there a crowded rank polls only briefly before it sleeps on
