@@ -6,7 +6,8 @@ under mpirun across hosts) run
   - an all_reduce busbw sweep (float32, sum; nccl-tests columns: p50 time of
     the slowest rank, algbw, busbw = algbw x 2(n-1)/n), and
   - DDP training steps of a communication-heavy model (three 4096-wide
-    linear layers, 50M parameters, 200 MB of gradients per step) and of
+    linear layers on one sample: 50M parameters, 200 MB of gradients per
+    step) and of
     torchvision's resnet18 (11.7M parameters) on small synthetic images:
     the median step time after warm-up,
 then prints each figure beside Gloo's and the ratio (> 1: rdmaflow faster).
@@ -91,8 +92,10 @@ def worker(args):
             width = 4096
             model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width),
                                   nn.ReLU(), nn.Linear(width, width))
-            x = torch.randn(8, width)
-            y = torch.randn(8, width)
+            # One sample: Debian's CPU torch computes these layers at a few
+            # GFLOP/s, so a larger batch would make the step compute-bound.
+            x = torch.randn(1, width)
+            y = torch.randn(1, width)
             loss_fn = nn.MSELoss()
         else:
             import torchvision
