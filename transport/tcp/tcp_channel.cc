@@ -197,6 +197,11 @@ bool TcpChannel::finished() const {
 
 void TcpChannel::fail(const Status& error) {
   if (!error_.set(error)) return;  // the first failure is the one reported
+  // The stripes fail with the channel: a share still queued in a stripe's
+  // socket must not land in memory its owner frees once this channel has
+  // failed (the peer closed while this rank was stopped: its stream 0 ends,
+  // its other streams still hold shares).
+  fail_stripes(error);
   rx_stopped_.store(true);
   // The peer sees EOF; a waiter polling or blocked in recvmsg on fd_ wakes up.
   ::shutdown(fd_, SHUT_RDWR);

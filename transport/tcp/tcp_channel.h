@@ -201,6 +201,8 @@ class TcpChannel final : public Channel,
                      std::optional<uint64_t> notify, Callback done, Millis timeout);
   void issue_held();
   void close_stripes();
+  // Fails every stripe with `error` (a failing channel takes its stripes along).
+  void fail_stripes(const Status& error);
   struct Share {  // the whole striped write a share belongs to
     uint64_t base = 0;
     uint64_t total = 0;

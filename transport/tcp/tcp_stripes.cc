@@ -173,4 +173,18 @@ void TcpChannel::close_stripes() {
   for (auto& h : handles) h->close();
 }
 
+void TcpChannel::fail_stripes(const Status& error) {
+  std::vector<std::shared_ptr<TcpChannel>> stripes;
+  std::vector<std::shared_ptr<Channel>> handles;
+  {
+    std::lock_guard<std::mutex> lock(stripe_mu_);
+    stripes.swap(stripes_);
+    handles.swap(stripe_handles_);
+  }
+  // With the channel's own error, so that a striped write reports the peer's
+  // failure, not a cancellation; then the handles close them (a no-op now).
+  for (auto& s : stripes) s->fail(error);
+  handles.clear();
+}
+
 }  // namespace rdmaflow::tcp
