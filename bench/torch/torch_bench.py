@@ -25,6 +25,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 PYTHON = "/usr/bin/python3"  # Debian's torch is installed for it
@@ -200,8 +201,9 @@ def main():
             p.error(f"unknown model '{m}' (comm-heavy, resnet18)")
     if args.worker:
         return worker(args)
-    tmp = f"/tmp/torch_bench.{os.getpid()}"
-    results = {b: run_backend(args, b, f"{tmp}.{b}.json") for b in ("rdmaflow", "gloo")}
+    with tempfile.TemporaryDirectory(prefix="torch_bench.") as tmp:
+        results = {b: run_backend(args, b, os.path.join(tmp, f"{b}.json"))
+                   for b in ("rdmaflow", "gloo")}
     summary, lines = report(results["rdmaflow"], results["gloo"])
     print("\n".join(lines))
     if args.json:
