@@ -11,9 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "collectives/communicator.h"
-#include "runtime/rendezvous/bootstrap.h"
-#include "runtime/selection/transport_select.h"
+#include "python/src/job.h"
 
 namespace py = pybind11;
 
@@ -62,25 +60,13 @@ py::array writable(py::array a, const char* what) {
 class PyCommunicator {
  public:
   PyCommunicator() {
-    auto boot = Bootstrap::create();
-    if (!boot.is_ok()) raise(boot.status());
-    boot_ = std::move(*boot);
-    auto mesh = connect_selected_mesh(*boot_, requested_transport());
-    if (!mesh.is_ok()) raise(mesh.status());
-    mesh_ = std::move(*mesh);
-    CommunicatorSetup setup;
-    setup.rank = boot_->rank();
-    setup.world = boot_->world_size();
-    setup.channels = mesh_.channels;
-    setup.transports = mesh_.selection->per_peer();
-    auto comm = Communicator::create(setup);
-    if (!comm.is_ok()) raise(comm.status());
-    comm_ = std::move(*comm);
-  }
-  ~PyCommunicator() {
-    comm_.reset();
-    mesh_ = {};
-    if (boot_) (void)boot_->finalize();
+    auto job = Job::create({}, {});
+    if (auto* failed = std::get_if<Job::Failure>(&job)) {
+      throw std::runtime_error(std::string("rdmaflow: ") + failed->step +
+                               " failed: " + failed->status.to_string());
+    }
+    job_ = std::move(std::get<std::unique_ptr<Job>>(job));
+    comm_ = &job_->comm();
   }
 
   int rank() const { return comm_->rank(); }
@@ -143,14 +129,11 @@ class PyCommunicator {
     }
     if (!st.is_ok()) raise(st);
   }
-  std::string describe() const {
-    return mesh_.selection->summary() + "; host groups " + comm_->host_groups().describe();
-  }
+  std::string describe() const { return job_->describe(); }
 
  private:
-  std::unique_ptr<Bootstrap> boot_;
-  SelectedMesh mesh_;
-  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Job> job_;
+  Communicator* comm_ = nullptr;  // job_'s
 };
 
 }  // namespace

@@ -161,10 +161,6 @@ void ProcessGroupRdmaflow::check_root(int64_t root, const char* op) const {
 ProcessGroupRdmaflow::ProcessGroupRdmaflow(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                            int size, std::chrono::milliseconds timeout)
     : c10d::ProcessGroup(rank, size), timeout_(timeout) {
-  auto fail = [&](const char* step, const Status& st) {
-    TORCH_CHECK(false, "rdmaflow: ", step, " failed on rank ", rank, " of ", size, ": ",
-                st.to_string());
-  };
   BootstrapOptions bo;
   RankInfo info;
   info.rank = rank;
@@ -179,17 +175,6 @@ ProcessGroupRdmaflow::ProcessGroupRdmaflow(const c10::intrusive_ptr<c10d::Store>
   bo.timeout = Millis(timeout.count());
   bo.store = std::make_shared<TorchStore>(store, Millis(timeout.count()));
   if (auto master = env_string("MASTER_ADDR")) bo.reach_toward = *master;
-  auto boot = Bootstrap::create(bo);
-  if (!boot.is_ok()) fail("joining the group", boot.status());
-  boot_ = std::move(*boot);
-  auto mesh = connect_selected_mesh(*boot_, requested_transport());
-  if (!mesh.is_ok()) fail("connecting the ranks", mesh.status());
-  mesh_ = std::move(*mesh);
-  CommunicatorSetup setup;
-  setup.rank = rank;
-  setup.world = size;
-  setup.channels = mesh_.channels;
-  setup.transports = mesh_.selection->per_peer();
   CommunicatorOptions co;
   co.timeout = Millis(timeout.count());
   // DDP computes while its allreduces run: a waiter that spins takes the
@@ -197,9 +182,13 @@ ProcessGroupRdmaflow::ProcessGroupRdmaflow(const c10::intrusive_ptr<c10d::Store>
   // spinning 10 ms, 298 ms not spinning, on a loaded 2-core host). So the
   // group's waits sleep at once unless RDMAFLOW_COLL_SPIN_US says otherwise.
   if (!env_string("RDMAFLOW_COLL_SPIN_US")) co.spin_us = 0;
-  auto comm = Communicator::create(setup, co);
-  if (!comm.is_ok()) fail("creating the communicator", comm.status());
-  comm_ = std::move(*comm);
+  auto job = Job::create(std::move(bo), co);
+  if (auto* failed = std::get_if<Job::Failure>(&job)) {
+    TORCH_CHECK(false, "rdmaflow: ", failed->step, " failed on rank ", rank, " of ", size, ": ",
+                failed->status.to_string());
+  }
+  job_ = std::move(std::get<std::unique_ptr<Job>>(job));
+  comm_ = &job_->comm();
   completer_ = std::thread([this] { completion_loop(); });
 }
 
@@ -210,13 +199,11 @@ ProcessGroupRdmaflow::~ProcessGroupRdmaflow() {
   }
   cv_.notify_all();
   if (completer_.joinable()) completer_.join();
-  comm_.reset();
-  mesh_ = {};
-  if (boot_) (void)boot_->finalize();
+  job_.reset();
 }
 
 std::string ProcessGroupRdmaflow::describe() const {
-  return mesh_.selection->summary() + "; host groups " + comm_->host_groups().describe();
+  return job_->describe();
 }
 
 void ProcessGroupRdmaflow::completion_loop() {

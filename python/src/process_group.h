@@ -30,8 +30,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "runtime/rendezvous/bootstrap.h"
-#include "runtime/selection/transport_select.h"
+#include "python/src/job.h"
 
 namespace rdmaflow::torch_backend {
 
@@ -103,9 +102,8 @@ class ProcessGroupRdmaflow : public c10d::ProcessGroup {
   void completion_loop();
 
   std::chrono::milliseconds timeout_;
-  std::unique_ptr<Bootstrap> boot_;
-  SelectedMesh mesh_;
-  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Job> job_;
+  Communicator* comm_ = nullptr;  // job_'s
 
   std::mutex mu_;
   std::condition_variable cv_;
