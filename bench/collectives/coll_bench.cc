@@ -53,6 +53,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bench/collectives/check_data.h"
 #include "bench/collectives/gloo_store.h"
 #include "bench/collectives/references.h"
 #include "bench/collectives/socket_reference.h"
@@ -71,6 +72,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+using bench::Bufs;
+
 struct Args {
   CollectiveKind op = CollectiveKind::kAllreduce;
   DataType type = DataType::kF32;
@@ -86,6 +89,8 @@ struct Args {
   std::string transport;  // empty: RDMAFLOW_TRANSPORT, else auto
   Algorithm algo = Algorithm::kAuto;
   bool all_algos = false;  // --algo all: every algorithm of --op beside the selector's
+
+  bench::DataSpec data() const { return {op, type, redop}; }
 };
 
 // The name each accepted spelling of --op, --type, --redop and --algo parses to;
@@ -204,143 +209,6 @@ double busbw_factor(CollectiveKind k, int n) {
 bool per_rank(CollectiveKind k) {
   return k == CollectiveKind::kReduceScatter || k == CollectiveKind::kAllgather ||
          k == CollectiveKind::kAlltoall;
-}
-
-// ---- inputs and the #wrong check (sum of small integers: exact in every type) ----
-double in_value(int rank, size_t i) {
-  return static_cast<double>((rank * 3 + i) % 7);
-}
-
-void store(DataType t, void* b, size_t i, double v) {
-  switch (t) {
-    case DataType::kF32:
-      static_cast<float*>(b)[i] = static_cast<float>(v);
-      break;
-    case DataType::kF64:
-      static_cast<double*>(b)[i] = v;
-      break;
-    case DataType::kI32:
-      static_cast<int32_t*>(b)[i] = static_cast<int32_t>(v);
-      break;
-    case DataType::kI64:
-      static_cast<int64_t*>(b)[i] = static_cast<int64_t>(v);
-      break;
-    case DataType::kU8:
-      static_cast<uint8_t*>(b)[i] = static_cast<uint8_t>(v);
-      break;
-    case DataType::kF16:
-    case DataType::kBF16: {
-      // Small integers: exact in both; build the bits through float.
-      float f = static_cast<float>(v);
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      uint16_t h;
-      if (t == DataType::kBF16) {
-        h = static_cast<uint16_t>(u >> 16);
-      } else if (f == 0) {
-        h = 0;
-      } else {
-        int e = static_cast<int>((u >> 23) & 0xff) - 127 + 15;
-        h = static_cast<uint16_t>((e << 10) | ((u >> 13) & 0x3ff));
-      }
-      static_cast<uint16_t*>(b)[i] = h;
-      break;
-    }
-    default:
-      break;
-  }
-}
-
-double load(DataType t, const void* b, size_t i) {
-  switch (t) {
-    case DataType::kF32:
-      return static_cast<const float*>(b)[i];
-    case DataType::kF64:
-      return static_cast<const double*>(b)[i];
-    case DataType::kI32:
-      return static_cast<const int32_t*>(b)[i];
-    case DataType::kI64:
-      return static_cast<double>(static_cast<const int64_t*>(b)[i]);
-    case DataType::kU8:
-      return static_cast<const uint8_t*>(b)[i];
-    case DataType::kBF16: {
-      uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(b)[i]) << 16;
-      float f;
-      std::memcpy(&f, &u, 4);
-      return f;
-    }
-    case DataType::kF16: {
-      uint16_t h = static_cast<const uint16_t*>(b)[i];
-      if ((h & 0x7fff) == 0) return 0;
-      uint32_t u = (static_cast<uint32_t>(((h >> 10) & 0x1f) - 15 + 127) << 23) |
-                   (static_cast<uint32_t>(h & 0x3ff) << 13);
-      float f;
-      std::memcpy(&f, &u, 4);
-      return f;
-    }
-    default:
-      return 0;
-  }
-}
-
-struct Bufs {
-  std::vector<std::byte> in, out;
-};
-
-void fill(const Args& a, int rank, int world, size_t count, Bufs& b) {
-  const size_t es = dtype_size(a.type);
-  const size_t in_elems = a.op == CollectiveKind::kAllgather ? count / world : count;
-  b.in.assign(in_elems * es, std::byte{0});
-  b.out.assign(count * es, std::byte{0});
-  for (size_t i = 0; i < in_elems; ++i) {
-    size_t g = i;
-    if (a.op == CollectiveKind::kAlltoall) g = i % (count / world);
-    store(a.type, b.in.data(), i, in_value(rank, g));
-  }
-  (void)world;
-}
-
-// Wrong elements of this rank's output (sum only; other reductions report 0).
-size_t wrong(const Args& a, int rank, int world, size_t count, const Bufs& b) {
-  if (a.redop != ReduceOp::kSum) return 0;
-  size_t bad = 0;
-  const size_t per = count / world;
-  auto reduced = [&](size_t i) {
-    double s = 0;
-    for (int r = 0; r < world; ++r) s += in_value(r, i);
-    return s;
-  };
-  switch (a.op) {
-    case CollectiveKind::kAllreduce:
-      for (size_t i = 0; i < count; ++i) bad += load(a.type, b.out.data(), i) != reduced(i);
-      break;
-    case CollectiveKind::kReduce:
-      if (rank == 0) {
-        for (size_t i = 0; i < count; ++i) bad += load(a.type, b.out.data(), i) != reduced(i);
-      }
-      break;
-    case CollectiveKind::kReduceScatter:
-      for (size_t i = 0; i < per; ++i) {
-        bad += load(a.type, b.out.data(), i) != reduced(rank * per + i);
-      }
-      break;
-    case CollectiveKind::kBroadcast:
-      for (size_t i = 0; i < count; ++i) bad += load(a.type, b.out.data(), i) != in_value(0, i);
-      break;
-    case CollectiveKind::kAllgather:
-      for (size_t i = 0; i < per * world; ++i) {
-        bad += load(a.type, b.out.data(), i) != in_value(static_cast<int>(i / per), i % per);
-      }
-      break;
-    case CollectiveKind::kAlltoall:
-      for (size_t i = 0; i < per * world; ++i) {
-        bad += load(a.type, b.out.data(), i) != in_value(static_cast<int>(i / per), i % per);
-      }
-      break;
-    default:
-      break;
-  }
-  return bad;
 }
 
 // ---- the three libraries ----
@@ -714,7 +582,7 @@ int main(int argc, char** argv) {
         continue;
       }
       Bufs b;
-      fill(a, rank, world, count, b);
+      bench::fill(a.data(), rank, world, count, b);
       for (int w = 0; w < a.warmup; ++w) lib.run(a, count, b);
       // Start together, then time each iteration back to back.
       MPI_Barrier(MPI_COMM_WORLD);
@@ -728,9 +596,10 @@ int main(int argc, char** argv) {
       const double cpu_busy = bench::cpu_busy_since(cpu0);
       // Verify the last result (fill again: in-place users may have changed inputs).
       Bufs v;
-      fill(a, rank, world, count, v);
+      bench::fill(a.data(), rank, world, count, v);
       lib.run(a, count, v);
-      unsigned long long bad = lib.name == "socket" ? 0 : wrong(a, rank, world, count, v);
+      unsigned long long bad =
+          lib.name == "socket" ? 0 : bench::wrong(a.data(), rank, world, count, v);
       unsigned long long total_bad = 0;
       MPI_Reduce(&bad, &total_bad, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
       std::vector<double> slowest(iters);
