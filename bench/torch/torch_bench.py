@@ -13,7 +13,12 @@ under mpirun across hosts) run
 then prints each figure beside Gloo's and the ratio (> 1: rdmaflow faster).
 
   bench/torch/torch_bench.py [--world 2] [--sizes 8,64K,1M,16M,64M] [--json FILE]
-  mpirun -np 4 ... /usr/bin/python3 bench/torch/torch_bench.py --worker --master ADDR
+  bench/torch/torch_bench.py --cluster 0 --hosts 2 --per-host 1   # simulated hosts
+
+With --cluster, rank r runs on host h<r / per-host> of the simulated cluster
+(scripts/cluster --id ID up --hosts K first): both backends then go over the
+hosts' links (tbf-limited TCP) between hosts, and rdmaflow uses shared memory
+within one.
 
 Needs the package on PYTHONPATH (build/python) or installed.
 """
@@ -134,14 +139,28 @@ def free_port():
         return s.getsockname()[1]
 
 
+def cluster_script():
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                        "cluster")
+
+
+def rank_prefix(args, rank):
+    """The command prefix that runs `rank` where it belongs: here, or on its host."""
+    if args.cluster is None:
+        return []
+    return [cluster_script(), "--id", str(args.cluster), "exec", f"h{rank // args.per_host}"]
+
+
 def run_backend(args, backend, out):
     port = str(free_port())
     cmd = [PYTHON, os.path.abspath(__file__), "--worker", "--backend", backend, "--port", port,
+           "--master", args.master,
            "--world", str(args.world), "--out", out, "--sizes",
            ",".join(map(str, args.sizes)), "--models", ",".join(args.models),
            "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--threads", str(args.threads), "--timeout", str(args.timeout)]
-    procs = [subprocess.Popen(cmd + ["--rank", str(r)]) for r in range(args.world)]
+    procs = [subprocess.Popen(rank_prefix(args, r) + cmd + ["--rank", str(r)])
+             for r in range(args.world)]
     rcs = [p.wait() for p in procs]
     if any(rcs):
         sys.exit(f"torch_bench: the {backend} run failed (exit codes {rcs})")
@@ -149,9 +168,9 @@ def run_backend(args, backend, out):
         return json.load(f)
 
 
-def report(ours, gloo):
+def report(ours, gloo, where):
     world = ours["world"]
-    lines = [f"# torch.distributed all_reduce, float32 sum, {world} ranks on this host; "
+    lines = [f"# torch.distributed all_reduce, float32 sum, {world} ranks {where}; "
              "p50 of the slowest rank; ratio = rdmaflow busbw / Gloo busbw",
              "%8s | %12s %10s | %12s %10s | %7s" % ("size", "rdmaflow us", "busbw GB/s",
                                                    "gloo us", "busbw GB/s", "ratio")]
@@ -171,7 +190,7 @@ def report(ours, gloo):
                      "params": a["params"]}
         lines.append("%-11s (%5.1fM params): rdmaflow %8.2f ms, gloo %8.2f ms: %5.2fx" % (
             name, a["params"] / 1e6, a["step_ms"], b["step_ms"], ratio))
-    return {"world": world, "allreduce": rows, "ddp": ddp}, lines
+    return {"world": world, "where": where, "allreduce": rows, "ddp": ddp}, lines
 
 
 def main():
@@ -186,12 +205,17 @@ def main():
     p.add_argument("--warmup", type=int, default=3, help="untimed DDP steps first (default 3)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
     p.add_argument("--timeout", type=float, default=300, help="group timeout, s (default 300)")
+    p.add_argument("--cluster", type=int, help="run the ranks on simulated cluster ID's hosts "
+                   "(scripts/cluster; default: all on this host)")
+    p.add_argument("--hosts", type=int, default=2, help="with --cluster: hosts used (default 2)")
+    p.add_argument("--per-host", type=int, default=1,
+                   help="with --cluster: ranks per host (default 1); --world = hosts x per-host")
     p.add_argument("--json", help="also write the report as JSON here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--backend", default="rdmaflow", help=argparse.SUPPRESS)
     p.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--port", default="29555", help=argparse.SUPPRESS)
-    p.add_argument("--master", default="127.0.0.1", help=argparse.SUPPRESS)
+    p.add_argument("--master", default="", help=argparse.SUPPRESS)
     p.add_argument("--out", default="", help=argparse.SUPPRESS)
     args = p.parse_args()
     args.sizes = [parse_size(s) for s in args.sizes.split(",") if s]
@@ -201,10 +225,22 @@ def main():
             p.error(f"unknown model '{m}' (comm-heavy, resnet18)")
     if args.worker:
         return worker(args)
-    with tempfile.TemporaryDirectory(prefix="torch_bench.") as tmp:
+    if args.cluster is not None:
+        if args.hosts < 1 or args.per_host < 1:
+            p.error("--hosts and --per-host must be at least 1")
+        args.world = args.hosts * args.per_host
+        # Host h0's address in the cluster's subnet (docs/cluster.md).
+        args.master = f"10.77.{args.cluster}.10"
+        where = f"on {args.hosts} simulated hosts x {args.per_host}"
+    else:
+        args.master = "127.0.0.1"
+        where = "on this host"
+    # Cluster hosts have their own /tmp: results go through the working directory.
+    scratch = os.getcwd() if args.cluster is not None else None
+    with tempfile.TemporaryDirectory(prefix="torch_bench.", dir=scratch) as tmp:
         results = {b: run_backend(args, b, os.path.join(tmp, f"{b}.json"))
                    for b in ("rdmaflow", "gloo")}
-    summary, lines = report(results["rdmaflow"], results["gloo"])
+    summary, lines = report(results["rdmaflow"], results["gloo"], where)
     print("\n".join(lines))
     if args.json:
         with open(args.json, "w") as f:

@@ -7,6 +7,9 @@
 #include <stdexcept>
 #include <utility>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include "common/env.h"
 #include "python/src/torch_store.h"
 
@@ -97,6 +100,18 @@ Target target(const at::Tensor& t) {
   return {buf, [t, buf]() mutable { t.copy_(buf); }};
 }
 
+// The host of the TCPStore under torch's PrefixStores, if that is the store: the
+// address the ranks' socket transports should be reachable toward.
+std::optional<std::string> tcp_store_host(c10::intrusive_ptr<c10d::Store> store) {
+  for (int depth = 0; store && depth < 8; ++depth) {
+    if (auto* tcp = dynamic_cast<c10d::TCPStore*>(store.get())) return tcp->getHost();
+    auto* prefix = dynamic_cast<c10d::PrefixStore*>(store.get());
+    if (!prefix) break;
+    store = prefix->getUnderlyingStore();
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 // ---------------- Work ----------------
@@ -174,7 +189,11 @@ ProcessGroupRdmaflow::ProcessGroupRdmaflow(const c10::intrusive_ptr<c10d::Store>
   bo.rank_info = info;
   bo.timeout = Millis(timeout.count());
   bo.store = std::make_shared<TorchStore>(store, Millis(timeout.count()));
-  if (auto master = env_string("MASTER_ADDR")) bo.reach_toward = *master;
+  if (auto master = env_string("MASTER_ADDR")) {
+    bo.reach_toward = *master;
+  } else if (auto host = tcp_store_host(store)) {
+    bo.reach_toward = *host;  // init_method="tcp://HOST:PORT" sets no MASTER_ADDR
+  }
   CommunicatorOptions co;
   co.timeout = Millis(timeout.count());
   // DDP computes while its allreduces run: a waiter that spins takes the
