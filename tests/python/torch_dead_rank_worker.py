@@ -28,8 +28,9 @@ def main():
     start = time.monotonic()
     # A recv from the dead rank, pending while the allreduce fails.
     pending = dist.irecv(torch.zeros(4), src=world - 1)
-    for what, call in [("allreduce", lambda: dist.all_reduce(t)),
-                       ("recv", pending.wait),
+    # The recv first: it must see the death itself, not a broken communicator.
+    for what, call in [("recv", pending.wait),
+                       ("allreduce", lambda: dist.all_reduce(t)),
                        ("gather", lambda: dist.gather(t, [t] * world if rank == 0 else None)),
                        ("alltoall", lambda: dist.all_to_all_single(torch.zeros(world),
                                                                    torch.ones(world)))]:
