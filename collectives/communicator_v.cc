@@ -157,9 +157,9 @@ Status Communicator::alltoallv(const void* in, size_t in_elems, void* out, size_
   return run_prepared(*call);
 }
 
-Request Communicator::start_alltoallv(const void* in, size_t in_elems, void* out,
-                                      size_t out_elems, const AlltoallvLayout& layout,
-                                      DataType type, const CallOptions& options) {
+Request Communicator::start_alltoallv(const void* in, size_t in_elems, void* out, size_t out_elems,
+                                      const AlltoallvLayout& layout, DataType type,
+                                      const CallOptions& options) {
   auto call = prepare_alltoallv(in, in_elems, out, out_elems, layout, type, options);
   if (!call.is_ok()) return finished(CollectiveKind::kAlltoall, call.status());
   return enqueue(std::move(*call));

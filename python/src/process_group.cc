@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <string>
-#include <vector>
 #include <stdexcept>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -264,7 +264,8 @@ void ProcessGroupRdmaflow::check_agree(c10d::OpType type, const at::Tensor& type
   for (int r = 0; r < size_; ++r) {
     TORCH_CHECK(std::equal(all.begin(), all.begin() + kFields, all.begin() + kFields * r),
                 "rdmaflow ", op_name(type), ": the ranks disagree: ", describe(0), ", ",
-                describe(r), " (every rank must call the same operation on tensors of one "
+                describe(r),
+                " (every rank must call the same operation on tensors of one "
                 "dtype and size, with one root)");
   }
 }

@@ -128,10 +128,10 @@ class ProcessGroupRdmaflow : public c10d::ProcessGroup {
   // alltoallv over flat contiguous tensors (alltoall, alltoall_base with
   // splits, gather, scatter): counts and displacements in elements;
   // `agree_count` and `root` as check_agree compares them.
-  c10::intrusive_ptr<c10d::Work> launch_v(c10d::OpType type, const char* what,
-                                          const at::Tensor& in, const at::Tensor& out,
-                                          AlltoallvLayout layout, int64_t agree_count,
-                                          int64_t root, std::vector<at::Tensor> outputs,
+  c10::intrusive_ptr<c10d::Work> launch_v(c10d::OpType type, const char* what, const at::Tensor& in,
+                                          const at::Tensor& out, AlltoallvLayout layout,
+                                          int64_t agree_count, int64_t root,
+                                          std::vector<at::Tensor> outputs,
                                           std::vector<at::Tensor> keep,
                                           std::function<void()> finish);
   // Raises a RuntimeError on every rank when the ranks disagree on the

@@ -33,15 +33,16 @@ std::vector<int64_t> splits_of(const at::Tensor& t, const std::vector<int64_t>& 
                       " rows, not divisible among ", world, " ranks (give split sizes)");
     return std::vector<int64_t>(static_cast<size_t>(world), rows / world);
   }
-  TORCH_CHECK_VALUE(given.size() == static_cast<size_t>(world), "rdmaflow alltoall_base: ",
-                    given.size(), " ", which, " split sizes for ", world, " ranks");
+  TORCH_CHECK_VALUE(given.size() == static_cast<size_t>(world),
+                    "rdmaflow alltoall_base: ", given.size(), " ", which, " split sizes for ",
+                    world, " ranks");
   int64_t sum = 0;
   for (int64_t s : given) {
     TORCH_CHECK_VALUE(s >= 0, "rdmaflow alltoall_base: negative ", which, " split size ", s);
     sum += s;
   }
-  TORCH_CHECK_VALUE(sum == rows, "rdmaflow alltoall_base: the ", which,
-                    " split sizes add up to ", sum, " but the ", which, " has ", rows, " rows");
+  TORCH_CHECK_VALUE(sum == rows, "rdmaflow alltoall_base: the ", which, " split sizes add up to ",
+                    sum, " but the ", which, " has ", rows, " rows");
   return given;
 }
 
@@ -83,9 +84,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::launch_v(
     AlltoallvLayout layout, int64_t agree_count, int64_t root, std::vector<at::Tensor> outputs,
     std::vector<at::Tensor> keep, std::function<void()> finish) {
   check_agree(type, in, agree_count, root);
-  Request request =
-      comm_->start_alltoallv(in.data_ptr(), elems(in), out.data_ptr(), elems(out), layout,
-                             dtype_of(in), call_options());
+  Request request = comm_->start_alltoallv(in.data_ptr(), elems(in), out.data_ptr(), elems(out),
+                                           layout, dtype_of(in), call_options());
   keep.push_back(in);
   keep.push_back(out);
   return track(type, what, std::move(request), std::move(outputs), std::move(keep),
@@ -99,14 +99,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::alltoall_base(
   check_cpu(output, what);
   check_cpu(input, what);
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "rdmaflow ", what,
-                   ": the input is ", input.scalar_type(), ", the output ",
-                   output.scalar_type());
+                   ": the input is ", input.scalar_type(), ", the output ", output.scalar_type());
   at::Tensor src = input.contiguous();
   Target tg = target(output);
   if (output_split_sizes.empty() && input_split_sizes.empty()) {
     TORCH_CHECK_VALUE(input.numel() == output.numel() && input.numel() % size_ == 0, "rdmaflow ",
-                      what, ": input and output must hold the same number of elements, "
-                      "divisible by the group size ", size_, " (or give split sizes)");
+                      what,
+                      ": input and output must hold the same number of elements, "
+                      "divisible by the group size ",
+                      size_, " (or give split sizes)");
     return launch(c10d::OpType::ALLTOALL_BASE, what, CollectiveKind::kAlltoall, src.data_ptr(),
                   tg.buf.data_ptr(), elems(src) / static_cast<size_t>(size_), src,
                   c10d::ReduceOp::SUM, 0, {output}, {src, tg.buf}, std::move(tg.finish));
@@ -128,10 +129,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::alltoall(std::vector<at::Te
                                                               std::vector<at::Tensor>& inputs,
                                                               const c10d::AllToAllOptions&) {
   const char* what = "alltoall";
-  TORCH_CHECK_VALUE(outputs.size() == static_cast<size_t>(size_) &&
-                        inputs.size() == static_cast<size_t>(size_),
-                    "rdmaflow alltoall: expects ", size_, " input and ", size_,
-                    " output tensors, got ", inputs.size(), " and ", outputs.size());
+  TORCH_CHECK_VALUE(
+      outputs.size() == static_cast<size_t>(size_) && inputs.size() == static_cast<size_t>(size_),
+      "rdmaflow alltoall: expects ", size_, " input and ", size_, " output tensors, got ",
+      inputs.size(), " and ", outputs.size());
   check_same_dtype(inputs, inputs[0], what);
   check_same_dtype(outputs, inputs[0], what);
   AlltoallvLayout layout;
@@ -167,8 +168,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::gather(
   std::vector<at::Tensor> outs;
   if (rank_ == root) {
     TORCH_CHECK_VALUE(outputs.size() == 1 && outputs[0].size() == static_cast<size_t>(size_),
-                      "rdmaflow gather: the root expects one list of ", size_,
-                      " output tensors");
+                      "rdmaflow gather: the root expects one list of ", size_, " output tensors");
     outs = outputs[0];
     for (const at::Tensor& o : outs) {
       check_cpu(o, what);
@@ -184,8 +184,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::gather(
   }
   at::Tensor src = in.contiguous();
   at::Tensor flat = at::empty({rank_ == root ? static_cast<int64_t>(n) * size_ : 0}, in.options());
-  return launch_v(c10d::OpType::GATHER, what, src, flat, std::move(layout),
-                  static_cast<int64_t>(n), root, outs, {}, unflatten(outs, flat));
+  return launch_v(c10d::OpType::GATHER, what, src, flat, std::move(layout), static_cast<int64_t>(n),
+                  root, outs, {}, unflatten(outs, flat));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::scatter(
@@ -202,8 +202,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::scatter(
   at::Tensor flat;
   if (rank_ == root) {
     TORCH_CHECK_VALUE(inputs.size() == 1 && inputs[0].size() == static_cast<size_t>(size_),
-                      "rdmaflow scatter: the root expects one list of ", size_,
-                      " input tensors");
+                      "rdmaflow scatter: the root expects one list of ", size_, " input tensors");
     for (const at::Tensor& i : inputs[0]) {
       check_cpu(i, what);
       check_match(i, out, what, "input", "output");
@@ -234,8 +233,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather_coalesced(
                     outputs.size());
   std::vector<at::Tensor> outs;  // rank-major: what the flat result holds, in order
   for (auto& list : outputs) {
-    TORCH_CHECK_VALUE(list.size() == inputs.size(), "rdmaflow allgather_coalesced: every list of "
-                      "outputs must hold ", inputs.size(), " tensors, not ", list.size());
+    TORCH_CHECK_VALUE(list.size() == inputs.size(),
+                      "rdmaflow allgather_coalesced: every list of "
+                      "outputs must hold ",
+                      inputs.size(), " tensors, not ", list.size());
     for (size_t i = 0; i < list.size(); ++i) {
       check_cpu(list[i], what);
       check_match(list[i], inputs[i], what, "output", "input");
@@ -244,13 +245,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather_coalesced(
   }
   at::Tensor src = at::cat(flattened(inputs));
   at::Tensor flat = at::empty({src.numel() * size_}, src.options());
-  return launch(c10d::OpType::ALLGATHER_COALESCED, what, CollectiveKind::kAllgather,
-                src.data_ptr(), flat.data_ptr(), elems(src), src, c10d::ReduceOp::SUM, 0, outs,
-                {src, flat}, unflatten(outs, flat));
+  return launch(c10d::OpType::ALLGATHER_COALESCED, what, CollectiveKind::kAllgather, src.data_ptr(),
+                flat.data_ptr(), elems(src), src, c10d::ReduceOp::SUM, 0, outs, {src, flat},
+                unflatten(outs, flat));
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::send(std::vector<at::Tensor>& tensors,
-                                                          int dst, int tag) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::send(std::vector<at::Tensor>& tensors, int dst,
+                                                          int tag) {
   at::Tensor& t = single(tensors, "send");
   TORCH_CHECK_VALUE(dst >= 0 && dst < size_ && dst != rank_, "rdmaflow send: destination ", dst,
                     " is not another rank of a group of ", size_);
@@ -262,8 +263,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::send(std::vector<at::Tensor
   return track(c10d::OpType::SEND, "send", std::move(request), tensors, {src}, nullptr, true);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::recv(std::vector<at::Tensor>& tensors,
-                                                          int src, int tag) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::recv(std::vector<at::Tensor>& tensors, int src,
+                                                          int tag) {
   at::Tensor& t = single(tensors, "recv");
   TORCH_CHECK_VALUE(src >= 0 && src < size_ && src != rank_, "rdmaflow recv: source ", src,
                     " is not another rank of a group of ", size_);
@@ -276,8 +277,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::recv(std::vector<at::Tensor
                std::move(tg.finish), true);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::recvAnysource(std::vector<at::Tensor>&,
-                                                                   int) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::recvAnysource(std::vector<at::Tensor>&, int) {
   TORCH_CHECK(false,
               "rdmaflow recv: receiving from any source is not supported (messages are matched "
               "per pair in order): pass src= to torch.distributed.recv");

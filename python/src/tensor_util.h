@@ -79,8 +79,8 @@ inline size_t elems(const at::Tensor& t) {
   return static_cast<size_t>(t.numel());
 }
 
-inline void check_match(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* what,
-                 const char* ref_what) {
+inline void check_match(const at::Tensor& t, const at::Tensor& ref, const char* op,
+                        const char* what, const char* ref_what) {
   TORCH_CHECK_VALUE(t.numel() == ref.numel() && t.scalar_type() == ref.scalar_type(), "rdmaflow ",
                     op, ": every ", what, " must match the ", ref_what, " (", ref.numel(),
                     " elements of ", ref.scalar_type(), "), got ", t.numel(), " of ",

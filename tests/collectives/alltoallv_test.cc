@@ -70,10 +70,10 @@ TEST_P(Alltoallv, UnevenBlocksArriveWhereTheLayoutSays) {
           }
         }
         if (k == 1) {
-          RF_ASSERT_OK(node.comm
-                           ->start_alltoallv(in.data(), in.size(), out.data(), out.size(), l,
-                                             DataType::kI32)
-                           .wait());
+          RF_ASSERT_OK(
+              node.comm
+                  ->start_alltoallv(in.data(), in.size(), out.data(), out.size(), l, DataType::kI32)
+                  .wait());
         } else {
           RF_ASSERT_OK(node.comm->alltoallv(in.data(), in.size(), out.data(), out.size(), l,
                                             DataType::kI32));
@@ -108,8 +108,8 @@ TEST_P(Alltoallv, MismatchedCountsFailBothSidesAndLeaveTheCommunicatorUsable) {
     if (rank == 1) {  // the extra element's place: after every other block
       l.recv_displs[0] = total(l.recv_counts);
     }
-    Status st = node.comm->alltoallv(in.data(), in.size(), out.data(), out.size(), l,
-                                     DataType::kI32);
+    Status st =
+        node.comm->alltoallv(in.data(), in.size(), out.data(), out.size(), l, DataType::kI32);
     if (rank == 2) {
       RF_ASSERT_OK(st);
     } else {
@@ -224,8 +224,7 @@ TEST_P(Alltoallv, SendRecvMismatchAndRefusals) {
       RF_ASSERT_OK(node.comm->recv(buf.data(), 64, DataType::kF32, other, 3));
       EXPECT_EQ(buf[63], 1.0f);
     }
-    EXPECT_EQ(node.comm->send(buf.data(), 1, DataType::kF32, rank).code(),
-              Code::kInvalidArgument);
+    EXPECT_EQ(node.comm->send(buf.data(), 1, DataType::kF32, rank).code(), Code::kInvalidArgument);
     EXPECT_EQ(node.comm->send(buf.data(), 1, DataType::kF32, 5).code(), Code::kInvalidArgument);
     RF_ASSERT_OK(ex.barrier());
     return 0;
