@@ -77,6 +77,40 @@ void check_same_dtype(const std::vector<at::Tensor>& ts, const at::Tensor& ref, 
   }
 }
 
+// gather's (`to_root`) or scatter's layout: n elements between the root and
+// every rank, the root's blocks in rank order; every other block empty.
+AlltoallvLayout rooted_layout(int world, int rank, int root, size_t n, bool to_root) {
+  const std::vector<size_t> none(static_cast<size_t>(world), 0);
+  AlltoallvLayout l{none, none, none, none};
+  (to_root ? l.send_counts : l.recv_counts)[root] = n;
+  if (rank == root) {
+    for (int p = 0; p < world; ++p) {
+      (to_root ? l.recv_counts : l.send_counts)[p] = n;
+      (to_root ? l.recv_displs : l.send_displs)[p] = static_cast<size_t>(p) * n;
+    }
+  }
+  return l;
+}
+
+// The root's list of `world` tensors, each like `ref` (the root), or nothing
+// (the other ranks, which must not give one).
+std::vector<at::Tensor> root_list(const std::vector<std::vector<at::Tensor>>& lists, bool is_root,
+                                  int world, int root, const at::Tensor& ref, const char* what,
+                                  const char* which, const char* ref_which) {
+  if (!is_root) {
+    TORCH_CHECK_VALUE(lists.empty() || (lists.size() == 1 && lists[0].empty()), "rdmaflow ", what,
+                      ": only the root (", root, ") takes ", which, " tensors");
+    return {};
+  }
+  TORCH_CHECK_VALUE(lists.size() == 1 && lists[0].size() == static_cast<size_t>(world), "rdmaflow ",
+                    what, ": the root expects one list of ", world, " ", which, " tensors");
+  for (const at::Tensor& t : lists[0]) {
+    check_cpu(t, what);
+    check_match(t, ref, what, which, ref_which);
+  }
+  return lists[0];
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::launch_v(
@@ -162,30 +196,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::gather(
   check_root(opts.rootRank, what);
   const int root = static_cast<int>(opts.rootRank);
   const size_t n = elems(in);
-  AlltoallvLayout layout{std::vector<size_t>(size_, 0), std::vector<size_t>(size_, 0),
-                         std::vector<size_t>(size_, 0), std::vector<size_t>(size_, 0)};
-  layout.send_counts[root] = n;
-  std::vector<at::Tensor> outs;
-  if (rank_ == root) {
-    TORCH_CHECK_VALUE(outputs.size() == 1 && outputs[0].size() == static_cast<size_t>(size_),
-                      "rdmaflow gather: the root expects one list of ", size_, " output tensors");
-    outs = outputs[0];
-    for (const at::Tensor& o : outs) {
-      check_cpu(o, what);
-      check_match(o, in, what, "output", "input");
-    }
-    for (int p = 0; p < size_; ++p) {
-      layout.recv_counts[p] = n;
-      layout.recv_displs[p] = static_cast<size_t>(p) * n;
-    }
-  } else {
-    TORCH_CHECK_VALUE(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                      "rdmaflow gather: only the root (", root, ") takes output tensors");
-  }
+  std::vector<at::Tensor> outs =
+      root_list(outputs, rank_ == root, size_, root, in, what, "output", "input");
   at::Tensor src = in.contiguous();
-  at::Tensor flat = at::empty({rank_ == root ? static_cast<int64_t>(n) * size_ : 0}, in.options());
-  return launch_v(c10d::OpType::GATHER, what, src, flat, std::move(layout), static_cast<int64_t>(n),
-                  root, outs, {}, unflatten(outs, flat));
+  at::Tensor flat = at::empty({static_cast<int64_t>(n * outs.size())}, in.options());
+  return launch_v(c10d::OpType::GATHER, what, src, flat, rooted_layout(size_, rank_, root, n, true),
+                  static_cast<int64_t>(n), root, outs, {}, unflatten(outs, flat));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::scatter(
@@ -196,30 +212,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::scatter(
   check_root(opts.rootRank, what);
   const int root = static_cast<int>(opts.rootRank);
   const size_t n = elems(out);
-  AlltoallvLayout layout{std::vector<size_t>(size_, 0), std::vector<size_t>(size_, 0),
-                         std::vector<size_t>(size_, 0), std::vector<size_t>(size_, 0)};
-  layout.recv_counts[root] = n;
-  at::Tensor flat;
-  if (rank_ == root) {
-    TORCH_CHECK_VALUE(inputs.size() == 1 && inputs[0].size() == static_cast<size_t>(size_),
-                      "rdmaflow scatter: the root expects one list of ", size_, " input tensors");
-    for (const at::Tensor& i : inputs[0]) {
-      check_cpu(i, what);
-      check_match(i, out, what, "input", "output");
-    }
-    for (int p = 0; p < size_; ++p) {
-      layout.send_counts[p] = n;
-      layout.send_displs[p] = static_cast<size_t>(p) * n;
-    }
-    flat = at::cat(flattened(inputs[0]));
-  } else {
-    TORCH_CHECK_VALUE(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                      "rdmaflow scatter: only the root (", root, ") takes input tensors");
-    flat = at::empty({0}, out.options());
-  }
+  std::vector<at::Tensor> ins =
+      root_list(inputs, rank_ == root, size_, root, out, what, "input", "output");
+  at::Tensor flat = ins.empty() ? at::empty({0}, out.options()) : at::cat(flattened(ins));
   Target tg = target(out);
-  return launch_v(c10d::OpType::SCATTER, what, flat, tg.buf, std::move(layout),
-                  static_cast<int64_t>(n), root, outputs, {}, std::move(tg.finish));
+  return launch_v(c10d::OpType::SCATTER, what, flat, tg.buf,
+                  rooted_layout(size_, rank_, root, n, false), static_cast<int64_t>(n), root,
+                  outputs, {}, std::move(tg.finish));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::allgather_coalesced(
