@@ -19,6 +19,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -145,7 +146,7 @@ class ProcessGroupRdmaflow : public c10d::ProcessGroup {
   bool check_ = true;
   int data_lanes_ = 1;
   int check_lane_ = 0;
-  uint64_t calls_ = 0;
+  std::atomic<uint64_t> calls_{0};
   // Starts `kind` on `in`/`out` (contiguous, of `type`) and queues its Work.
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* what, CollectiveKind kind,
                                         const void* in, void* out, size_t count,
