@@ -114,7 +114,12 @@ def layout_ops(rank, world, dtype, gloo):
         for w in works:
             w.wait()
         same(into, ref.to(dtype), dtype, f"send/recv {dtype}")
-        checks += 1
+        batch = torch.zeros(3, 4, dtype=dtype)
+        for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, x.reshape(3, 4), nxt),
+                                         dist.P2POp(dist.irecv, batch, prv)]):
+            w.wait()
+        same(batch, ref.to(dtype), dtype, f"batch_isend_irecv {dtype}")
+        checks += 2
     return checks
 
 
