@@ -114,23 +114,26 @@ slow() {
 }
 
 kill_one() {
-  local trial victim
+  local trial victim r after worst
   ARGS=(--count 262144 --seconds 60 --timeout-ms 20000)
   for ((trial = 1; trial <= TRIALS; trial++)); do
     rm -f "$work"/rank*
     start_ranks h0 h0 h1 h1
     wait_running 4
-    victim=$((1 + RANDOM % 3))
+    victim=$((RANDOM % 4))
     sleep "0.$((RANDOM % 10))"
     kill -9 "${pids[$victim]}"
+    wait "${pids[$victim]}" 2>/dev/null || true
     wait_all 15
+    worst=0
     for r in 0 1 2 3; do
       [ "$r" = "$victim" ] && continue
       expect_failed "$r" "$victim"
       after="$(sed -n 's/.*calls, \([0-9]*\) ms after the last good one.*/\1/p' "$work/rank$r")"
       [ "$after" -lt 10000 ] || fail "trial $trial: rank $r failed $after ms after its last good call"
+      [ "$after" -gt "$worst" ] && worst=$after
     done
-    echo "kill trial $trial: rank $victim killed; ranks $(grep -l failed "$work"/rank* | wc -l) survivors named it"
+    echo "kill trial $trial: rank $victim killed; the 3 survivors named it, the last $worst ms after its last good call"
   done
 }
 
