@@ -27,9 +27,9 @@
 #include "collectives/communicator.h"
 #include "graph/analyze.h"
 #include "graph/graph_json.h"
-#include "runtime/session/session.h"
 #include "runtime/rendezvous/bootstrap.h"
 #include "runtime/selection/transport_select.h"
+#include "runtime/session/session.h"
 
 namespace {
 
@@ -117,8 +117,8 @@ int run_session(const Options& o, Bootstrap& b) {
     if (me == 0) RDMAFLOW_RETURN_IF_ERROR(send());
     RDMAFLOW_ASSIGN_OR_RETURN(RecvView v, s.recv(theirs, 1 - me, st));
     if (static_cast<const float*>(v.data)[o.count - 1] != static_cast<float>(st)) {
-      return RDMAFLOW_ERROR(Code::kInternal, "fault_check", 1 - me, "wrong data at step " +
-                                                                        std::to_string(st));
+      return RDMAFLOW_ERROR(Code::kInternal, "fault_check", 1 - me,
+                            "wrong data at step " + std::to_string(st));
     }
     if (me == 1) RDMAFLOW_RETURN_IF_ERROR(send());
     return s.end_step(st);
