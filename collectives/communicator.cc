@@ -28,7 +28,6 @@ struct OpState {
   Status status;
   Algorithm algorithm = Algorithm::kAuto;
   CollectiveKind kind = CollectiveKind::kAllreduce;
-  Clock::time_point deadline;
 
   void complete(Status st) {
     {
@@ -47,7 +46,7 @@ struct Communicator::Call {
   size_t piece_elems = 1;
   int lane = 0;
   uint64_t ticket = 0;
-  Clock::time_point deadline;
+  Millis timeout{0};                       // how long the call may go without progress once it runs
   const std::string* what = nullptr;       // "allreduce[ring]", from call_label()
   std::shared_ptr<detail::OpState> state;  // start() only: what the Request waits on
 };
@@ -83,8 +82,13 @@ bool Request::test() const {
 Status Request::wait(std::optional<Millis> timeout) {
   if (!state_) return RDMAFLOW_ERROR(Code::kInvalidArgument, "wait", -1, "empty request");
   std::unique_lock<std::mutex> lock(state_->mu);
-  const auto until = timeout ? Clock::now() + *timeout : state_->deadline + Millis(5000);
-  if (!state_->cv.wait_until(lock, until, [&] { return state_->done; })) {
+  if (!timeout) {
+    // The collective ends by itself: done, or failed once it went a timeout
+    // without progress (or the communicator was aborted).
+    state_->cv.wait(lock, [&] { return state_->done; });
+    return state_->status;
+  }
+  if (!state_->cv.wait_until(lock, Clock::now() + *timeout, [&] { return state_->done; })) {
     return RDMAFLOW_ERROR(Code::kTimeout, std::string(collective_name(state_->kind)), -1,
                           "still running after the wait's timeout (the collective goes on)");
   }
@@ -245,6 +249,17 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
       c->rank_, c->world_, cfg.lanes, cfg.slots, cfg.slot_bytes, c->fabric_->direct_peers(),
       c->model_.to_string());
   return c;
+}
+
+void Communicator::abort(const std::string& reason) {
+  Status why = RDMAFLOW_ERROR(Code::kCancelled, "abort", -1,
+                              "communicator aborted" + (reason.empty() ? "" : ": " + reason));
+  {
+    std::lock_guard<std::mutex> lock(broken_mu_);
+    if (broken_.is_ok()) broken_ = why;
+    is_broken_.store(true, std::memory_order_release);
+  }
+  fabric_->abort(std::move(why));
 }
 
 FabricStats Communicator::stats() const {
@@ -525,7 +540,7 @@ Status Communicator::prepare(Call& call, CollectiveKind kind, const void* in, vo
   call.algo = algo;
   const uint64_t seq = calls_.fetch_add(1);
   call.lane = static_cast<int>(options.tag.value_or(seq) % lanes_.size());
-  call.deadline = Clock::now() + options.timeout.value_or(*options_.timeout);
+  call.timeout = options.timeout.value_or(*options_.timeout);
   call.what = &call_label(kind, algo);
 
   // Piece size: a quarter of a rank's share, between 32 KiB and a slot.
@@ -588,7 +603,7 @@ Status Communicator::execute_call(Call& call, Lane& lane) {
     lane.program_algo = call.algo;
     lane.program_piece = call.piece_elems;
   }
-  Status st = execute(*fabric_, *lane.program, lane.index, call.deadline, *call.what);
+  Status st = execute(*fabric_, *lane.program, lane.index, Clock::now() + call.timeout, *call.what);
   if (!st.is_ok()) {
     std::lock_guard<std::mutex> lock(broken_mu_);
     if (broken_.is_ok()) broken_ = st;
@@ -641,7 +656,6 @@ Request Communicator::start(CollectiveKind kind, const void* in, void* out, size
   call->state = std::make_shared<detail::OpState>();
   call->state->algorithm = call->algo;
   call->state->kind = kind;
-  call->state->deadline = call->deadline;
   Lane& lane = *lanes_[call->lane];
   {
     std::lock_guard<std::mutex> lock(lane.mu);

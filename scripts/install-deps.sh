@@ -18,6 +18,8 @@ PACKAGES=(
   python3-torchvision
   # the cluster in a box (scripts/cluster): namespaces, Slurm and its munge
   util-linux slurm-wlm munge
+  # fault tests across the simulated hosts (tests/cluster/faults_test.sh): partitions
+  nftables
   # the soft-RoCE guest (scripts/softroce-vm): QEMU, debootstrap, initramfs packing
   qemu-system-x86 debootstrap cpio zstd
 )
