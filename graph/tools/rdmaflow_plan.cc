@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "graph/json_util.h"
 #include "graph/partition.h"
 #include "graph/plan_json.h"
+#include "graph/tools/load_model.h"
 #include "tools/cli.h"
 
 namespace rg = rdmaflow::graph;
@@ -182,9 +184,16 @@ int main(int argc, char** argv) {
       "registered memory with and without reuse.",
       "rdmaflow-plan"};
   rdmaflow::cli::configure(app);
-  app.add_option("graph", graph_path, "the graph (docs/graph-format.md)")
-      ->type_name("GRAPH.json")
+  app.add_option("graph", graph_path,
+                 "the model: an rdmaflow JSON graph or an ONNX model, told apart by content\n"
+                 "(docs/graph-format.md)")
+      ->type_name("MODEL")
       ->required();
+  std::vector<std::string> dim_args;
+  app.add_option("--dim", dim_args,
+                 "NAME=VALUE: a size for an ONNX model's symbolic dimension (repeatable);\n"
+                 "dynamic tensors get their size with it as a size hint")
+      ->type_name("NAME=VALUE");
   app.add_option("--ranks", ranks, "number of ranks; required when the graph has no placement")
       ->check(CLI::Range(1, rg::kMaxRanks))
       ->default_str("1 + the placement's highest rank");
@@ -211,11 +220,16 @@ int main(int argc, char** argv) {
     return rdmaflow::cli::kUsageError;
   };
 
-  auto file = rg::load_graph_file(graph_path);
-  if (!file) {
-    std::fprintf(stderr, "rdmaflow-plan: %s\n", file.status().to_string().c_str());
+  std::map<std::string, int64_t> dims;
+  for (const auto& d : dim_args) {
+    if (auto st = rg::parse_dim_binding(d, dims); !st) return usage_error(st.reason());
+  }
+  auto model = rg::load_model(graph_path, dims);
+  if (!model) {
+    std::fprintf(stderr, "rdmaflow-plan: %s\n", model.status().to_string().c_str());
     return 1;
   }
+  const rg::GraphFile* file = &model->file;
   const rg::Graph& g = file->graph;
   rg::Placement placement;
   std::string source;
