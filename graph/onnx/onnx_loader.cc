@@ -142,7 +142,8 @@ class Converter {
 
   Result<OnnxModel> run() {
     RDMAFLOW_RETURN_IF_ERROR(check_model());
-    RDMAFLOW_RETURN_IF_ERROR(check_values());  // before ONNX's inference reads them
+    RDMAFLOW_RETURN_IF_ERROR(check_values());     // before ONNX's inference reads them
+    RDMAFLOW_RETURN_IF_ERROR(check_producers());  // likewise
     if (o_.infer_shapes) RDMAFLOW_RETURN_IF_ERROR(infer());
     RDMAFLOW_RETURN_IF_ERROR(build());
     for (const auto& [name, value] : o_.dims) {
@@ -193,6 +194,34 @@ class Converter {
     for (const auto& t : g_.initializer()) {
       auto c = convert_initializer(t, "initializer " + q(t.name()));
       if (!c) return c.status();
+    }
+    return Status::ok();
+  }
+
+  // Every value has at most one producer (an input, an initializer or a node
+  // output) and every node input has one. ONNX's inference would otherwise
+  // answer with a shape conflict far from the cause.
+  Status check_producers() {
+    std::unordered_map<std::string, std::string> producer;
+    for (const auto& v : g_.input()) producer.emplace(v.name(), "graph input");
+    for (const auto& t : g_.initializer()) producer[t.name()] = "initializer";
+    for (int i = 0; i < g_.node_size(); ++i) {
+      for (const auto& o : g_.node(i).output()) {
+        if (o.empty()) continue;
+        auto [it, fresh] = producer.emplace(o, label(i));
+        if (!fresh) {
+          return bad(label(i) + ": tensor " + q(o) + " has two producers: " + it->second +
+                     " and " + label(i));
+        }
+      }
+    }
+    for (int i = 0; i < g_.node_size(); ++i) {
+      for (const auto& in : g_.node(i).input()) {
+        if (!in.empty() && !producer.count(in)) {
+          return bad(label(i) + ": dangling input " + q(in) + " (no input, initializer or node " +
+                     "output has that name)");
+        }
+      }
     }
     return Status::ok();
   }

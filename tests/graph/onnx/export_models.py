@@ -4,6 +4,10 @@
 Run with Debian's interpreter (/usr/bin/python3: torch is installed for it):
     export_models.py OUT_DIR [resnet18] [mobilenet_v3_small] [transformer]
 Weights are random (no download): the tests plan shapes, not predictions.
+Every parameter and buffer is drawn afresh, as in a trained model: with the
+constructors' identical initial values (zero biases, cloned encoder layers)
+the exporter would merge equal weights into one initializer shared by
+several layers, which no trained model has.
 Each model is written as OUT_DIR/NAME.onnx; the transformer has dynamic
 batch and sequence axes named "batch" and "seq".
 """
@@ -57,6 +61,10 @@ def main():
         t0 = time.monotonic()
         model, args, axes = MODELS[name]()
         model.eval()
+        with torch.no_grad():
+            for t in list(model.parameters()) + list(model.buffers()):
+                if t.is_floating_point():
+                    t.copy_(torch.rand_like(t) * 0.1 + 0.01)
         path = os.path.join(out, name + ".onnx")
         kwargs = {}
         if axes:
