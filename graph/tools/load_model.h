@@ -32,6 +32,14 @@ inline Result<LoadedModel> load_model(const std::string& path,
   in.read(head, sizeof head);
   LoadedModel m;
   m.format = detect_model_format(std::string_view(head, static_cast<size_t>(in.gcount())));
+  if (m.format == ModelFormat::kUnknown) {
+    return RDMAFLOW_ERROR(
+        Code::kInvalidArgument, "load graph " + path, -1,
+        "neither an rdmaflow JSON graph (starts with '{') nor an ONNX model (a "
+        "protobuf ModelProto); the file " +
+            (in.gcount() == 0 ? std::string("is empty")
+                              : describe_start(std::string_view(head, in.gcount()))));
+  }
   if (m.format != ModelFormat::kOnnx) {
     if (!dims.empty()) {
       return RDMAFLOW_ERROR(Code::kInvalidArgument, "load graph " + path, -1,
@@ -58,10 +66,20 @@ inline Result<LoadedModel> load_model(const std::string& path,
   }
   m.description += ")";
   if (!s.symbolic_dims.empty()) {
+    // Bound ones first; ONNX's inference names many more ("unk__3"): counted only.
     m.description += ", symbolic dims:";
+    size_t shown = 0;
+    for (const auto& [name, value] : dims) {
+      m.description += " " + name + "=" + std::to_string(value);
+      ++shown;
+    }
     for (const auto& d : s.symbolic_dims) {
-      auto it = dims.find(d);
-      m.description += " " + d + (it == dims.end() ? "" : "=" + std::to_string(it->second));
+      if (dims.count(d) || shown >= 6) continue;
+      m.description += " " + d;
+      ++shown;
+    }
+    if (s.symbolic_dims.size() > shown) {
+      m.description += " (+" + std::to_string(s.symbolic_dims.size() - shown) + " more)";
     }
   }
   if (s.tensors_without_shape) {
