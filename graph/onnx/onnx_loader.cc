@@ -210,8 +210,8 @@ class Converter {
         if (o.empty()) continue;
         auto [it, fresh] = producer.emplace(o, label(i));
         if (!fresh) {
-          return bad(label(i) + ": tensor " + q(o) + " has two producers: " + it->second +
-                     " and " + label(i));
+          return bad(label(i) + ": tensor " + q(o) + " has two producers: " + it->second + " and " +
+                     label(i));
         }
       }
     }

@@ -94,6 +94,16 @@ std::string elem_type_name(int32_t elem_type) {
   return "element type " + std::to_string(elem_type);
 }
 
+Result<DataType> dtype_or_error(int32_t elem_type, const std::string& what) {
+  auto dt = dtype_of(elem_type);
+  if (!dt) {
+    return bad(what + ": " + elem_type_name(elem_type) +
+               " has no rdmaflow dtype (supported: FLOAT, DOUBLE, FLOAT16, BFLOAT16, INT32, "
+               "INT64, UINT8, INT8, BOOL)");
+  }
+  return *dt;
+}
+
 Result<TensorType> convert_value_type(const onnx::TypeProto* type, const std::string& what,
                                       DimContext& dims) {
   TensorType out;
@@ -106,13 +116,7 @@ Result<TensorType> convert_value_type(const onnx::TypeProto* type, const std::st
   }
   const onnx::TypeProto::Tensor& tt = type->tensor_type();
   if (tt.elem_type() != onnx::TensorProto::UNDEFINED) {
-    auto dt = dtype_of(tt.elem_type());
-    if (!dt) {
-      return bad(what + ": " + elem_type_name(tt.elem_type()) +
-                 " has no rdmaflow dtype (supported: FLOAT, DOUBLE, FLOAT16, BFLOAT16, INT32, "
-                 "INT64, UINT8, INT8, BOOL)");
-    }
-    out.dtype = *dt;
+    RDMAFLOW_ASSIGN_OR_RETURN(out.dtype, dtype_or_error(tt.elem_type(), what));
     out.known = true;
   }
   if (!tt.has_shape()) return out;  // rank unknown: one unknown dimension
@@ -150,13 +154,7 @@ Result<TensorType> convert_value_type(const onnx::TypeProto* type, const std::st
 
 Result<TensorType> convert_initializer(const onnx::TensorProto& t, const std::string& what) {
   TensorType out;
-  auto dt = dtype_of(t.data_type());
-  if (!dt) {
-    return bad(what + ": " + elem_type_name(t.data_type()) +
-               " has no rdmaflow dtype (supported: FLOAT, DOUBLE, FLOAT16, BFLOAT16, INT32, "
-               "INT64, UINT8, INT8, BOOL)");
-  }
-  out.dtype = *dt;
+  RDMAFLOW_ASSIGN_OR_RETURN(out.dtype, dtype_or_error(t.data_type(), what));
   out.known = true;
   RDMAFLOW_RETURN_IF_ERROR(check_rank(t.dims_size(), what));
   for (int64_t d : t.dims()) {

@@ -30,6 +30,8 @@ struct TensorType {
 
 // The rdmaflow dtype of an ONNX element type; nullopt when it has none.
 std::optional<DataType> dtype_of(int32_t elem_type);
+// The same, or an error naming `what` and the type.
+Result<DataType> dtype_or_error(int32_t elem_type, const std::string& what);
 // "FLOAT", "UINT16", ... (for errors).
 std::string elem_type_name(int32_t elem_type);
 

@@ -216,23 +216,20 @@ TEST(OnnxLoader, RefusesSubgraphsNamingTheNode) {
 }
 
 TEST(OnnxLoader, RefusesAbsurdDimensions) {
+  // The second dimension of the graph input x.
+  auto x_dim = [](onnx::ModelProto& m) {
+    return m.mutable_graph()
+        ->mutable_input(0)
+        ->mutable_type()
+        ->mutable_tensor_type()
+        ->mutable_shape()
+        ->mutable_dim(1);
+  };
   auto m = small_model();
-  m.mutable_graph()
-      ->mutable_input(0)
-      ->mutable_type()
-      ->mutable_tensor_type()
-      ->mutable_shape()
-      ->mutable_dim(1)
-      ->set_dim_value(int64_t{1} << 60);
+  x_dim(m)->set_dim_value(int64_t{1} << 60);
   expect_error(load(m), {"tensor 'x'", "over 2^48"});
   m = small_model();
-  m.mutable_graph()
-      ->mutable_input(0)
-      ->mutable_type()
-      ->mutable_tensor_type()
-      ->mutable_shape()
-      ->mutable_dim(1)
-      ->set_dim_value(-3);
+  x_dim(m)->set_dim_value(-3);
   expect_error(load(m), {"tensor 'x'", "dimension -3 is negative"});
   m = small_model();
   auto* w = m.mutable_graph()->mutable_initializer(0);
