@@ -88,8 +88,8 @@ inline Result<LoadedModel> load_model(const std::string& path,
   return m;
 #else
   return RDMAFLOW_ERROR(Code::kNotViable, "load graph " + path, -1,
-                        "this is an ONNX model, but this build has no ONNX loader (install "
-                        "libonnx-dev, see scripts/install-deps.sh, and reconfigure)");
+                        "this is an ONNX model, but this build has no ONNX loader (it needs "
+                        "libonnx-dev, see scripts/install-deps.sh, and RDMAFLOW_WITH_ONNX=ON)");
 #endif
 }
 
