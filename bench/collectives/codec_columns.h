@@ -47,7 +47,7 @@ inline size_t uncompressed_sent_bytes(CollectiveKind kind, size_t bytes, int wor
 class CodecColumn {
  public:
   CodecColumn(Communicator& comm, CodecSpec spec)
-      : comm_(comm), spec_(spec), codec_(std::move(*make_codec(spec))) {}
+      : comm_(comm), spec_(spec), codec_(make_codec(spec).value()) {}
 
   std::string name() const { return "codec:" + codec_text(spec_); }
   bool supports(CollectiveKind kind) const {

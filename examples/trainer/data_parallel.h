@@ -22,11 +22,19 @@ class DataParallel {
   virtual ExecutorHooks::AllReduce allreduce_hook() = 0;
 };
 
+// The gradients' codec on the wire (docs/compression.md).
+struct GradientCodec {
+  std::optional<CodecSpec> spec;  // nullopt: RDMAFLOW_CODEC, else none
+  // topk only, DGC's warm-up: the share sent starts at 1/4 and shrinks 4x
+  // every `warmup_steps` steps until it reaches the codec's ratio; 0: the
+  // codec's ratio from the first step.
+  int warmup_steps = 0;
+};
+
 // Chooses the transport (SessionOptions / RDMAFLOW_TRANSPORT; gRPC has no
 // allreduce and is refused), builds the mesh and the Communicator. Collective.
-// `codec`: the gradients' codec on the wire (docs/compression.md); nullopt:
-// RDMAFLOW_CODEC, else none.
-Result<std::unique_ptr<DataParallel>> connect_data_parallel(
-    Bootstrap& boot, const SessionOptions& options, std::optional<CodecSpec> codec = std::nullopt);
+Result<std::unique_ptr<DataParallel>> connect_data_parallel(Bootstrap& boot,
+                                                            const SessionOptions& options,
+                                                            GradientCodec codec = {});
 
 }  // namespace rdmaflow::exec

@@ -48,6 +48,8 @@ struct TrainConfig {
   // Data parallel: the gradients' codec on the wire (docs/compression.md);
   // nullopt: RDMAFLOW_CODEC, else none.
   std::optional<CodecSpec> codec;
+  // topk: DGC's warm-up (GradientCodec::warmup_steps in data_parallel.h); 0: none.
+  int codec_warmup_steps = 0;
   // Called on every rank after each step.
   std::function<void(const StepReport&)> on_step;
 };

@@ -115,7 +115,9 @@ TEST(Codecs, OneBitDecodesToSignGroupMeans) {
 
 // Error feedback over many calls: the sum of what was sent plus the last
 // residual is the sum of the inputs, so the average sent converges to the
-// input with an error of residual / calls.
+// input with an error of residual / calls. The inputs' outliers (8x, one in
+// 97) make 1-bit's residual large (its bucket means follow them), so the
+// check is that the error shrinks, not a fixed figure.
 TEST(Codecs, ErrorFeedbackLosesNothing) {
   for (const char* text : {"topk:0.05", "onebit"}) {
     auto c = make(text);
@@ -123,19 +125,25 @@ TEST(Codecs, ErrorFeedbackLosesNothing) {
     auto x = codec_inputs(4, n, 11);
     std::vector<float> residual(n, 0.0f);
     std::vector<double> sent(n, 0.0);
-    const int calls = 40;
     uint64_t rng = 1;
-    for (int t = 0; t < calls; ++t) {
+    double worst_early = 0;
+    const int calls = 2000, early = 100;
+    for (int t = 1; t <= calls; ++t) {
       auto d = round_trip(*c, x.data(), n, residual.data(), rng);
       for (size_t i = 0; i < n; ++i) sent[i] += d[i];
+      if (t == early) {
+        for (size_t i = 0; i < n; ++i) {
+          worst_early = std::max(worst_early, std::fabs(sent[i] / t - x[i]));
+        }
+      }
     }
     double worst = 0;
     for (size_t i = 0; i < n; ++i) {
-      ASSERT_NEAR(sent[i] + residual[i], calls * static_cast<double>(x[i]), 1e-3)
+      ASSERT_NEAR(sent[i] + residual[i], calls * static_cast<double>(x[i]), 2e-4 * calls)
           << text << " " << i;
       worst = std::max(worst, std::fabs(sent[i] / calls - x[i]));
     }
-    EXPECT_LT(worst, 0.5) << text << ": the average sent is far from the input";
+    EXPECT_LT(worst, worst_early / 4) << text << ": the average sent does not converge";
   }
 }
 
@@ -183,7 +191,9 @@ TEST(Codecs, NamesRoundTripThroughText) {
     auto spec = parse_codec(row.name);
     ASSERT_TRUE(spec.is_ok());
     EXPECT_EQ(codec_text(*spec), row.name);
-    if (!row.alias.empty()) EXPECT_EQ(parse_codec(row.alias)->id, row.id);
+    if (!row.alias.empty()) {
+      EXPECT_EQ(parse_codec(row.alias)->id, row.id);
+    }
     EXPECT_TRUE(make_codec(*spec).is_ok()) << row.name;
   }
   EXPECT_EQ(codec_text(*parse_codec("topk:0.1")), "topk:0.1");

@@ -1,7 +1,8 @@
 // Training the reference MLP data parallel with each gradient codec on the
-// wire (docs/compression.md) reaches a loss within 5% of uncompressed
-// training in the same number of steps. Four forked ranks over TCP, one
-// bootstrap, one training per codec after the uncompressed one.
+// wire (docs/compression.md) reaches a loss at most 5% above uncompressed
+// training's in the same number of steps (lower passes: with error feedback
+// top-k and 1-bit often end lower, as if stepping further). Four forked ranks
+// over TCP, one bootstrap, one training per codec after the uncompressed one.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -38,9 +39,16 @@ TEST(CodecTraining, EveryCodecWithinFivePercentOfUncompressed) {
         c.model.widths = {32, 64, 48, 10};
         c.model.batch = 32;
         c.model.learning_rate = 0.1;
-        c.steps = 60;
+        c.steps = 400;  // about 2 s per training here
         c.seed = 5;
         c.codec = CodecSpec{};  // uncompressed, whatever RDMAFLOW_CODEC says
+        // DGC's warm-up for topk: the share sent goes 25%, 6.25%, 1.56%, then
+        // the codec's 1% after 75 steps. Error feedback delays what top-k
+        // holds back by about 1 / ratio steps, which is long for a model of
+        // 5.6 k weights and few steps: at 200 steps topk:0.01 ended 13% above
+        // uncompressed without warm-up and 8.6% with it; at 400 steps (here)
+        // 14% below.
+        c.codec_warmup_steps = 25;
         SessionOptions so;
         so.transport = "tcp";
         so.timeout = 20000ms;
@@ -56,7 +64,7 @@ TEST(CodecTraining, EveryCodecWithinFivePercentOfUncompressed) {
                         std::string(row.name).c_str(), loss, reference,
                         100 * (loss - reference) / reference);
           }
-          EXPECT_LE(std::fabs(loss - reference), 0.05 * reference)
+          EXPECT_LE(loss, 1.05 * reference)
               << row.name << ": final loss " << loss << " against " << reference;
         }
         return 0;
