@@ -7,12 +7,102 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "collectives/codecs/codec.h"
 
 namespace rdmaflow {
 namespace {
 
 constexpr size_t kBucket = 512;  // the paper's bucket size
+
+// The loops in SSE2 where the machine has it (every x86-64): GCC at -O2
+// vectorized none of them, and the scalar encoder took 8x longer than fp16's.
+// Four xorshift32 streams (seeded from the caller's 64-bit state) draw the
+// random bits four elements at a time.
+struct Lanes {
+  explicit Lanes(uint64_t& rng) {
+    uint32_t seed[4];
+    for (uint32_t& s : seed) s = static_cast<uint32_t>(codec_random(rng) >> 32) | 1u;
+#if defined(__SSE2__)
+    state = _mm_loadu_si128(reinterpret_cast<const __m128i*>(seed));
+#endif
+  }
+#if defined(__SSE2__)
+  __m128i next() {
+    state = _mm_xor_si128(state, _mm_slli_epi32(state, 13));
+    state = _mm_xor_si128(state, _mm_srli_epi32(state, 17));
+    state = _mm_xor_si128(state, _mm_slli_epi32(state, 5));
+    return state;
+  }
+  __m128i state;
+#endif
+};
+
+float l2_norm(const float* x, size_t n) {
+  size_t i = 0;
+  double sq = 0;
+#if defined(__SSE2__)
+  __m128 acc = _mm_setzero_ps();
+  for (; i + 4 <= n; i += 4) {
+    const __m128 v = _mm_loadu_ps(x + i);
+    acc = _mm_add_ps(acc, _mm_mul_ps(v, v));
+  }
+  float l[4];
+  _mm_storeu_ps(l, acc);
+  sq = static_cast<double>(l[0]) + l[1] + l[2] + l[3];
+#endif
+  for (; i < n; ++i) sq += static_cast<double>(x[i]) * x[i];
+  return static_cast<float>(std::sqrt(sq));
+}
+
+// q[i] = sign(x[i]) * (floor(a) + (u < a - floor(a))), a = min(s, |x[i]| * scale).
+void quantize(const float* x, size_t n, float scale, float s, Lanes& lanes, uint64_t& rng,
+              int8_t* q) {
+  size_t i = 0;
+#if defined(__SSE2__)
+  const __m128 vscale = _mm_set1_ps(scale), vs = _mm_set1_ps(s), zero = _mm_setzero_ps();
+  const __m128 sign = _mm_set1_ps(-0.0f), unit = _mm_set1_ps(1.0f / 16777216.0f);
+  for (; i + 4 <= n; i += 4) {
+    const __m128 v = _mm_loadu_ps(x + i);
+    const __m128 a = _mm_min_ps(vs, _mm_mul_ps(_mm_andnot_ps(sign, v), vscale));
+    const __m128i low = _mm_cvttps_epi32(a);  // a >= 0: truncation is floor
+    const __m128 u = _mm_mul_ps(_mm_cvtepi32_ps(_mm_srli_epi32(lanes.next(), 8)), unit);
+    const __m128 up = _mm_cmplt_ps(u, _mm_sub_ps(a, _mm_cvtepi32_ps(low)));
+    __m128i level = _mm_sub_epi32(low, _mm_castps_si128(up));  // + 1 where up (mask -1)
+    const __m128i neg = _mm_castps_si128(_mm_cmplt_ps(v, zero));
+    level = _mm_sub_epi32(_mm_xor_si128(level, neg), neg);  // negate where v < 0
+    const __m128i packed = _mm_packs_epi16(_mm_packs_epi32(level, level), level);
+    const int32_t four = _mm_cvtsi128_si32(packed);
+    std::memcpy(q + i, &four, 4);
+  }
+#endif
+  for (; i < n; ++i) {
+    const float a = std::min(s, std::fabs(x[i]) * scale);
+    const float low = std::floor(a);
+    const float u = static_cast<float>(codec_random(rng) >> 40) * (1.0f / 16777216.0f);
+    const float level = low + (u < a - low ? 1.0f : 0.0f);
+    q[i] = static_cast<int8_t>(x[i] < 0 ? -level : level);
+  }
+}
+
+void dequantize_add(const int8_t* q, size_t n, float unit, float* acc) {
+  size_t i = 0;
+#if defined(__SSE2__)
+  const __m128 vu = _mm_set1_ps(unit);
+  for (; i + 4 <= n; i += 4) {
+    int32_t four;
+    std::memcpy(&four, q + i, 4);
+    __m128i w = _mm_cvtsi32_si128(four);
+    w = _mm_unpacklo_epi8(w, w);
+    w = _mm_srai_epi32(_mm_unpacklo_epi16(w, w), 24);  // sign-extended bytes
+    _mm_storeu_ps(acc + i, _mm_add_ps(_mm_loadu_ps(acc + i), _mm_mul_ps(_mm_cvtepi32_ps(w), vu)));
+  }
+#endif
+  for (; i < n; ++i) acc[i] += unit * static_cast<float>(q[i]);
+}
 
 class QsgdCodec final : public Codec {
  public:
@@ -30,24 +120,14 @@ class QsgdCodec final : public Codec {
     const size_t nb = buckets(count);
     auto* norms = reinterpret_cast<float*>(out);
     auto* q = reinterpret_cast<int8_t*>(out + nb * 4);
-    const float s = static_cast<float>(levels_);
     if (rng == 0) rng = 0x9E3779B97F4A7C15ull;  // xorshift's one fixed point
+    Lanes lanes(rng);
     for (size_t b = 0; b < nb; ++b) {
       const size_t begin = b * kBucket, n = std::min(kBucket, count - begin);
-      double sq = 0;
-      for (size_t i = 0; i < n; ++i) sq += static_cast<double>(x[begin + i]) * x[begin + i];
-      const float norm = static_cast<float>(std::sqrt(sq));
+      const float norm = l2_norm(x + begin, n);
       norms[b] = norm;
-      const float scale = norm > 0 ? s / norm : 0.0f;
-      for (size_t i = 0; i < n; ++i) {
-        const float v = x[begin + i];
-        const float a = std::min(s, std::fabs(v) * scale);
-        const float low = std::floor(a);
-        // 24 random bits as a uniform in [0, 1).
-        const float u = static_cast<float>(codec_random(rng) >> 40) * (1.0f / 16777216.0f);
-        const float level = low + (u < a - low ? 1.0f : 0.0f);
-        q[begin + i] = static_cast<int8_t>(v < 0 ? -level : level);
-      }
+      quantize(x + begin, n, norm > 0 ? static_cast<float>(levels_) / norm : 0.0f,
+               static_cast<float>(levels_), lanes, rng, q + begin);
     }
   }
 
@@ -58,8 +138,7 @@ class QsgdCodec final : public Codec {
     const float inv = 1.0f / static_cast<float>(levels_);
     for (size_t b = 0; b < nb; ++b) {
       const size_t begin = b * kBucket, n = std::min(kBucket, count - begin);
-      const float unit = norms[b] * inv;
-      for (size_t i = 0; i < n; ++i) acc[begin + i] += unit * static_cast<float>(q[begin + i]);
+      dequantize_add(q + begin, n, norms[b] * inv, acc + begin);
     }
   }
 

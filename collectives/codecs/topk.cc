@@ -10,9 +10,14 @@
 // threshold (set low, so that at least k usually pass), a scan keeps the
 // candidates above it and an exact selection among them picks k. When the
 // estimate is too high to find k, the exact selection over everything runs.
+// Either way the k sent are exactly the k largest (ties broken arbitrarily).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <limits>
 #include <vector>
 
@@ -46,13 +51,12 @@ class TopKCodec final : public Codec {
       for (size_t i = 0; i < count; ++i) residual[i] += x[i];
       v = residual;
     }
-    std::vector<uint32_t>& picked = select(v, count, kk);
+    const std::vector<Candidate>& picked = select(v, count, kk);
     auto* idx = reinterpret_cast<uint32_t*>(out);
     auto* val = reinterpret_cast<float*>(out + kk * 4);
-    std::sort(picked.begin(), picked.begin() + static_cast<ptrdiff_t>(kk));  // sequential scatter
     for (size_t j = 0; j < kk; ++j) {
-      idx[j] = picked[j];
-      val[j] = v[picked[j]];
+      idx[j] = picked[j].index;
+      val[j] = v[picked[j].index];
     }
     if (residual != nullptr) {
       for (size_t j = 0; j < kk; ++j) residual[idx[j]] = 0;
@@ -69,36 +73,61 @@ class TopKCodec final : public Codec {
   }
 
  private:
-  // The indices of k entries of largest |v| in the first k of the result.
-  static std::vector<uint32_t>& select(const float* v, size_t count, size_t kk) {
-    thread_local std::vector<uint32_t> cand;
+  // Magnitude beside the index: the selection compares contiguous memory
+  // (comparing through the indices missed the cache and took 40 ms for 16 M).
+  struct Candidate {
+    float magnitude;
+    uint32_t index;
+  };
+
+  // Appends every entry with |v| >= threshold.
+  static void scan(const float* v, size_t count, float threshold, std::vector<Candidate>& out) {
+    size_t i = 0;
+#if defined(__SSE2__)
+    const __m128 t = _mm_set1_ps(threshold), sign = _mm_set1_ps(-0.0f);
+    for (; i + 4 <= count; i += 4) {
+      const __m128 a = _mm_andnot_ps(sign, _mm_loadu_ps(v + i));
+      int m = _mm_movemask_ps(_mm_cmpge_ps(a, t));
+      while (m != 0) {
+        const int lane = __builtin_ctz(static_cast<unsigned>(m));
+        out.push_back({std::fabs(v[i + lane]), static_cast<uint32_t>(i + lane)});
+        m &= m - 1;
+      }
+    }
+#endif
+    for (; i < count; ++i) {
+      if (std::fabs(v[i]) >= threshold) out.push_back({std::fabs(v[i]), static_cast<uint32_t>(i)});
+    }
+  }
+
+  // k entries of largest |v| first in the result.
+  static std::vector<Candidate>& select(const float* v, size_t count, size_t kk) {
+    thread_local std::vector<Candidate> cand;
     thread_local std::vector<float> sample;
-    auto larger = [v](uint32_t a, uint32_t b) { return std::fabs(v[a]) > std::fabs(v[b]); };
     constexpr size_t kMinSampled = 1 << 16;
     cand.clear();
+    float threshold = 0;
     if (count >= kMinSampled && kk * 8 < count) {
-      const size_t s = std::clamp<size_t>(count / 64, 4096, 1 << 18), stride = count / s;
+      const size_t s = std::clamp<size_t>(count / 256, 4096, 1 << 16), stride = count / s;
       sample.resize(s);
       for (size_t i = 0; i < s; ++i) sample[i] = std::fabs(v[i * stride]);
       // Aim at 1.5 k candidates: a low threshold costs a slightly larger
-      // final selection, a high one the exact fallback.
+      // final selection, a high one a second scan.
       const double frac = 1.5 * static_cast<double>(kk) / static_cast<double>(count);
       const auto above = std::min<size_t>(s - 1, static_cast<size_t>(frac * s) + 1);
       std::nth_element(sample.begin(), sample.begin() + static_cast<ptrdiff_t>(s - above),
                        sample.end());
-      const float threshold = sample[s - above];
-      for (size_t i = 0; i < count; ++i) {
-        if (std::fabs(v[i]) >= threshold) cand.push_back(static_cast<uint32_t>(i));
-      }
-      if (cand.size() < kk || threshold == 0) cand.clear();
+      threshold = sample[s - above];
+      if (threshold > 0) scan(v, count, threshold, cand);
     }
-    if (cand.empty()) {
-      cand.resize(count);
-      for (size_t i = 0; i < count; ++i) cand[i] = static_cast<uint32_t>(i);
+    if (cand.size() < kk) {  // no estimate, or too high: every entry is a candidate
+      cand.clear();
+      scan(v, count, 0.0f, cand);
     }
     if (cand.size() > kk) {
-      std::nth_element(cand.begin(), cand.begin() + static_cast<ptrdiff_t>(kk - 1), cand.end(),
-                       larger);
+      std::nth_element(
+          cand.begin(), cand.begin() + static_cast<ptrdiff_t>(kk - 1), cand.end(),
+          [](const Candidate& a, const Candidate& b) { return a.magnitude > b.magnitude; });
     }
     return cand;
   }
