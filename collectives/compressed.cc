@@ -1,7 +1,10 @@
 #include "collectives/compressed.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "collectives/executor.h"
@@ -20,7 +23,7 @@ bool dense(const Codec& c) {
 // lane's calls run one at a time on the thread that runs the lane, and the
 // buffers keep the size of the largest call (as the lanes' tmp memory does).
 struct Buffers {
-  std::vector<std::byte> send, recv, tmp;
+  std::vector<std::byte> send, recv, send2, recv2, tmp;
   std::vector<float> acc;
 };
 
@@ -86,6 +89,147 @@ void sum_decoded(const Codec& c, const std::byte* in, size_t bytes, int n_msgs, 
                  float* out) {
   std::fill(out, out + n, 0.0f);
   for (int j = 0; j < n_msgs; ++j) c.decode_add(in + static_cast<size_t>(j) * bytes, n, out);
+}
+
+// Segments of a dense allreduce: while one segment's bytes travel, the next
+// is encoded and the previous decoded (on a helper thread), so the codec's
+// CPU work hides behind the transfers. At least 1 M elements each, at most 8.
+size_t dense_segments(size_t count) {
+  return std::clamp<size_t>(count >> 20, 1, 8);
+}
+
+// The dense route of allreduce: per segment, each rank encodes its n blocks,
+// an alltoall gives block j of every rank to rank j, which sums them decoded
+// in f32 and encodes the sum once, and an allgather hands every encoded sum to
+// everyone, which decodes them (its own too: all ranks hold the same bits).
+// With several segments the transfers run on this thread in the order
+// A0 A1 G0 A2 G1 ... and a helper thread does the CPU stages in between.
+Status dense_allreduce(Phases& phases, const Codec& c, const CollArgs& a, uint64_t& rng) {
+  const int n = a.world, r = a.rank;
+  const size_t count = a.count, segments = dense_segments(count);
+  const auto* in = reinterpret_cast<const float*>(a.in);
+  auto* out = reinterpret_cast<float*>(a.out);
+  const bool avg = a.op == ReduceOp::kAvg;
+  const size_t largest = (count + segments - 1) / segments;
+  const size_t e = c.encoded_bytes((largest + n - 1) / n);  // one block of one segment
+  const size_t seg_bytes = e * static_cast<size_t>(n);
+  Buffers& buf = buffers();
+  buf.send.resize(seg_bytes * segments);
+  buf.recv.resize(seg_bytes * segments);
+  buf.send2.resize(e * segments);
+  buf.recv2.resize(seg_bytes * segments);
+  buf.acc.resize((largest + n - 1) / n);
+  auto block = [&](size_t s, int j) {
+    const BlockRange seg = block_range(count, segments, s);
+    BlockRange b = block_range(seg.size, static_cast<size_t>(n), static_cast<size_t>(j));
+    b.begin += seg.begin;
+    return b;
+  };
+  // The CPU stages of segment s.
+  auto encode_blocks = [&](size_t s) {
+    for (int j = 0; j < n; ++j) {
+      const BlockRange b = block(s, j);
+      c.encode(in + b.begin, b.size, buf.send.data() + s * seg_bytes + static_cast<size_t>(j) * e,
+               nullptr, rng);
+    }
+  };
+  auto reduce_own = [&](size_t s) {
+    const size_t mine = block(s, r).size;
+    sum_decoded(c, buf.recv.data() + s * seg_bytes, e, n, mine, buf.acc.data());
+    if (avg) scale(buf.acc.data(), mine, n);
+    c.encode(buf.acc.data(), mine, buf.send2.data() + s * e, nullptr, rng);
+  };
+  auto decode_all = [&](size_t s) {
+    for (int j = 0; j < n; ++j) {
+      const BlockRange b = block(s, j);
+      sum_decoded(c, buf.recv2.data() + s * seg_bytes + static_cast<size_t>(j) * e, e, 1, b.size,
+                  out + b.begin);
+    }
+  };
+  // Its transfers.
+  auto alltoall = [&](size_t s) {
+    return phases.exchange(CollectiveKind::kAlltoall, buf.send.data() + s * seg_bytes,
+                           buf.recv.data() + s * seg_bytes, e);
+  };
+  auto allgather = [&](size_t s) {
+    return phases.exchange(CollectiveKind::kAllgather, buf.send2.data() + s * e,
+                           buf.recv2.data() + s * seg_bytes, e);
+  };
+
+  if (segments == 1) {
+    encode_blocks(0);
+    RDMAFLOW_RETURN_IF_ERROR(alltoall(0));
+    reduce_own(0);
+    RDMAFLOW_RETURN_IF_ERROR(allgather(0));
+    decode_all(0);
+    return Status::ok();
+  }
+
+  // Stages done so far, and whether this thread gave up.
+  struct Progress {
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t encoded = 0, exchanged = 0, reduced = 0, gathered = 0;
+    bool abort = false;
+    // Waits until `counter` reaches `v`; false when aborted.
+    bool wait(const size_t& counter, size_t v) {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return abort || counter >= v; });
+      return !abort;
+    }
+    void set(size_t& counter, size_t v) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        counter = v;
+      }
+      cv.notify_all();
+    }
+  } p;
+  auto helper = [&] {
+    encode_blocks(0);
+    p.set(p.encoded, 1);
+    encode_blocks(1);
+    p.set(p.encoded, 2);
+    for (size_t s = 0; s < segments; ++s) {
+      if (!p.wait(p.exchanged, s + 1)) return;
+      reduce_own(s);
+      p.set(p.reduced, s + 1);
+      if (s + 2 < segments) {
+        encode_blocks(s + 2);
+        p.set(p.encoded, s + 3);
+      }
+      if (s >= 1) {
+        if (!p.wait(p.gathered, s)) return;
+        decode_all(s - 1);
+      }
+    }
+    if (p.wait(p.gathered, segments)) decode_all(segments - 1);
+  };
+  std::thread worker(helper);
+  auto transfers = [&]() -> Status {
+    for (size_t s = 0; s < segments; ++s) {
+      p.wait(p.encoded, s + 1);
+      RDMAFLOW_RETURN_IF_ERROR(alltoall(s));
+      p.set(p.exchanged, s + 1);
+      if (s >= 1) {
+        p.wait(p.reduced, s);
+        RDMAFLOW_RETURN_IF_ERROR(allgather(s - 1));
+        p.set(p.gathered, s);
+      }
+    }
+    p.wait(p.reduced, segments);
+    RDMAFLOW_RETURN_IF_ERROR(allgather(segments - 1));
+    p.set(p.gathered, segments);
+    return Status::ok();
+  };
+  Status st = transfers();
+  if (!st.is_ok()) {
+    std::lock_guard<std::mutex> lock(p.mu);
+    p.abort = true;
+  }
+  p.cv.notify_all();
+  worker.join();
+  return st;
 }
 
 }  // namespace
@@ -170,39 +314,22 @@ Status run_compressed(Fabric& fabric, const CollArgs& a, const CodecCall& call, 
     return Status::ok();
   }
 
-  // Dense codecs: block j of the input to rank j (alltoall), summed there in
-  // f32; for allreduce the encoded sums then go to everyone (allgather).
-  const bool rs = a.kind == CollectiveKind::kReduceScatter;
-  auto block = [&](int j) {
-    return rs ? BlockRange{static_cast<size_t>(j) * count, count} : block_range(count, n, j);
-  };
-  const size_t largest = rs ? count : (count + n - 1) / n;
-  const size_t e = c.encoded_bytes(largest);
+  if (a.kind == CollectiveKind::kAllreduce) return dense_allreduce(phases, c, a, rng);
+
+  // reduce_scatter with a dense codec: block j of the input to rank j
+  // (alltoall), summed there in f32.
+  const size_t e = c.encoded_bytes(count);
   buf.send.resize(e * static_cast<size_t>(n));
   buf.recv.resize(e * static_cast<size_t>(n));
   for (int j = 0; j < n; ++j) {
-    const BlockRange b = block(j);
-    c.encode(in + b.begin, b.size, buf.send.data() + static_cast<size_t>(j) * e, nullptr, rng);
+    c.encode(in + static_cast<size_t>(j) * count, count,
+             buf.send.data() + static_cast<size_t>(j) * e, nullptr, rng);
   }
   RDMAFLOW_RETURN_IF_ERROR(
       phases.exchange(CollectiveKind::kAlltoall, buf.send.data(), buf.recv.data(), e));
-  const size_t mine = block(r).size;
-  if (rs) {
-    sum_decoded(c, buf.recv.data(), e, n, mine, out);
-    if (avg) scale(out, mine, n);
-    return Status::ok();
-  }
-  buf.acc.resize(mine);
-  sum_decoded(c, buf.recv.data(), e, n, mine, buf.acc.data());
-  if (avg) scale(buf.acc.data(), mine, n);
-  c.encode(buf.acc.data(), mine, buf.send.data(), nullptr, rng);
-  RDMAFLOW_RETURN_IF_ERROR(
-      phases.exchange(CollectiveKind::kAllgather, buf.send.data(), buf.recv.data(), e));
-  // Every block from its encoding, this rank's too: all ranks hold the same bits.
-  for (int j = 0; j < n; ++j) {
-    const BlockRange b = block(j);
-    sum_decoded(c, buf.recv.data() + static_cast<size_t>(j) * e, e, 1, b.size, out + b.begin);
-  }
+  sum_decoded(c, buf.recv.data(), e, n, count, out);
+  if (avg) scale(out, count, n);
+  (void)r;
   return Status::ok();
 }
 
@@ -210,7 +337,9 @@ size_t compressed_sent_bytes(CollectiveKind kind, size_t count, int world, const
   const auto others = static_cast<size_t>(world - 1);
   if (kind == CollectiveKind::kAllreduce) {
     if (!dense(codec)) return others * codec.encoded_bytes(count);
-    return 2 * others * codec.encoded_bytes((count + world - 1) / world);
+    const size_t segments = dense_segments(count);
+    const size_t largest = (count + segments - 1) / segments;
+    return segments * 2 * others * codec.encoded_bytes((largest + world - 1) / world);
   }
   return others * codec.encoded_bytes(count);
 }
