@@ -47,7 +47,8 @@ void to_bf16(const float* x, size_t n, uint16_t* out) {
   for (; i < n; ++i) out[i] = to_bf16_one(x[i]);
 }
 
-void add_bf16(const uint16_t* in, size_t n, float* acc) {
+template <bool Add>
+void widen_bf16(const uint16_t* in, size_t n, float* acc) {
   size_t i = 0;
 #if defined(__SSE2__)
   const __m128i zero = _mm_setzero_si128();
@@ -55,23 +56,36 @@ void add_bf16(const uint16_t* in, size_t n, float* acc) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
     const __m128 lo = _mm_castsi128_ps(_mm_unpacklo_epi16(zero, h));  // h << 16
     const __m128 hi = _mm_castsi128_ps(_mm_unpackhi_epi16(zero, h));
-    _mm_storeu_ps(acc + i, _mm_add_ps(_mm_loadu_ps(acc + i), lo));
-    _mm_storeu_ps(acc + i + 4, _mm_add_ps(_mm_loadu_ps(acc + i + 4), hi));
+    if (Add) {
+      _mm_storeu_ps(acc + i, _mm_add_ps(_mm_loadu_ps(acc + i), lo));
+      _mm_storeu_ps(acc + i + 4, _mm_add_ps(_mm_loadu_ps(acc + i + 4), hi));
+    } else {
+      _mm_storeu_ps(acc + i, lo);
+      _mm_storeu_ps(acc + i + 4, hi);
+    }
   }
 #endif
   for (; i < n; ++i) {
     const uint32_t u = static_cast<uint32_t>(in[i]) << 16;
     float f;
     std::memcpy(&f, &u, 4);
-    acc[i] += f;
+    acc[i] = Add ? acc[i] + f : f;
   }
+}
+
+void add_bf16(const uint16_t* in, size_t n, float* acc) {
+  widen_bf16<true>(in, n, acc);
+}
+void from_bf16(const uint16_t* in, size_t n, float* out) {
+  widen_bf16<false>(in, n, out);
 }
 
 }  // namespace
 
 Result<std::unique_ptr<Codec>> make_bf16(double param) {
   RDMAFLOW_RETURN_IF_ERROR(refuse_param("bf16", param).status());
-  return std::unique_ptr<Codec>(new NarrowFloatCodec<CodecId::kBf16, to_bf16, add_bf16>());
+  return std::unique_ptr<Codec>(
+      new NarrowFloatCodec<CodecId::kBf16, to_bf16, add_bf16, from_bf16>());
 }
 
 }  // namespace rdmaflow

@@ -16,6 +16,7 @@
 // Decoding always accumulates in f32.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -91,6 +92,11 @@ class Codec {
                       uint64_t& rng) const = 0;
   // acc[i] += decode(in)[i] for i < count.
   virtual void decode_add(const std::byte* in, size_t count, float* acc) const = 0;
+  // out[i] = decode(in)[i]: one pass fewer than zeroing and adding.
+  virtual void decode(const std::byte* in, size_t count, float* out) const {
+    std::fill(out, out + count, 0.0f);
+    decode_add(in, count, out);
+  }
 };
 
 // One row per codec (kNone has none).

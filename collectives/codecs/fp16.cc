@@ -36,6 +36,22 @@ __attribute__((target("avx,f16c"))) void add_half_f16c(const uint16_t* in, size_
   for (; i < n; ++i) acc[i] += static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(in[i]));
 }
 
+__attribute__((target("avx,f16c"))) void from_half_f16c(const uint16_t* in, size_t n, float* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  }
+  for (; i < n; ++i) out[i] = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(in[i]));
+}
+
+void from_half(const uint16_t* in, size_t n, float* out) {
+  if (have_f16c()) return from_half_f16c(in, n, out);
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(in[i]));
+  }
+}
+
 void to_half(const float* x, size_t n, uint16_t* out) {
   if (have_f16c()) return to_half_f16c(x, n, out);
   for (size_t i = 0; i < n; ++i) out[i] = Eigen::numext::bit_cast<uint16_t>(Eigen::half(x[i]));
@@ -61,7 +77,8 @@ Result<std::unique_ptr<Codec>> refuse_param(const char* codec, double param) {
 
 Result<std::unique_ptr<Codec>> make_fp16(double param) {
   RDMAFLOW_RETURN_IF_ERROR(refuse_param("fp16", param).status());
-  return std::unique_ptr<Codec>(new NarrowFloatCodec<CodecId::kFp16, to_half, add_half>());
+  return std::unique_ptr<Codec>(
+      new NarrowFloatCodec<CodecId::kFp16, to_half, add_half, from_half>());
 }
 
 }  // namespace rdmaflow

@@ -10,9 +10,11 @@
 
 namespace rdmaflow {
 
-// to_narrow: out[i] = round(x[i]); add_wide: acc[i] += widen(in[i]).
+// to_narrow: out[i] = round(x[i]); add_wide: acc[i] += widen(in[i]);
+// to_wide: out[i] = widen(in[i]).
 template <CodecId Id, void (*ToNarrow)(const float*, size_t, uint16_t*),
-          void (*AddWide)(const uint16_t*, size_t, float*)>
+          void (*AddWide)(const uint16_t*, size_t, float*),
+          void (*ToWide)(const uint16_t*, size_t, float*)>
 class NarrowFloatCodec final : public Codec {
  public:
   CodecId id() const override { return Id; }
@@ -24,6 +26,9 @@ class NarrowFloatCodec final : public Codec {
   }
   void decode_add(const std::byte* in, size_t count, float* acc) const override {
     AddWide(reinterpret_cast<const uint16_t*>(in), count, acc);
+  }
+  void decode(const std::byte* in, size_t count, float* out) const override {
+    ToWide(reinterpret_cast<const uint16_t*>(in), count, out);
   }
 };
 

@@ -85,8 +85,9 @@ void signs(float* v, size_t n, float p, float q, uint8_t* bits, bool feedback) {
   }
 }
 
-// acc[i] += bit i ? p : q.
-void expand_add(const uint8_t* bits, size_t n, float p, float q, float* acc) {
+// acc[i] (+)= bit i ? p : q.
+template <bool Add>
+void expand(const uint8_t* bits, size_t n, float p, float q, float* acc) {
   size_t i = 0;
 #if defined(__SSE2__)
   // Lane masks of the 16 nibbles.
@@ -101,13 +102,20 @@ void expand_add(const uint8_t* bits, size_t n, float p, float q, float* acc) {
   for (; i + 8 <= n; i += 8) {
     const uint8_t byte = bits[i / 8];
     const __m128 lo = _mm_castsi128_ps(nibble[byte & 15]), hi = _mm_castsi128_ps(nibble[byte >> 4]);
-    _mm_storeu_ps(acc + i, _mm_add_ps(_mm_loadu_ps(acc + i),
-                                      _mm_or_ps(_mm_and_ps(lo, P), _mm_andnot_ps(lo, Q))));
-    _mm_storeu_ps(acc + i + 4, _mm_add_ps(_mm_loadu_ps(acc + i + 4),
-                                          _mm_or_ps(_mm_and_ps(hi, P), _mm_andnot_ps(hi, Q))));
+    __m128 a = _mm_or_ps(_mm_and_ps(lo, P), _mm_andnot_ps(lo, Q));
+    __m128 b = _mm_or_ps(_mm_and_ps(hi, P), _mm_andnot_ps(hi, Q));
+    if (Add) {
+      a = _mm_add_ps(_mm_loadu_ps(acc + i), a);
+      b = _mm_add_ps(_mm_loadu_ps(acc + i + 4), b);
+    }
+    _mm_storeu_ps(acc + i, a);
+    _mm_storeu_ps(acc + i + 4, b);
   }
 #endif
-  for (; i < n; ++i) acc[i] += ((bits[i / 8] >> (i % 8)) & 1u) ? p : q;
+  for (; i < n; ++i) {
+    const float v = ((bits[i / 8] >> (i % 8)) & 1u) ? p : q;
+    acc[i] = Add ? acc[i] + v : v;
+  }
 }
 
 class OneBitCodec final : public Codec {
@@ -151,16 +159,24 @@ class OneBitCodec final : public Codec {
   }
 
   void decode_add(const std::byte* in, size_t count, float* acc) const override {
+    expand_all<true>(in, count, acc);
+  }
+  void decode(const std::byte* in, size_t count, float* out) const override {
+    expand_all<false>(in, count, out);
+  }
+
+ private:
+  template <bool Add>
+  void expand_all(const std::byte* in, size_t count, float* acc) const {
     const size_t nb = buckets(count);
     const auto* means = reinterpret_cast<const float*>(in);
     const auto* bits = reinterpret_cast<const uint8_t*>(in + nb * 8);
     for (size_t b = 0; b < nb; ++b) {
       const size_t begin = b * bucket_, n = std::min(bucket_, count - begin);
-      expand_add(bits + begin / 8, n, means[2 * b], means[2 * b + 1], acc + begin);
+      expand<Add>(bits + begin / 8, n, means[2 * b], means[2 * b + 1], acc + begin);
     }
   }
 
- private:
   size_t bucket_;
 };
 

@@ -88,7 +88,8 @@ void quantize(const float* x, size_t n, float scale, float s, Lanes& lanes, uint
   }
 }
 
-void dequantize_add(const int8_t* q, size_t n, float unit, float* acc) {
+template <bool Add>
+void dequantize(const int8_t* q, size_t n, float unit, float* acc) {
   size_t i = 0;
 #if defined(__SSE2__)
   const __m128 vu = _mm_set1_ps(unit);
@@ -98,10 +99,11 @@ void dequantize_add(const int8_t* q, size_t n, float unit, float* acc) {
     __m128i w = _mm_cvtsi32_si128(four);
     w = _mm_unpacklo_epi8(w, w);
     w = _mm_srai_epi32(_mm_unpacklo_epi16(w, w), 24);  // sign-extended bytes
-    _mm_storeu_ps(acc + i, _mm_add_ps(_mm_loadu_ps(acc + i), _mm_mul_ps(_mm_cvtepi32_ps(w), vu)));
+    const __m128 v = _mm_mul_ps(_mm_cvtepi32_ps(w), vu);
+    _mm_storeu_ps(acc + i, Add ? _mm_add_ps(_mm_loadu_ps(acc + i), v) : v);
   }
 #endif
-  for (; i < n; ++i) acc[i] += unit * static_cast<float>(q[i]);
+  for (; i < n; ++i) acc[i] = (Add ? acc[i] : 0.0f) + unit * static_cast<float>(q[i]);
 }
 
 class QsgdCodec final : public Codec {
@@ -132,17 +134,25 @@ class QsgdCodec final : public Codec {
   }
 
   void decode_add(const std::byte* in, size_t count, float* acc) const override {
+    dequantize_all<true>(in, count, acc);
+  }
+  void decode(const std::byte* in, size_t count, float* out) const override {
+    dequantize_all<false>(in, count, out);
+  }
+
+ private:
+  template <bool Add>
+  void dequantize_all(const std::byte* in, size_t count, float* acc) const {
     const size_t nb = buckets(count);
     const auto* norms = reinterpret_cast<const float*>(in);
     const auto* q = reinterpret_cast<const int8_t*>(in + nb * 4);
     const float inv = 1.0f / static_cast<float>(levels_);
     for (size_t b = 0; b < nb; ++b) {
       const size_t begin = b * kBucket, n = std::min(kBucket, count - begin);
-      dequantize_add(q + begin, n, norms[b] * inv, acc + begin);
+      dequantize<Add>(q + begin, n, norms[b] * inv, acc + begin);
     }
   }
 
- private:
   int levels_;
 };
 

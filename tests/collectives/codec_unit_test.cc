@@ -186,6 +186,24 @@ TEST(Codecs, QsgdIsBoundedAndUnbiased) {
   }
 }
 
+// decode() (what the first of a sum's messages uses) writes what zeroing and
+// decode_add() would.
+TEST(Codecs, DecodeMatchesDecodeAdd) {
+  for (const auto& row : codec_table()) {
+    auto c = make_codec(CodecSpec{row.id, std::nullopt}).value();
+    for (size_t n : kCounts) {
+      auto x = codec_inputs(7, n, 19);
+      std::vector<std::byte> enc(c->encoded_bytes(n));
+      uint64_t rng = 3;
+      c->encode(x.data(), n, enc.data(), nullptr, rng);
+      std::vector<float> added(n, 0.0f), written(n, 123.0f);
+      c->decode_add(enc.data(), n, added.data());
+      c->decode(enc.data(), n, written.data());
+      ASSERT_EQ(added, written) << row.name << " n " << n;
+    }
+  }
+}
+
 TEST(Codecs, NamesRoundTripThroughText) {
   for (const auto& row : codec_table()) {
     auto spec = parse_codec(row.name);
