@@ -36,16 +36,20 @@ void split_sums(const float* v, size_t n, double* pos, double* other, size_t* np
   double sp = 0, so = 0;
 #if defined(__SSE2__)
   __m128 ap = _mm_setzero_ps(), ao = _mm_setzero_ps();
+  __m128i ac = _mm_setzero_si128();  // positive lanes (a mask is -1: subtracting counts)
   const __m128 zero = _mm_setzero_ps();
   for (; i + 4 <= n; i += 4) {
     const __m128 x = _mm_loadu_ps(v + i), m = _mm_cmpgt_ps(x, zero);
     ap = _mm_add_ps(ap, _mm_and_ps(m, x));
     ao = _mm_add_ps(ao, _mm_andnot_ps(m, x));
-    c += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(_mm_movemask_ps(m))));
+    ac = _mm_sub_epi32(ac, _mm_castps_si128(m));
   }
   float lp[4], lo[4];
+  int32_t lc[4];
   _mm_storeu_ps(lp, ap);
   _mm_storeu_ps(lo, ao);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(lc), ac);
+  c = static_cast<size_t>(lc[0]) + lc[1] + lc[2] + lc[3];
   sp = static_cast<double>(lp[0]) + lp[1] + lp[2] + lp[3];
   so = static_cast<double>(lo[0]) + lo[1] + lo[2] + lo[3];
 #endif
