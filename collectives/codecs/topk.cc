@@ -46,12 +46,9 @@ class TopKCodec final : public Codec {
               uint64_t&) const override {
     const size_t kk = k(count);
     if (kk == 0) return;
-    const float* v = x;
-    if (residual != nullptr) {
-      for (size_t i = 0; i < count; ++i) residual[i] += x[i];
-      v = residual;
-    }
-    const std::vector<Candidate>& picked = select(v, count, kk);
+    // select() adds x into the residual (in the pass that scans it).
+    const std::vector<Candidate>& picked = select(x, residual, count, kk);
+    const float* v = residual != nullptr ? residual : x;
     auto* idx = reinterpret_cast<uint32_t*>(out);
     auto* val = reinterpret_cast<float*>(out + kk * 4);
     for (size_t j = 0; j < kk; ++j) {
@@ -80,49 +77,68 @@ class TopKCodec final : public Codec {
     uint32_t index;
   };
 
-  // Appends every entry with |v| >= threshold.
-  static void scan(const float* v, size_t count, float threshold, std::vector<Candidate>& out) {
+  // Appends every entry of v with |v| >= threshold, where v = x, or with
+  // `fold` v = x + fold, stored into fold in the same pass.
+  static void scan(const float* x, float* fold, size_t count, float threshold,
+                   std::vector<Candidate>& out) {
     size_t i = 0;
 #if defined(__SSE2__)
     const __m128 t = _mm_set1_ps(threshold), sign = _mm_set1_ps(-0.0f);
     for (; i + 4 <= count; i += 4) {
-      const __m128 a = _mm_andnot_ps(sign, _mm_loadu_ps(v + i));
-      int m = _mm_movemask_ps(_mm_cmpge_ps(a, t));
+      __m128 v = _mm_loadu_ps(x + i);
+      if (fold != nullptr) {
+        v = _mm_add_ps(v, _mm_loadu_ps(fold + i));
+        _mm_storeu_ps(fold + i, v);
+      }
+      int m = _mm_movemask_ps(_mm_cmpge_ps(_mm_andnot_ps(sign, v), t));
       while (m != 0) {
         const int lane = __builtin_ctz(static_cast<unsigned>(m));
-        out.push_back({std::fabs(v[i + lane]), static_cast<uint32_t>(i + lane)});
+        const float value = fold != nullptr ? fold[i + lane] : x[i + lane];
+        out.push_back({std::fabs(value), static_cast<uint32_t>(i + lane)});
         m &= m - 1;
       }
     }
 #endif
     for (; i < count; ++i) {
-      if (std::fabs(v[i]) >= threshold) out.push_back({std::fabs(v[i]), static_cast<uint32_t>(i)});
+      const float v = fold != nullptr ? (fold[i] += x[i]) : x[i];
+      if (std::fabs(v) >= threshold) out.push_back({std::fabs(v), static_cast<uint32_t>(i)});
     }
   }
 
-  // k entries of largest |v| first in the result.
-  static std::vector<Candidate>& select(const float* v, size_t count, size_t kk) {
+  // The k entries of largest |x + residual| first in the result; the residual
+  // (if any) holds x + residual afterwards.
+  static std::vector<Candidate>& select(const float* x, float* residual, size_t count, size_t kk) {
     thread_local std::vector<Candidate> cand;
     thread_local std::vector<float> sample;
     constexpr size_t kMinSampled = 1 << 16;
     cand.clear();
-    float threshold = 0;
+    float* fold = residual;  // until the residual holds x + residual
     if (count >= kMinSampled && kk * 8 < count) {
       const size_t s = std::clamp<size_t>(count / 256, 4096, 1 << 16), stride = count / s;
       sample.resize(s);
-      for (size_t i = 0; i < s; ++i) sample[i] = std::fabs(v[i * stride]);
+      for (size_t i = 0; i < s; ++i) {
+        const size_t j = i * stride;
+        sample[i] = std::fabs(residual != nullptr ? x[j] + residual[j] : x[j]);
+      }
       // Aim at 1.5 k candidates: a low threshold costs a slightly larger
       // final selection, a high one a second scan.
       const double frac = 1.5 * static_cast<double>(kk) / static_cast<double>(count);
       const auto above = std::min<size_t>(s - 1, static_cast<size_t>(frac * s) + 1);
       std::nth_element(sample.begin(), sample.begin() + static_cast<ptrdiff_t>(s - above),
                        sample.end());
-      threshold = sample[s - above];
-      if (threshold > 0) scan(v, count, threshold, cand);
+      const float threshold = sample[s - above];
+      if (threshold > 0) {
+        scan(x, fold, count, threshold, cand);
+        fold = nullptr;
+      }
     }
     if (cand.size() < kk) {  // no estimate, or too high: every entry is a candidate
       cand.clear();
-      scan(v, count, 0.0f, cand);
+      if (fold == nullptr && residual != nullptr) {
+        scan(residual, nullptr, count, 0.0f, cand);  // already x + residual
+      } else {
+        scan(x, fold, count, 0.0f, cand);
+      }
     }
     if (cand.size() > kk) {
       std::nth_element(
