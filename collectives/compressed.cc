@@ -87,8 +87,7 @@ void scale(float* x, size_t n, int world) {
 // in rank order (so every rank that sums the same messages gets the same bits).
 void sum_decoded(const Codec& c, const std::byte* in, size_t bytes, int n_msgs, size_t n,
                  float* out) {
-  c.decode(in, n, out);
-  for (int j = 1; j < n_msgs; ++j) c.decode_add(in + static_cast<size_t>(j) * bytes, n, out);
+  c.decode_sum(in, bytes, n_msgs, n, out);
 }
 
 // Segments of a dense allreduce: while one segment's bytes travel, the next

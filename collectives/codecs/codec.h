@@ -97,6 +97,14 @@ class Codec {
     std::fill(out, out + count, 0.0f);
     decode_add(in, count, out);
   }
+  // out = the sum of the decodings of the `msgs` messages at in + j * bytes,
+  // added in message order (so every rank that sums the same messages gets
+  // the same bits).
+  virtual void decode_sum(const std::byte* in, size_t bytes, int msgs, size_t count,
+                          float* out) const {
+    decode(in, count, out);
+    for (int j = 1; j < msgs; ++j) decode_add(in + static_cast<size_t>(j) * bytes, count, out);
+  }
 };
 
 // One row per codec (kNone has none).

@@ -169,6 +169,27 @@ class OneBitCodec final : public Codec {
     expand_all<false>(in, count, out);
   }
 
+  // Bucket by bucket over the messages: the bucket's floats stay in cache
+  // while every message adds to them, one pass over `out` instead of one per
+  // message (4 messages of 16 M elements, loaded machine: 28-36 ms against 41-47).
+  void decode_sum(const std::byte* in, size_t bytes, int msgs, size_t count,
+                  float* out) const override {
+    const size_t nb = buckets(count);
+    for (size_t b = 0; b < nb; ++b) {
+      const size_t begin = b * bucket_, n = std::min(bucket_, count - begin);
+      for (int j = 0; j < msgs; ++j) {
+        const std::byte* msg = in + static_cast<size_t>(j) * bytes;
+        const auto* means = reinterpret_cast<const float*>(msg);
+        const auto* bits = reinterpret_cast<const uint8_t*>(msg + nb * 8) + begin / 8;
+        if (j == 0) {
+          expand<false>(bits, n, means[2 * b], means[2 * b + 1], out + begin);
+        } else {
+          expand<true>(bits, n, means[2 * b], means[2 * b + 1], out + begin);
+        }
+      }
+    }
+  }
+
  private:
   template <bool Add>
   void expand_all(const std::byte* in, size_t count, float* acc) const {
