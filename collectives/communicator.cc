@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "collectives/algorithms/registry.h"
+#include "collectives/compressed.h"
 #include "collectives/executor.h"
 #include "collectives/program.h"
 #include "collectives/reduce_kernels.h"
@@ -48,6 +49,8 @@ struct Communicator::Call {
   uint64_t ticket = 0;
   Millis timeout{0};                       // how long the call may go without progress once it runs
   const std::string* what = nullptr;       // "allreduce[ring]", from call_label()
+  std::optional<CodecCall> codec;          // compressed on the wire (compressed.h)
+  std::string codec_label;                 // "allreduce[topk:0.1]": `what` of such a call
   std::shared_ptr<detail::OpState> state;  // start() only: what the Request waits on
 };
 
@@ -213,6 +216,21 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
                                 "' is not an algorithm of " + std::string(collective_name(k)));
     }
     c->env_algo_[static_cast<size_t>(k)] = *a;
+  }
+  // The codec of every f32 sum/avg allreduce that does not choose its own.
+  if (auto v = env_string("RDMAFLOW_CODEC")) {
+    auto refuse = [&](const Status& st) {
+      return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
+                            "RDMAFLOW_CODEC='" + *v + "': " + st.reason());
+    };
+    auto spec = parse_codec(*v);
+    if (!spec.is_ok()) return refuse(spec.status());
+    c->env_codec_ = *spec;
+    if (spec->id != CodecId::kNone) {
+      auto made = make_codec(*spec);
+      if (!made.is_ok()) return refuse(made.status());
+      c->env_codec_made_ = std::move(*made);
+    }
   }
 
   std::vector<Transport*> transports = setup.transports;
@@ -542,6 +560,7 @@ Status Communicator::prepare(Call& call, CollectiveKind kind, const void* in, vo
   call.lane = static_cast<int>(options.tag.value_or(seq) % lanes_.size());
   call.timeout = options.timeout.value_or(*options_.timeout);
   call.what = &call_label(kind, algo);
+  RDMAFLOW_RETURN_IF_ERROR(prepare_codec(call, options, seq));
 
   // Piece size: a quarter of a rank's share, between 32 KiB and a slot.
   const size_t slot = fabric_->config().slot_bytes;
@@ -566,6 +585,35 @@ Status Communicator::prepare(Call& call, CollectiveKind kind, const void* in, vo
   return Status::ok();
 }
 
+// The call's codec: the caller's, else RDMAFLOW_CODEC for f32 sum/avg
+// allreduce. Explicit codecs the call cannot use are refused; the knob only
+// skips calls it does not apply to (integer allreduce, other collectives).
+Status Communicator::prepare_codec(Call& call, const CallOptions& options, uint64_t seq) {
+  const CollArgs& a = call.args;
+  CodecCall cc;
+  if (options.codec) {
+    if (options.codec->id == CodecId::kNone) return Status::ok();
+    cc.spec = *options.codec;
+    auto made = make_codec(cc.spec);
+    if (!made.is_ok()) return made.status().with_op(std::string(collective_name(a.kind)));
+    cc.codec = std::move(*made);
+  } else {
+    const bool applies = env_codec_made_ && a.kind == CollectiveKind::kAllreduce &&
+                         a.type == DataType::kF32 &&
+                         (a.op == ReduceOp::kSum || a.op == ReduceOp::kAvg);
+    if (!applies) return Status::ok();
+    cc.spec = env_codec_;
+    cc.codec = env_codec_made_;
+  }
+  cc.state = options.codec_state;
+  cc.seed = (seq + 1) * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(rank_) << 32);
+  RDMAFLOW_RETURN_IF_ERROR(check_codec_call(a.kind, a.count, a.type, a.op, cc));
+  call.codec_label = std::string(collective_name(a.kind)) + "[" + codec_text(cc.spec) + "]";
+  call.what = &call.codec_label;
+  call.codec = std::move(cc);
+  return Status::ok();
+}
+
 Status Communicator::execute_call(Call& call, Lane& lane) {
   if (is_broken_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(broken_mu_);
@@ -573,6 +621,16 @@ Status Communicator::execute_call(Call& call, Lane& lane) {
                           "communicator is broken by an earlier failure: " + broken_.to_string());
   }
   CollArgs& a = call.args;
+  if (call.codec) {
+    Status st = run_compressed(*fabric_, a, *call.codec, lane.index, Clock::now() + call.timeout,
+                               *call.what);
+    if (!st.is_ok()) {
+      std::lock_guard<std::mutex> lock(broken_mu_);
+      if (broken_.is_ok()) broken_ = st;
+      is_broken_.store(true, std::memory_order_release);
+    }
+    return st;
+  }
   const size_t es = dtype_size(a.type);
   const size_t need = temp_elems(a, call.algo) * es + 64;
   if (need > lane.tmp_bytes) {

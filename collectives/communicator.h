@@ -44,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/codecs/codec.h"
 #include "collectives/cost_model.h"
 #include "collectives/fabric.h"
 #include "collectives/topology.h"
@@ -85,6 +86,13 @@ struct CallOptions {
   Algorithm algorithm = Algorithm::kAuto;  // kAuto: RDMAFLOW_<OP>_ALGO, else the cost model
   std::optional<uint64_t> tag;             // picks the lane; default: call sequence number
   std::optional<Millis> timeout;           // the longest the call may go without progress
+  // Gradient codec for f32 allreduce, reduce_scatter and allgather
+  // (collectives/codecs/codec.h, docs/compression.md). Default: RDMAFLOW_CODEC,
+  // which applies to f32 sum/avg allreduce only; CodecSpec{} forces none.
+  std::optional<CodecSpec> codec;
+  // The caller's error feedback for this tensor (one state per tensor, see
+  // CodecState); null: none.
+  CodecState* codec_state = nullptr;
 };
 
 namespace detail {
@@ -187,6 +195,7 @@ class Communicator {
   // Checks the arguments and fills `call` (a blocking call's lives on the stack).
   Status prepare(Call& call, CollectiveKind kind, const void* in, void* out, size_t count,
                  DataType type, ReduceOp op, int root, const CallOptions& options);
+  Status prepare_codec(Call& call, const CallOptions& options, uint64_t seq);
   Status execute_call(Call& call, Lane& lane);
   Status find_hosts(uint64_t key);
   Status measure();
@@ -199,6 +208,8 @@ class Communicator {
   HostGroups hosts_;
   CostModel model_;
   std::vector<std::optional<Algorithm>> env_algo_;    // per CollectiveKind
+  CodecSpec env_codec_;                               // RDMAFLOW_CODEC
+  std::shared_ptr<const Codec> env_codec_made_;       // ... made once
   mutable std::atomic<uint64_t> algo_memo_[16] = {};  // per CollectiveKind, see select()
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::atomic<uint64_t> calls_{0};
