@@ -22,6 +22,10 @@ if(RDMAFLOW_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)
 endif()
+if(RDMAFLOW_TSAN)
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+endif()
 
 # rdmaflow_add_layer(NAME folder SOURCES ... DEPS ...)
 # Declares the library target rdmaflow_<folder> (alias rdmaflow::<folder>), installs
@@ -40,6 +44,9 @@ function(rdmaflow_add_layer folder)
     # Sanitized static libraries need the runtimes wherever they are linked, also
     # in projects that find_package(rdmaflow) from this install.
     target_link_options(${target} INTERFACE -fsanitize=address,undefined)
+  endif()
+  if(RDMAFLOW_TSAN)
+    target_link_options(${target} INTERFACE -fsanitize=thread)
   endif()
   install(TARGETS ${target} EXPORT rdmaflowTargets
           ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

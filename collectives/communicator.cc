@@ -11,6 +11,7 @@
 
 #include "collectives/algorithms/registry.h"
 #include "collectives/communicator_internal.h"
+#include "collectives/compressed.h"
 #include "collectives/executor.h"
 #include "collectives/program.h"
 #include "collectives/reduce_kernels.h"
@@ -30,8 +31,13 @@ bool Request::test() const {
 Status Request::wait(std::optional<Millis> timeout) {
   if (!state_) return RDMAFLOW_ERROR(Code::kInvalidArgument, "wait", -1, "empty request");
   std::unique_lock<std::mutex> lock(state_->mu);
-  const auto until = timeout ? Clock::now() + *timeout : state_->deadline + Millis(5000);
-  if (!state_->cv.wait_until(lock, until, [&] { return state_->done; })) {
+  if (!timeout) {
+    // The collective ends by itself: done, or failed once it went a timeout
+    // without progress (or the communicator was aborted).
+    state_->cv.wait(lock, [&] { return state_->done; });
+    return state_->status;
+  }
+  if (!state_->cv.wait_until(lock, Clock::now() + *timeout, [&] { return state_->done; })) {
     return RDMAFLOW_ERROR(Code::kTimeout, std::string(collective_name(state_->kind)), -1,
                           "still running after the wait's timeout (the collective goes on)");
   }
@@ -159,6 +165,21 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
     }
     c->env_algo_[static_cast<size_t>(k)] = *a;
   }
+  // The codec of every f32 sum/avg allreduce that does not choose its own.
+  if (auto v = env_string("RDMAFLOW_CODEC")) {
+    auto refuse = [&](const Status& st) {
+      return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
+                            "RDMAFLOW_CODEC='" + *v + "': " + st.reason());
+    };
+    auto spec = parse_codec(*v);
+    if (!spec.is_ok()) return refuse(spec.status());
+    c->env_codec_ = *spec;
+    if (spec->id != CodecId::kNone) {
+      auto made = make_codec(*spec);
+      if (!made.is_ok()) return refuse(made.status());
+      c->env_codec_made_ = std::move(*made);
+    }
+  }
 
   std::vector<Transport*> transports = setup.transports;
   if (transports.empty()) transports.assign(setup.world, setup.transport);
@@ -197,6 +218,17 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
       c->rank_, c->world_, cfg.lanes, cfg.slots, cfg.slot_bytes, c->fabric_->direct_peers(),
       c->model_.to_string());
   return c;
+}
+
+void Communicator::abort(const std::string& reason) {
+  Status why = RDMAFLOW_ERROR(Code::kCancelled, "abort", -1,
+                              "communicator aborted" + (reason.empty() ? "" : ": " + reason));
+  {
+    std::lock_guard<std::mutex> lock(broken_mu_);
+    if (broken_.is_ok()) broken_ = why;
+    is_broken_.store(true, std::memory_order_release);
+  }
+  fabric_->abort(std::move(why));
 }
 
 FabricStats Communicator::stats() const {
@@ -478,8 +510,9 @@ Status Communicator::prepare(Call& call, CollectiveKind kind, const void* in, vo
   call.algo = algo;
   const uint64_t seq = calls_.fetch_add(1);
   call.lane = static_cast<int>(options.tag.value_or(seq) % lanes_.size());
-  call.deadline = Clock::now() + options.timeout.value_or(*options_.timeout);
+  call.timeout = options.timeout.value_or(*options_.timeout);
   call.what = &call_label(kind, algo);
+  RDMAFLOW_RETURN_IF_ERROR(prepare_codec(call, options, seq));
 
   // Piece size: a quarter of a rank's share, between 32 KiB and a slot.
   const size_t slot = fabric_->config().slot_bytes;
@@ -504,6 +537,35 @@ Status Communicator::prepare(Call& call, CollectiveKind kind, const void* in, vo
   return Status::ok();
 }
 
+// The call's codec: the caller's, else RDMAFLOW_CODEC for f32 sum/avg
+// allreduce. Explicit codecs the call cannot use are refused; the knob only
+// skips calls it does not apply to (integer allreduce, other collectives).
+Status Communicator::prepare_codec(Call& call, const CallOptions& options, uint64_t seq) {
+  const CollArgs& a = call.args;
+  CodecCall cc;
+  if (options.codec) {
+    if (options.codec->id == CodecId::kNone) return Status::ok();
+    cc.spec = *options.codec;
+    auto made = make_codec(cc.spec);
+    if (!made.is_ok()) return made.status().with_op(std::string(collective_name(a.kind)));
+    cc.codec = std::move(*made);
+  } else {
+    const bool applies = env_codec_made_ && a.kind == CollectiveKind::kAllreduce &&
+                         a.type == DataType::kF32 &&
+                         (a.op == ReduceOp::kSum || a.op == ReduceOp::kAvg);
+    if (!applies) return Status::ok();
+    cc.spec = env_codec_;
+    cc.codec = env_codec_made_;
+  }
+  cc.state = options.codec_state;
+  cc.seed = (seq + 1) * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(rank_) << 32);
+  RDMAFLOW_RETURN_IF_ERROR(check_codec_call(a.kind, a.count, a.type, a.op, cc));
+  call.codec_label = std::string(collective_name(a.kind)) + "[" + codec_text(cc.spec) + "]";
+  call.what = &call.codec_label;
+  call.codec = std::move(cc);
+  return Status::ok();
+}
+
 Status Communicator::execute_call(Call& call, Lane& lane) {
   if (is_broken_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(broken_mu_);
@@ -512,6 +574,16 @@ Status Communicator::execute_call(Call& call, Lane& lane) {
   }
   if (call.body) return call.body(lane);
   CollArgs& a = call.args;
+  if (call.codec) {
+    Status st = run_compressed(*fabric_, a, *call.codec, lane.index, Clock::now() + call.timeout,
+                               *call.what);
+    if (!st.is_ok()) {
+      std::lock_guard<std::mutex> lock(broken_mu_);
+      if (broken_.is_ok()) broken_ = st;
+      is_broken_.store(true, std::memory_order_release);
+    }
+    return st;
+  }
   const size_t es = dtype_size(a.type);
   const size_t need = temp_elems(a, call.algo) * es + 64;
   if (need > lane.tmp_bytes) {
@@ -542,7 +614,7 @@ Status Communicator::execute_call(Call& call, Lane& lane) {
     lane.program_algo = call.algo;
     lane.program_piece = call.piece_elems;
   }
-  return execute_program(*lane.program, lane.index, *call.what, call.deadline);
+  return execute_program(*lane.program, lane.index, *call.what, Clock::now() + call.timeout);
 }
 
 Status Communicator::execute_program(const Program& program, int lane, const std::string& what,
@@ -603,7 +675,6 @@ Request Communicator::enqueue(std::shared_ptr<Call> call) {
   call->state = std::make_shared<detail::OpState>();
   call->state->algorithm = call->algo;
   call->state->kind = call->args.kind;
-  call->state->deadline = call->deadline;
   Lane& lane = *lanes_[call->lane];
   {
     std::lock_guard<std::mutex> lock(lane.mu);

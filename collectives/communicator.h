@@ -9,9 +9,13 @@
 // Semantics follow NCCL: every rank calls the same collectives in the same
 // order with the same counts, types, reductions and roots. In place is
 // `in == out` (allgather: in == out + rank * count; reduce_scatter:
-// out == in + rank * count). Every call has a deadline (CallOptions::timeout,
-// default RDMAFLOW_TIMEOUT_MS); errors name the collective, the algorithm and the
-// peer ("allreduce[ring] (peer rank 3) failed: timeout: ...").
+// out == in + rank * count). Every call has a timeout (CallOptions::timeout,
+// default RDMAFLOW_TIMEOUT_MS) that is about progress, not total time: a call
+// fails once it went that long without a piece moving (so a large collective
+// on a slow link is not cut short while its bytes flow), or at once when any
+// peer's channel failed (a dead rank), or when abort() is called; errors name
+// the collective, the algorithm and the peer ("allreduce[ring] (peer rank 3)
+// failed: timeout: ...").
 //
 // Several collectives may be in flight at once: each runs on a lane
 // (tag % lanes, the tag defaulting to the call's sequence number), lanes have
@@ -41,6 +45,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/codecs/codec.h"
 #include "collectives/cost_model.h"
 #include "collectives/fabric.h"
 #include "collectives/topology.h"
@@ -93,7 +98,14 @@ struct AlltoallvLayout {
 struct CallOptions {
   Algorithm algorithm = Algorithm::kAuto;  // kAuto: RDMAFLOW_<OP>_ALGO, else the cost model
   std::optional<uint64_t> tag;             // picks the lane; default: call sequence number
-  std::optional<Millis> timeout;           // the collective's deadline
+  std::optional<Millis> timeout;           // the longest the call may go without progress
+  // Gradient codec for f32 allreduce, reduce_scatter and allgather
+  // (collectives/codecs/codec.h, docs/compression.md). Default: RDMAFLOW_CODEC,
+  // which applies to f32 sum/avg allreduce only; CodecSpec{} forces none.
+  std::optional<CodecSpec> codec;
+  // The caller's error feedback for this tensor (one state per tensor, see
+  // CodecState); null: none.
+  CodecState* codec_state = nullptr;
 };
 
 class Program;
@@ -109,7 +121,8 @@ class Request {
   bool valid() const { return state_ != nullptr; }
   // True once the collective finished (successfully or not).
   bool test() const;
-  // Waits up to `timeout` (default: until the collective's own deadline). A
+  // Waits up to `timeout` (default: until the collective ends, which it does
+  // by itself: done, failed, or timed out for want of progress). A
   // kTimeout from here means "not finished yet": the collective goes on and
   // wait() may be called again.
   Status wait(std::optional<Millis> timeout = std::nullopt);
@@ -140,6 +153,14 @@ class Communicator {
   // Counters of the fabric: peers on the same-host direct path, pieces sent
   // each way, doorbell sleeps.
   FabricStats stats() const;
+
+  // Fails every running and queued collective at once with kCancelled naming
+  // `reason`, as ncclCommAbort does, and breaks the communicator (later calls
+  // fail at once). Callable from any thread, e.g. a watchdog or a signal
+  // handler's helper thread; waiters are woken, a rank driving a channel sees
+  // it within a few milliseconds. Peers are not told: their calls fail as
+  // this rank's channels stop answering, or when they are aborted too.
+  void abort(const std::string& reason = "");
 
   // The algorithm a call would use (forced, from the environment, or the model's).
   Result<Algorithm> select(CollectiveKind kind, size_t count, DataType type,
@@ -216,6 +237,7 @@ class Communicator {
   // Checks the arguments and fills `call` (a blocking call's lives on the stack).
   Status prepare(Call& call, CollectiveKind kind, const void* in, void* out, size_t count,
                  DataType type, ReduceOp op, int root, const CallOptions& options);
+  Status prepare_codec(Call& call, const CallOptions& options, uint64_t seq);
   Status execute_call(Call& call, Lane& lane);
   // Runs a prepared call on its lane: on this thread (blocking) or on the
   // lane's worker (start).
@@ -243,6 +265,8 @@ class Communicator {
   HostGroups hosts_;
   CostModel model_;
   std::vector<std::optional<Algorithm>> env_algo_;    // per CollectiveKind
+  CodecSpec env_codec_;                               // RDMAFLOW_CODEC
+  std::shared_ptr<const Codec> env_codec_made_;       // ... made once
   mutable std::atomic<uint64_t> algo_memo_[16] = {};  // per CollectiveKind, see select()
   std::vector<std::unique_ptr<Lane>> lanes_;
   // Per peer, [2 * peer] its sends, [2 * peer + 1] its receives (p2p only).

@@ -9,11 +9,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "collectives/algorithms/registry.h"
 #include "collectives/communicator.h"
+#include "collectives/compressed.h"
 #include "collectives/program.h"
 
 namespace rdmaflow {
@@ -28,7 +30,6 @@ struct OpState {
   Status status;
   Algorithm algorithm = Algorithm::kAuto;
   CollectiveKind kind = CollectiveKind::kAllreduce;
-  Clock::time_point deadline;
 
   void complete(Status st) {
     {
@@ -47,8 +48,10 @@ struct Communicator::Call {
   size_t piece_elems = 1;
   int lane = 0;
   uint64_t ticket = 0;
-  Clock::time_point deadline;
+  Millis timeout{0};                       // how long the call may go without progress once it runs
   const std::string* what = nullptr;       // "allreduce[ring]", from call_label()
+  std::optional<CodecCall> codec;          // compressed on the wire (compressed.h)
+  std::string codec_label;                 // "allreduce[topk:0.1]": `what` of such a call
   std::shared_ptr<detail::OpState> state;  // start() only: what the Request waits on
   // Set for calls that run their own programs (alltoallv): execute_call runs
   // it instead of building the registry's program from `args`.

@@ -99,7 +99,7 @@ Result<std::shared_ptr<Communicator::Call>> Communicator::prepare_alltoallv(
   call->algo = Algorithm::kPairwise;
   const uint64_t seq = calls_.fetch_add(1);
   call->lane = static_cast<int>(options.tag.value_or(seq) % lanes_.size());
-  call->deadline = Clock::now() + options.timeout.value_or(*options_.timeout);
+  call->timeout = options.timeout.value_or(*options_.timeout);
   call->what = &what;
   call->piece_elems =
       std::max<size_t>(1, fixed_piece_bytes(options_, fabric_->config().slot_bytes) / es);
@@ -120,7 +120,8 @@ Result<std::shared_ptr<Communicator::Call>> Communicator::prepare_alltoallv(
       check.recv(p, &theirs[2 * p], 2);
     }
     check.finalize();
-    RDMAFLOW_RETURN_IF_ERROR(execute_program(check, lane.index, *c->what, c->deadline));
+    RDMAFLOW_RETURN_IF_ERROR(
+        execute_program(check, lane.index, *c->what, Clock::now() + c->timeout));
     AlltoallvLayout agreed = *blocks;
     Status mismatch;
     for (int p = 0; p < world_; ++p) {
@@ -143,7 +144,8 @@ Result<std::shared_ptr<Communicator::Call>> Communicator::prepare_alltoallv(
                             agreed.recv_counts.data(), agreed.recv_displs.data()};
     pairwise_alltoallv(c->args, b, program);
     program.finalize();
-    RDMAFLOW_RETURN_IF_ERROR(execute_program(program, lane.index, *c->what, c->deadline));
+    RDMAFLOW_RETURN_IF_ERROR(
+        execute_program(program, lane.index, *c->what, Clock::now() + c->timeout));
     return mismatch;
   };
   return call;
@@ -210,14 +212,15 @@ Request Communicator::start_p2p(bool sending, void* buf, size_t count, DataType 
   if (buf == nullptr && count) return refuse("null buffer");
 
   const int lane = fabric_->config().lanes - 1;
-  const auto deadline = Clock::now() + options.timeout.value_or(*options_.timeout);
+  // The call may go this long without progress once it runs (its turn may
+  // come after earlier messages of the pair).
+  const Millis timeout = options.timeout.value_or(*options_.timeout);
   const size_t piece = fixed_piece_bytes(options_, fabric_->config().slot_bytes);
   const size_t bytes = count * es;
   auto* data = static_cast<std::byte*>(buf);
   P2pQueue::Job job;
   job.state = std::make_shared<detail::OpState>();
   job.state->kind = CollectiveKind::kAlltoall;
-  job.state->deadline = deadline;
   job.what = what;
   job.run = [=, this]() -> Status {
     if (is_broken_.load(std::memory_order_acquire)) {
@@ -233,12 +236,12 @@ Request Communicator::start_p2p(bool sending, void* buf, size_t count, DataType 
       p.send(peer, &header, sizeof header);
       p.send(peer, data, bytes);
       p.finalize();
-      return execute_program(p, lane, what, deadline);
+      return execute_program(p, lane, what, Clock::now() + timeout);
     }
     Program h(world_, DataType::kU8, ReduceOp::kSum, piece);
     h.recv(peer, &header, sizeof header);
     h.finalize();
-    RDMAFLOW_RETURN_IF_ERROR(execute_program(h, lane, what, deadline));
+    RDMAFLOW_RETURN_IF_ERROR(execute_program(h, lane, what, Clock::now() + timeout));
     if (header.magic != P2pHeader::kMagic) {
       Status st = RDMAFLOW_ERROR(Code::kInternal, what, peer, "message header is corrupt");
       std::lock_guard<std::mutex> lock(broken_mu_);
@@ -259,7 +262,7 @@ Request Communicator::start_p2p(bool sending, void* buf, size_t count, DataType 
       }
     }
     d.finalize();
-    RDMAFLOW_RETURN_IF_ERROR(execute_program(d, lane, what, deadline));
+    RDMAFLOW_RETURN_IF_ERROR(execute_program(d, lane, what, Clock::now() + timeout));
     if (match) return Status::ok();
     return RDMAFLOW_ERROR(Code::kInvalidArgument, what, peer,
                           "the next message from rank " + std::to_string(peer) + " has " +

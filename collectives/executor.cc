@@ -24,6 +24,9 @@ constexpr auto kSlice = std::chrono::microseconds(20);
 constexpr auto kRecheck = std::chrono::milliseconds(100);
 // ... or on the doorbell (direct peers).
 constexpr auto kDirectRecheck = std::chrono::milliseconds(20);
+// How often a waiting executor looks at the channels of the peers it is not
+// waiting on.
+constexpr auto kPeerScan = std::chrono::milliseconds(5);
 
 // Write completions, filled on progress threads, drained by the executor.
 struct Completions {
@@ -61,6 +64,7 @@ class Run {
         world_(program.world()),
         es_(program.elem_size()),
         cfg_(fabric.config()),
+        patience_(deadline - Clock::now()),
         deadline_(deadline),
         what_(what),
         sig_(fabric.signal()),
@@ -281,9 +285,17 @@ class Run {
 
   // ---- wait ----
 
-  // Nothing can move: fails the call when a peer we wait on failed or the
-  // deadline passed (true); else names what we wait for.
+  // Nothing can move: fails the call when a peer failed, the communicator was
+  // aborted or the deadline passed (true); else names what we wait for. The
+  // deadline is about progress, not total time: every finished piece moves it
+  // to `patience_` from now, so a large collective on a slow link runs as long
+  // as its bytes keep moving, and a stalled one fails `patience_` after its
+  // last piece.
   bool blocked(Clock::time_point now) {
+    if (finished_ != finished_seen_) {
+      finished_seen_ = finished_;
+      deadline_ = std::max(deadline_, now + patience_);
+    }
     waiting_peer_ = -1;
     waiting_for_ = "write completions";
     for (uint32_t i : scratch_.ready) {
@@ -305,6 +317,22 @@ class Run {
     }
     failure_ = fabric_.detached_error();
     if (!failure_.is_ok()) return true;
+    failure_ = fabric_.aborted();
+    if (!failure_.is_ok()) return true;
+    // Every rank takes part in every collective, so a peer whose channel
+    // failed (a dead rank's sockets close) dooms this call even when this
+    // rank's part of the schedule never talks to it: fail now, naming it,
+    // rather than time out waiting on a neighbour that waits on it.
+    if (now >= next_peer_scan_) {
+      next_peer_scan_ = now + kPeerScan;
+      for (int p = 0; p < world_; ++p) {
+        Status st = fabric_.peer_error(p);
+        if (!st.is_ok()) {
+          failure_ = std::move(st);
+          return true;
+        }
+      }
+    }
     for (int p = 0; p < world_ && waiting_peer_ < 0; ++p) {
       if (scratch_.inflight[p] > 0) waiting_peer_ = p;
     }
@@ -332,9 +360,10 @@ class Run {
     options.spin = cfg_.direct_spin;
     options.yield_every = yield_every_;
     options.recheck = kDirectRecheck;
+    // (blocked() decides when to stop: the deadline moves with progress.)
     fabric_.endpoint().poll([this] { return step(); }, [this] { return done(); },
-                            [this](Clock::time_point now) { return blocked(now); }, deadline_,
-                            options);
+                            [this](Clock::time_point now) { return blocked(now); },
+                            Clock::time_point::max(), options);
   }
 
   // Drives the backend's progress on this thread while spinning: no thread
@@ -461,13 +490,13 @@ class Run {
   }
 
   // Spins on the fabric's Signal for what is left of `cfg.spin`, then sleeps
-  // on it until something happens or the deadline passes.
+  // on it until something happens, for at most kRecheck: then blocked()
+  // looks at every peer (a failed channel we do not wait on signals nothing)
+  // and at the deadline (progress made meanwhile moves it).
   void sleep_on_signal(Clock::time_point now, uint64_t epoch) {
     const auto spin = std::chrono::duration_cast<std::chrono::microseconds>(
         now < spin_until_ ? spin_until_ - now : Clock::duration(0));
-    if (!sig_.wait(epoch, deadline_, spin) && Clock::now() >= deadline_) {
-      failure_ = timeout_error();
-    }
+    sig_.wait(epoch, std::min(deadline_, now + kRecheck), spin);
   }
 
   // ---- complete ----
@@ -503,7 +532,8 @@ class Run {
   const int world_;
   const size_t es_;
   const FabricConfig& cfg_;
-  const Clock::time_point deadline_;
+  const Clock::duration patience_;  // how long the call may go without progress
+  Clock::time_point deadline_;      // moved by progress (blocked())
   const std::string& what_;
   Signal& sig_;
   const int yield_every_;
@@ -511,10 +541,12 @@ class Run {
 
   std::shared_ptr<Completions> comps_;  // made by the first write that needs one
   size_t finished_ = 0;
+  size_t finished_seen_ = 0;  // finished_ when blocked() last moved the deadline
   Status failure_;
-  Clock::time_point spin_until_;  // spin (drive, poll) rather than sleep until then
-  int waiting_peer_ = -1;         // set by blocked(): the peer we wait on, or -1
-  std::string waiting_for_;       // ... and what for
+  Clock::time_point spin_until_;      // spin (drive, poll) rather than sleep until then
+  Clock::time_point next_peer_scan_;  // blocked() looks at every peer's channel then
+  int waiting_peer_ = -1;             // set by blocked(): the peer we wait on, or -1
+  std::string waiting_for_;           // ... and what for
 };
 
 }  // namespace

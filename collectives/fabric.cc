@@ -257,6 +257,22 @@ Status Fabric::detached_error() {
   return shared_->detached_error;
 }
 
+void Fabric::abort(Status why) {
+  {
+    std::lock_guard<std::mutex> lock(shared_->error_mu);
+    if (shared_->aborted.load(std::memory_order_relaxed)) return;
+    shared_->abort_error = std::move(why);
+    shared_->aborted.store(true, std::memory_order_release);
+  }
+  shared_->signal.notify();
+}
+
+Status Fabric::aborted() {
+  if (!shared_->aborted.load(std::memory_order_acquire)) return Status::ok();
+  std::lock_guard<std::mutex> lock(shared_->error_mu);
+  return shared_->abort_error;
+}
+
 Status Fabric::send_direct(int p, int lane, uint64_t seq, const void* src, size_t bytes) {
   const shm::MemoryChannel& memory = peers_[p].memory;
   RDMAFLOW_RETURN_IF_ERROR(memory.put(slot_offset(lane, seq), src, bytes));

@@ -116,6 +116,8 @@ class Fabric {
     std::atomic<bool> detached_failed{false};
     std::mutex error_mu;
     Status detached_error;  // first failure of a detached send (error_mu)
+    std::atomic<bool> aborted{false};
+    Status abort_error;  // why abort() was called (error_mu)
     // The scratch block; freed with the last holder (a late callback may still
     // ring the doorbell in it).
     std::shared_ptr<std::byte> block;
@@ -201,6 +203,12 @@ class Fabric {
   Status peer_error(int p) const;
   // The first failure of a detached small send (OK when none failed).
   Status detached_error();
+  // Makes every running and later execute() fail with `why`
+  // (Communicator::abort): sleeping executors are woken, driving ones see it
+  // at their next look at the peers. Idempotent; the first reason stays.
+  void abort(Status why);
+  // OK, or the reason abort() was given.
+  Status aborted();
   // Posts a small send of `bytes` (<= kSmallBytes) from `src` as piece `seq` of
   // `lane` to `p` without waiting for its completion.
   void send_small(int p, int lane, uint64_t seq, const void* src, size_t bytes);

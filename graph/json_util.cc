@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "graph/graph_json.h"
+#include "graph/model_format.h"
 
 namespace rdmaflow::graph {
 
@@ -38,6 +39,20 @@ size_t too_deep_at(std::string_view text, int limit) {
 }  // namespace
 
 Result<nlohmann::json> parse_json_text(std::string_view text, const char* op) {
+  // Every rdmaflow document is an object (an array gets the usual "must be
+  // an object"): anything else is answered with what the bytes are instead of
+  // a parser error deep inside a binary file.
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (detect_model_format(text) != ModelFormat::kJson &&
+      (first == std::string_view::npos || text[first] != '[')) {
+    std::string reason = "not a JSON document (" + describe_start(text) + "; expected '{')";
+    if (detect_model_format(text) == ModelFormat::kOnnx) {
+      reason +=
+          "; it looks like an ONNX model: load it with the ONNX loader "
+          "(rdmaflow-plan chooses by content)";
+    }
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, reason);
+  }
   size_t at = too_deep_at(text, kMaxJsonDepth);
   if (at != std::string_view::npos) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,

@@ -16,8 +16,12 @@ PACKAGES=(
   # the Python package and torch.distributed backend (python/): Debian's torch
   python3-dev python3-torch libtorch-dev pybind11-dev python3-pytest python3-numpy
   python3-torchvision
+  # the ONNX model loader (graph/onnx) and the ONNX tests' export and seeds
+  libonnx-dev python3-onnx
   # the cluster in a box (scripts/cluster): namespaces, Slurm and its munge
   util-linux slurm-wlm munge
+  # fault tests across the simulated hosts (tests/cluster/faults_test.sh): partitions
+  nftables
   # the soft-RoCE guest (scripts/softroce-vm): QEMU, debootstrap, initramfs packing
   qemu-system-x86 debootstrap cpio zstd
 )

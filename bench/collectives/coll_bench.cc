@@ -7,6 +7,7 @@
 //   mpirun --mca plm_rsh_agent "scripts/cluster rsh" --mca pml ob1 --mca btl tcp,self,vader
 //       -H h0:2,h1:2 -np 4 rdmaflow_coll_bench --vs gloo --vs mpi     (docs/cluster.md)
 //   mpirun -np 2 rdmaflow_coll_bench --sizes 8 --vs socket --load 2  (waits under load)
+//   mpirun -np 2 rdmaflow_coll_bench --sizes 1M,16M,64M --codec all   (gradient codecs)
 //
 // rdmaflow runs as a user's job does: RDMAFLOW_TRANSPORT=auto unless
 // --transport says otherwise (shared memory within a host, the network between),
@@ -24,6 +25,9 @@
 // reduce_scatter, allgather and alltoall, 1 for broadcast and reduce), #wrong,
 // min / p99 time, and the ratio of our busbw to the reference's (for --vs
 // socket, a ping-pong between ranks 0 and 1: the ratio of its time to ours).
+// --codec adds a column per gradient codec (codec_columns.h): its time, the
+// bytes one rank sends per call, its speed-up over the uncompressed column
+// and its relative error.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
@@ -54,6 +58,7 @@
 #include <vector>
 
 #include "bench/collectives/check_data.h"
+#include "bench/collectives/codec_columns.h"
 #include "bench/collectives/gloo_store.h"
 #include "bench/collectives/references.h"
 #include "bench/collectives/socket_reference.h"
@@ -88,7 +93,8 @@ struct Args {
   std::string json;
   std::string transport;  // empty: RDMAFLOW_TRANSPORT, else auto
   Algorithm algo = Algorithm::kAuto;
-  bool all_algos = false;  // --algo all: every algorithm of --op beside the selector's
+  bool all_algos = false;         // --algo all: every algorithm of --op beside the selector's
+  std::vector<CodecSpec> codecs;  // --codec: a column each
 
   bench::DataSpec data() const { return {op, type, redop}; }
 };
@@ -172,12 +178,33 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
                      "); wins over RDMAFLOW_<OP>_ALGO. all: the selector's choice beside every "
                      "algorithm of --op, with the fastest and how far the choice is from it")
       ->check(named("algorithm", parse_algo_or_all));
+  std::string codecs;
+  app.add_option("--codec", codecs,
+                 "gradient codecs to run beside uncompressed rdmaflow (f32 allreduce, "
+                 "reduce_scatter, allgather): all, or a comma-separated list such as "
+                 "fp16,topk:0.01,onebit (docs/compression.md)")
+      ->default_str("none");
   if (auto exit_code = cli::parse(app, argc, argv)) return exit_code;
+  if (auto list = bench::parse_codec_list(codecs); !list.is_ok()) {
+    std::fprintf(stderr, "rdmaflow_coll_bench: --codec: %s\n", list.status().reason().c_str());
+    return cli::kUsageError;
+  } else {
+    a.codecs = *list;
+  }
   a.op = *parse_op(op);
   a.type = *parse_dtype(type);
   a.redop = *parse_reduce_op(redop);
   a.algo = *parse_algo_or_all(algo);
   a.all_algos = algo == "all";
+  const bool codec_op = a.op == CollectiveKind::kAllreduce ||
+                        a.op == CollectiveKind::kReduceScatter ||
+                        a.op == CollectiveKind::kAllgather;
+  if (!a.codecs.empty() && (a.type != DataType::kF32 || !codec_op)) {
+    std::fprintf(stderr,
+                 "rdmaflow_coll_bench: --codec needs --type f32 and --op allreduce, "
+                 "reduce_scatter or allgather\n");
+    return cli::kUsageError;
+  }
   for (const auto& v : vs) {
     if (v == "gloo") a.vs_gloo = true;
     if (v == "mpi") a.vs_mpi = true;
@@ -364,6 +391,23 @@ int main(int argc, char** argv) {
     }
   }
   const size_t first_reference = libs.size();
+  // Codec columns (after the algorithms: note_selector looks only at those).
+  std::vector<std::unique_ptr<bench::CodecColumn>> columns;
+  for (const CodecSpec& spec : a.codecs) {
+    columns.push_back(std::make_unique<bench::CodecColumn>(comm, spec));
+    bench::CodecColumn* col = columns.back().get();
+    libs.push_back({col->name(), [col](const Args& x, size_t) { return col->supports(x.op); },
+                    [col](const Args& x, size_t count, Bufs&) {
+                      Status st = col->run(x.op, count, x.redop);
+                      if (!st.is_ok()) die(st.to_string());
+                    },
+                    [spec](const Args&, size_t) { return codec_text(spec); }});
+  }
+  auto column_of = [&](size_t l) {
+    return l >= first_reference && l < first_reference + columns.size()
+               ? columns[l - first_reference].get()
+               : nullptr;
+  };
   if (a.vs_gloo) {
     libs.push_back({"gloo",
                     [](const Args& x, size_t) {
@@ -556,7 +600,11 @@ int main(int argc, char** argv) {
     std::printf("%12s %10s %5s %5s %13s | %10s %8s %8s %6s %9s %9s", "size(B)", "count", "type",
                 "redop", "algo", "time(us)", "algbw", "busbw", "#wrong", "min(us)", "p99(us)");
     for (size_t l = 1; l < libs.size(); ++l) {
-      std::printf(" | %12s %8s %7s", libs[l].name.c_str(), "busbw", "ratio");
+      if (column_of(l) != nullptr) {
+        std::printf(" | %16s %10s %7s %8s", libs[l].name.c_str(), "wire(B)", "speedup", "relerr");
+      } else {
+        std::printf(" | %12s %8s %7s", libs[l].name.c_str(), "busbw", "ratio");
+      }
     }
     std::printf("\n");
   }
@@ -598,8 +646,16 @@ int main(int argc, char** argv) {
       Bufs v;
       bench::fill(a.data(), rank, world, count, v);
       lib.run(a, count, v);
-      unsigned long long bad =
-          lib.name == "socket" ? 0 : bench::wrong(a.data(), rank, world, count, v);
+      bench::CodecColumn* col = column_of(l);
+      unsigned long long bad = lib.name == "socket" || col != nullptr
+                                   ? 0
+                                   : bench::wrong(a.data(), rank, world, count, v);
+      double rel_error = 0;
+      if (col != nullptr) {
+        auto e = col->relative_error(a.op, count, a.redop);
+        if (!e.is_ok()) die(e.status().to_string());
+        MPI_Reduce(&*e, &rel_error, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      }
       unsigned long long total_bad = 0;
       MPI_Reduce(&bad, &total_bad, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
       std::vector<double> slowest(iters);
@@ -622,7 +678,16 @@ int main(int argc, char** argv) {
       if (cpu_busy >= 0) j["host_cpu_busy"] = cpu_busy;  // rank 0's host, timed iterations
       row[lib.name] = j;
       char buf[256];
-      if (l == 0) {
+      if (col != nullptr) {
+        const size_t wire = col->sent_bytes(a.op, count);
+        const double speedup = p50 > 0 ? row["rdmaflow"]["time_us"].get<double>() / p50 : 0;
+        row[lib.name]["wire_bytes_per_rank"] = wire;
+        row[lib.name]["speedup_vs_uncompressed"] = speedup;
+        row[lib.name]["relative_error"] = rel_error;
+        std::snprintf(buf, sizeof(buf), " | %16.0f %10zu %6.2fx %8.1e", p50, wire, speedup,
+                      rel_error);
+      } else if (l == 0) {
+        row[lib.name]["wire_bytes_per_rank"] = bench::uncompressed_sent_bytes(a.op, bytes, world);
         std::snprintf(buf, sizeof(buf),
                       "%12zu %10zu %5s %5s %13s | %10.1f %8.3f %8.3f %6llu %9.1f %9.1f", bytes,
                       count, std::string(dtype_name(a.type)).c_str(),
@@ -639,13 +704,17 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       for (size_t l = 0; l < libs.size(); ++l) {
         if (line[l] == "unsupported") {
-          std::printf(l == 0 ? "%s" : " | %30s", "n/a");
+          std::printf(l == 0 ? "%s" : column_of(l) != nullptr ? " | %45s" : " | %30s", "n/a");
         } else {
           std::printf("%s", line[l].c_str());
         }
       }
       std::printf("\n");
       if (a.all_algos) note_selector(libs, first_reference, row);
+      if (!columns.empty()) {
+        std::printf("#   wire bytes per rank and call, uncompressed: %zu (bandwidth-optimal)\n",
+                    bench::uncompressed_sent_bytes(a.op, bytes, world));
+      }
       std::fflush(stdout);
       out_json["rows"].push_back(row);
     }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "bench/e2e/launch.h"
+#include "bench/e2e/replay_job.h"
 #include "bench/link_rate.h"
 #include "common/log.h"
 #include "examples/trainer/trainer.h"
@@ -243,6 +244,8 @@ Status run_job(const json& job, Bootstrap& boot) {
     result = run_transfer(job, boot);
   } else if (kind == "link") {
     result = run_link(job, boot);
+  } else if (kind == "replay") {
+    result = run_replay(job, boot);
   } else {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, "run job", -1, "unknown kind " + kind);
   }

@@ -5,6 +5,11 @@
 // times each planning phase, best of --repeat runs. The reference, measured in
 // the same run, is parsing the same graph's JSON text: planning is reported as
 // a ratio to the time it takes just to read the graph.
+//
+// With --model FILE (an ONNX model or a JSON graph, e.g. one torch exported)
+// it times what rdmaflow-plan does with it instead: load (for ONNX: protobuf,
+// ONNX shape inference, conversion), cut into --ranks pipeline stages, add the
+// backward pass (--train), plan; the reference is loading the model.
 #include <time.h>
 
 #include <algorithm>
@@ -12,7 +17,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,10 +27,14 @@
 #include "graph/analyze.h"
 #include "graph/graph_json.h"
 #include "graph/hash.h"
+#include "graph/model_format.h"
 #include "graph/partition.h"
+#include "graph/pipeline.h"
 #include "graph/placement.h"
 #include "graph/plan_json.h"
 #include "graph/synthetic.h"
+#include "graph/tools/load_model.h"
+#include "graph/training.h"
 #include "graph/validate.h"
 #include "tools/cli.h"
 
@@ -63,6 +74,93 @@ Timing best_of(int repeat, const std::function<void()>& fn) {
   std::exit(1);
 }
 
+// --model: load, pipeline partition, (backward pass,) plan, each timed.
+int bench_model(const std::string& path, const std::map<std::string, int64_t>& dims, int ranks,
+                bool train, int repeat, bool json) {
+  rg::LoadedModel model;
+  Timing t_load = best_of(repeat, [&] {
+    auto m = rg::load_model(path, dims);
+    if (!m) die(m.status());
+    model = std::move(*m);
+  });
+  const rg::Graph& g = model.file.graph;
+  rg::PipelinePartition pipeline;
+  Timing t_partition = best_of(repeat, [&] {
+    auto p = rg::pipeline_partition(g, ranks);
+    if (!p) die(p.status());
+    pipeline = std::move(*p);
+  });
+  rg::TrainingGraph training;
+  Timing t_backward;
+  if (train) {
+    t_backward = best_of(repeat, [&] {
+      auto t = rg::add_backward(g, pipeline.placement, rg::PlanOptions{}.dynamic_size_hint);
+      if (!t) die(t.status());
+      training = std::move(*t);
+    });
+  }
+  const rg::Graph& planned = train ? training.graph : g;
+  const rg::Placement& placement = train ? training.placement : pipeline.placement;
+  rg::TransferPlan plan;
+  Timing t_plan = best_of(repeat, [&] {
+    auto p = rg::plan_transfers(planned, placement, ranks, {});
+    if (!p) die(p.status());
+    plan = std::move(*p);
+  });
+  // What rdmaflow-plan does after loading, in one go.
+  Timing t_total = best_of(repeat, [&] {
+    auto p = rg::pipeline_partition(g, ranks);
+    if (!p) die(p.status());
+    rg::Placement pl = p->placement;
+    std::optional<rg::TrainingGraph> t;
+    if (train) {
+      auto tr = rg::add_backward(g, pl, rg::PlanOptions{}.dynamic_size_hint);
+      if (!tr) die(tr.status());
+      t = std::move(*tr);
+    }
+    auto plan2 = rg::plan_transfers(t ? t->graph : g, t ? t->placement : pl, ranks, {});
+    if (!plan2) die(plan2.status());
+  });
+  if (json) {
+    auto both = [](const Timing& t) {
+      return nlohmann::ordered_json{{"wall", t.wall}, {"cpu", t.cpu}};
+    };
+    nlohmann::ordered_json j;
+    j["model"] = path;
+    j["format"] = rg::model_format_name(model.format);
+    j["ops"] = g.num_ops();
+    j["planned_ops"] = planned.num_ops();
+    j["ranks"] = ranks;
+    j["train"] = train;
+    j["transfers"] = plan.transfers.size();
+    j["seconds"] = {{"load_model_reference", both(t_load)},
+                    {"pipeline_partition", both(t_partition)},
+                    {"add_backward", both(t_backward)},
+                    {"plan_transfers", both(t_plan)},
+                    {"partition_and_plan_total", both(t_total)}};
+    j["plan_over_load"] = t_total.cpu / t_load.cpu;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf(
+      "plan_bench: %s (%s): %zu ops%s, %d pipeline stages -> %zu transfers, best of %d\n",
+      path.c_str(), model.description.c_str(), g.num_ops(),
+      train ? (" (" + std::to_string(planned.num_ops()) + " with the backward pass)").c_str() : "",
+      ranks, plan.transfers.size(), repeat);
+  std::printf("  %-46s %9s %9s\n", "", "wall s", "cpu s");
+  auto row = [](const std::string& what, const Timing& t) {
+    std::printf("  %-46s %9.4f %9.4f\n", what.c_str(), t.wall, t.cpu);
+  };
+  row("reference: load the model", t_load);
+  row("pipeline partition", t_partition);
+  if (train) row("add the backward pass", t_backward);
+  row("plan_transfers (validate, partition, analyze)", t_plan);
+  row("partition + plan, as rdmaflow-plan does", t_total);
+  std::printf("  partition + plan take %.2fx the time to load the model (cpu)\n",
+              t_total.cpu / t_load.cpu);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -81,7 +179,23 @@ int main(int argc, char** argv) {
   app.add_flag("--random-placement", random_placement,
                "every op on a random rank (most edges cross ranks) instead of contiguous blocks");
   app.add_flag("--json", json, "the timings as JSON");
+  std::string model_path;
+  app.add_option("--model", model_path,
+                 "time planning this model (ONNX or JSON) as pipeline stages instead")
+      ->type_name("FILE");
+  std::vector<std::string> dim_args;
+  app.add_option("--dim", dim_args, "with --model: a symbolic dimension's size (repeatable)")
+      ->type_name("NAME=VALUE");
+  bool train = false;
+  app.add_flag("--train", train, "with --model: plan the backward pass too");
   if (auto exit_code = rdmaflow::cli::parse(app, argc, argv)) return *exit_code;
+  if (!model_path.empty()) {
+    std::map<std::string, int64_t> dims;
+    for (const auto& d : dim_args) {
+      if (auto st = rg::parse_dim_binding(d, dims); !st) die(st);
+    }
+    return bench_model(model_path, dims, ranks, train, repeat, json);
+  }
 
   const rg::Graph g = rg::synthetic::layered(ops, width);
   auto placement = rg::default_placement(g, ranks);

@@ -143,7 +143,8 @@ Result<TrainReport> train(const TrainConfig& c, Bootstrap& boot, SessionOptions 
     for (const auto& t : p.plan.transfers) report.job_bytes_per_step += t.bytes;
   } else {
     // Data parallel: no transfers in the graph; gradients meet in allreduce.
-    RDMAFLOW_ASSIGN_OR_RETURN(dp, connect_data_parallel(boot, options));
+    RDMAFLOW_ASSIGN_OR_RETURN(
+        dp, connect_data_parallel(boot, options, {c.codec, c.codec_warmup_steps}));
     report.transport = dp->transport_name();
     hooks.allreduce = dp->allreduce_hook();
     uint64_t grad_bytes = 0;

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/codecs/codec.h"
 #include "common/status.h"
 #include "examples/trainer/graph_executor.h"
 #include "examples/trainer/mlp_model.h"
@@ -44,6 +45,11 @@ struct TrainConfig {
   int warmup_steps = 1;
   uint64_t seed = 1;
   graph::PlanOptions plan;
+  // Data parallel: the gradients' codec on the wire (docs/compression.md);
+  // nullopt: RDMAFLOW_CODEC, else none.
+  std::optional<CodecSpec> codec;
+  // topk: DGC's warm-up (GradientCodec::warmup_steps in data_parallel.h); 0: none.
+  int codec_warmup_steps = 0;
   // Called on every rank after each step.
   std::function<void(const StepReport&)> on_step;
 };

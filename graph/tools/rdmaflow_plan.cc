@@ -1,20 +1,29 @@
-// rdmaflow-plan: plans a graph's cross-rank transfers and prints, per rank, the
-// transfers in and out, bytes per step, static and dynamic counts, and the
-// registered memory with and without reuse (docs/graph-plans.md).
+// rdmaflow-plan: plans a model's cross-rank transfers and prints, per rank
+// (pipeline stage), the ops and their estimated compute, the transfers in and
+// out, bytes per step, static and dynamic counts, and the registered memory
+// with and without reuse (docs/graph-plans.md). Reads rdmaflow JSON graphs and
+// ONNX models (chosen by content); without a placement it cuts the model into
+// pipeline stages (graph/pipeline.h); --train adds the backward pass.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "graph/analyze.h"
+#include "graph/cost.h"
 #include "graph/graph_json.h"
 #include "graph/hash.h"
 #include "graph/json_util.h"
 #include "graph/partition.h"
+#include "graph/pipeline.h"
 #include "graph/plan_json.h"
+#include "graph/tools/load_model.h"
+#include "graph/training.h"
 #include "tools/cli.h"
 
 namespace rg = rdmaflow::graph;
@@ -46,6 +55,21 @@ std::string percent_saved(uint64_t with, uint64_t without) {
   return buf;
 }
 
+// What the summaries print beside the plan.
+struct Context {
+  std::string model;      // format and what the loader found
+  std::string placement;  // where the placement came from
+  bool train = false;
+  std::vector<double> rank_flops;  // estimated compute per rank (graph/cost.h)
+  const rg::PipelinePartition* pipeline = nullptr;
+};
+
+std::string flops(double f) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g GFLOP", f / 1e9);
+  return buf;
+}
+
 std::string transfer_line(const rg::TransferSpec& t, bool out) {
   char buf[512];
   std::string type = std::string(rdmaflow::dtype_name(t.dtype)) + rg::shape_to_string(t.shape);
@@ -56,8 +80,8 @@ std::string transfer_line(const rg::TransferSpec& t, bool out) {
   return buf;
 }
 
-void print_text(const rg::Graph& g, const std::string& placement_source, const rg::TransferPlan& p,
-                uint64_t hash, size_t list) {
+void print_text(const rg::Graph& g, const Context& c, const rg::TransferPlan& p, uint64_t hash,
+                size_t list) {
   uint32_t nstatic = 0, ndynamic = 0;
   uint64_t step_bytes = 0, reg = 0, reg_noreuse = 0;
   for (const auto& t : p.transfers) {
@@ -68,14 +92,38 @@ void print_text(const rg::Graph& g, const std::string& placement_source, const r
     reg += r.registered_bytes;
     reg_noreuse += r.registered_bytes_without_reuse;
   }
-  std::printf("graph '%s': %zu ops, %zu tensors on %d ranks (placement: %s)\n", g.name.c_str(),
-              g.num_ops(), g.num_tensors(), p.num_ranks, placement_source.c_str());
+  double total_flops = 0;
+  for (double f : c.rank_flops) total_flops += f;
+  std::printf("model: %s\n", c.model.c_str());
+  std::printf("graph '%s'%s: %zu ops, %zu tensors on %d ranks (placement: %s)\n", g.name.c_str(),
+              c.train ? " (training: forward and backward)" : "", g.num_ops(), g.num_tensors(),
+              p.num_ranks, c.placement.c_str());
+  if (c.pipeline) {
+    std::printf("pipeline: %d stages, estimated compute %s;", p.num_ranks,
+                flops(total_flops).c_str());
+    for (size_t k = 0; k < c.pipeline->cut_bytes.size(); ++k) {
+      std::printf(" cut %zu|%zu: %s forward", k, k + 1,
+                  human_bytes(c.pipeline->cut_bytes[k]).c_str());
+      std::printf(k + 1 < c.pipeline->cut_bytes.size() ? "," : "");
+    }
+    std::printf("\n");
+    if (!c.pipeline->shared_weights.empty()) {
+      std::printf("  %zu weights are read on more than one stage (sent every step):",
+                  c.pipeline->shared_weights.size());
+      for (size_t i = 0; i < c.pipeline->shared_weights.size() && i < list; ++i) {
+        std::printf(" %s", g.tensor(c.pipeline->shared_weights[i]).name.c_str());
+      }
+      std::printf("\n");
+    }
+  }
   std::printf(
       "plan %s (graph %s): %zu transfers, %u static, %u dynamic; depth %u, alignment %llu\n",
       rg::hash_hex(hash).c_str(), rg::hash_hex(p.graph_hash).c_str(), p.transfers.size(), nstatic,
       ndynamic, p.options.pipeline_depth, static_cast<unsigned long long>(p.options.alignment));
   for (const auto& r : p.ranks) {
-    std::printf("\nrank %d: %zu ops scheduled\n", r.rank, r.schedule.size());
+    const double f = c.rank_flops[static_cast<size_t>(r.rank)];
+    std::printf("\nrank %d: %zu ops scheduled, estimated compute %s (%.1f%%)\n", r.rank,
+                r.schedule.size(), flops(f).c_str(), total_flops > 0 ? 100 * f / total_flops : 0.0);
     std::printf("  out: %zu transfers (%u static, %u dynamic), %s per step\n", r.sends.size(),
                 r.static_out, r.dynamic_out, human_bytes(r.bytes_out_per_step).c_str());
     for (size_t i = 0; i < r.sends.size() && i < list; ++i) {
@@ -102,14 +150,24 @@ void print_text(const rg::Graph& g, const std::string& placement_source, const r
       percent_saved(reg, reg_noreuse).c_str());
 }
 
-void print_json(const rg::Graph& g, const std::string& placement_source, const rg::TransferPlan& p,
-                uint64_t hash) {
+void print_json(const rg::Graph& g, const Context& c, const rg::TransferPlan& p, uint64_t hash) {
   nlohmann::ordered_json j;
+  j["model"] = c.model;
   j["graph"] = g.name;
+  j["train"] = c.train;
   j["ops"] = g.num_ops();
   j["tensors"] = g.num_tensors();
   j["num_ranks"] = p.num_ranks;
-  j["placement"] = placement_source;
+  j["placement"] = c.placement;
+  if (c.pipeline) {
+    nlohmann::ordered_json pj;
+    pj["stages"] = p.num_ranks;
+    pj["cut_bytes"] = c.pipeline->cut_bytes;
+    pj["shared_weights"] = nlohmann::ordered_json::array();
+    for (rg::TensorId t : c.pipeline->shared_weights)
+      pj["shared_weights"].push_back(g.tensor(t).name);
+    j["pipeline"] = std::move(pj);
+  }
   j["plan_hash"] = rg::hash_hex(hash);
   j["graph_hash"] = rg::hash_hex(p.graph_hash);
   j["pipeline_depth"] = p.options.pipeline_depth;
@@ -134,6 +192,7 @@ void print_json(const rg::Graph& g, const std::string& placement_source, const r
     nlohmann::ordered_json rj;
     rj["rank"] = r.rank;
     rj["ops"] = r.schedule.size();
+    rj["estimated_flops"] = c.rank_flops[static_cast<size_t>(r.rank)];
     rj["transfers_out"] = r.sends;
     rj["transfers_in"] = r.recvs;
     rj["bytes_out_per_step"] = r.bytes_out_per_step;
@@ -177,21 +236,45 @@ int main(int argc, char** argv) {
   size_t list = 32;
   rg::PlanOptions options;
   CLI::App app{
-      "Plans every cross-rank transfer of GRAPH.json and prints, per rank, the transfers\n"
-      "in and out, the bytes moved per step, static and dynamic counts, and the\n"
-      "registered memory with and without reuse.",
+      "Plans every cross-rank transfer of MODEL (an rdmaflow JSON graph or an ONNX model)\n"
+      "and prints, per rank, the ops and their estimated compute, the transfers in and\n"
+      "out, the bytes moved per step, static and dynamic counts, and the registered\n"
+      "memory with and without reuse.",
       "rdmaflow-plan"};
   rdmaflow::cli::configure(app);
-  app.add_option("graph", graph_path, "the graph (docs/graph-format.md)")
-      ->type_name("GRAPH.json")
+  app.add_option("graph", graph_path,
+                 "the model: an rdmaflow JSON graph or an ONNX model, told apart by content\n"
+                 "(docs/graph-format.md)")
+      ->type_name("MODEL")
       ->required();
+  std::vector<std::string> dim_args;
+  app.add_option("--dim", dim_args,
+                 "NAME=VALUE: a size for an ONNX model's symbolic dimension (repeatable);\n"
+                 "dynamic tensors get their size with it as a size hint")
+      ->type_name("NAME=VALUE");
   app.add_option("--ranks", ranks, "number of ranks; required when the graph has no placement")
       ->check(CLI::Range(1, rg::kMaxRanks))
       ->default_str("1 + the placement's highest rank");
   app.add_option("--placement", placement_path,
-                 "placement document (default: the graph's own, else the topological\n"
-                 "order cut into N contiguous blocks of equal op count)")
+                 "placement document (default: the graph's own, else --partition)")
       ->type_name("FILE");
+  std::string partition_mode = "pipeline";
+  app.add_option("--partition", partition_mode,
+                 "without a placement: 'pipeline' (N stages balancing estimated compute,\n"
+                 "cut where the fewest bytes cross, weights with their readers) or 'blocks'\n"
+                 "(N blocks of equal op count of the topological order)")
+      ->check(CLI::IsMember({"pipeline", "blocks"}))
+      ->capture_default_str();
+  rg::PipelineOptions pipeline_options;
+  app.add_option("--tolerance", pipeline_options.tolerance,
+                 "pipeline: how far (a fraction of one stage's compute) a cut may move\n"
+                 "from the balanced point to cross fewer bytes")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  bool train = false;
+  app.add_flag("--train", train,
+               "plan a training step: the backward pass too, one gradient transfer back for\n"
+               "every activation sent forward");
   app.add_flag("--json", json, "machine-readable summary on stdout");
   app.add_option("--depth", options.pipeline_depth, "slots per transfer / registered frames")
       ->check(CLI::Range(1, 64));
@@ -211,43 +294,78 @@ int main(int argc, char** argv) {
     return rdmaflow::cli::kUsageError;
   };
 
-  auto file = rg::load_graph_file(graph_path);
-  if (!file) {
-    std::fprintf(stderr, "rdmaflow-plan: %s\n", file.status().to_string().c_str());
+  std::map<std::string, int64_t> dims;
+  for (const auto& d : dim_args) {
+    if (auto st = rg::parse_dim_binding(d, dims); !st) return usage_error(st.reason());
+  }
+  auto model = rg::load_model(graph_path, dims);
+  if (!model) {
+    std::fprintf(stderr, "rdmaflow-plan: %s\n", model.status().to_string().c_str());
     return 1;
   }
-  const rg::Graph& g = file->graph;
+  const rg::GraphFile* file = &model->file;
+  Context ctx;
+  ctx.model = graph_path + ": " + model->description;
+  ctx.train = train;
+  const rg::Graph& forward = file->graph;
   rg::Placement placement;
-  std::string source;
   if (!placement_path.empty()) {
-    auto p = rg::load_placement_file(placement_path, g);
+    auto p = rg::load_placement_file(placement_path, forward);
     if (!p) {
       std::fprintf(stderr, "rdmaflow-plan: %s\n", p.status().to_string().c_str());
       return 1;
     }
     placement = std::move(*p);
-    source = placement_path;
+    ctx.placement = placement_path;
   } else if (!file->placement.empty()) {
     placement = file->placement;
-    source = "from the graph file";
+    ctx.placement = "from the graph file";
   }
   if (ranks == 0) {
     if (placement.empty()) return usage_error("--ranks is required when no placement is given");
     for (int r : placement.rank) ranks = std::max(ranks, r + 1);
   }
-  if (placement.empty()) {
-    auto p = rg::default_placement(g, ranks);
+  std::optional<rg::PipelinePartition> pipeline;
+  if (placement.empty() && partition_mode == "pipeline") {
+    pipeline_options.dynamic_hint = options.dynamic_size_hint;
+    auto p = rg::pipeline_partition(forward, ranks, pipeline_options);
+    if (!p) {
+      std::fprintf(stderr, "rdmaflow-plan: %s\n", p.status().to_string().c_str());
+      return 1;
+    }
+    pipeline = std::move(*p);
+    placement = pipeline->placement;
+    ctx.pipeline = &*pipeline;
+    ctx.placement = "default: pipeline stages balancing estimated compute";
+  } else if (placement.empty()) {
+    auto p = rg::default_placement(forward, ranks);
     if (!p) {
       std::fprintf(stderr, "rdmaflow-plan: %s\n", p.status().to_string().c_str());
       return 1;
     }
     placement = std::move(*p);
-    source = "default (contiguous blocks of the topological order)";
+    ctx.placement = "default: contiguous blocks of the topological order";
   }
+  std::optional<rg::TrainingGraph> training;
+  if (train) {
+    auto t = rg::add_backward(forward, placement, options.dynamic_size_hint);
+    if (!t) {
+      std::fprintf(stderr, "rdmaflow-plan: %s\n", t.status().to_string().c_str());
+      return 1;
+    }
+    training = std::move(*t);
+    placement = training->placement;
+  }
+  const rg::Graph& g = training ? training->graph : forward;
   auto plan = rg::plan_transfers(g, placement, ranks, options);
   if (!plan) {
     std::fprintf(stderr, "rdmaflow-plan: %s\n", plan.status().to_string().c_str());
     return 1;
+  }
+  ctx.rank_flops.assign(static_cast<size_t>(ranks), 0.0);
+  const std::vector<double> costs = rg::estimate_costs(g, options.dynamic_size_hint);
+  for (size_t i = 0; i < g.num_ops(); ++i) {
+    ctx.rank_flops[static_cast<size_t>(placement.rank[i])] += costs[i];
   }
   std::string text = rg::write_plan_json(*plan);
   uint64_t hash = rg::fnv1a64(text);
@@ -261,9 +379,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (json) {
-    print_json(g, source, *plan, hash);
+    print_json(g, ctx, *plan, hash);
   } else {
-    print_text(g, source, *plan, hash, list);
+    print_text(g, ctx, *plan, hash, list);
   }
   return 0;
 }

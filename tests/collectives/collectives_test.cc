@@ -237,6 +237,95 @@ TEST_P(Collectives, DeadPeerIsNamedAndBreaksTheCommunicator) {
   ASSERT_TRUE(r.ok) << r.message;
 }
 
+// One of 4 ranks killed (SIGKILL) in the middle of a loop of ring allreduces:
+// every survivor fails soon after, naming the dead rank, including rank 0,
+// whose ring neighbours (1 and 3) are alive and only stall: a dead peer's
+// channel fails the call even where the schedule never talks to it.
+TEST_P(Collectives, KilledRankIsNamedByEverySurvivor) {
+  RunOptions ro;
+  ro.may_be_killed = {2};
+  auto r = run_ranks(
+      4,
+      [&](int rank, int n, Exchange& ex) {
+        CommNode node;
+        RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node));
+        RF_ASSERT_OK(ex.barrier());
+        std::vector<float> in(65536, 1.0f), out(65536);
+        CallOptions o;
+        o.algorithm = Algorithm::kRing;
+        o.timeout = Millis(20000);
+        std::atomic<int64_t> killed_at{0};
+        std::thread killer;
+        if (rank == 0) {
+          killer = std::thread([&] {
+            std::this_thread::sleep_for(Millis(300));
+            EXPECT_TRUE(ex.kill(2).is_ok());
+            killed_at = std::chrono::steady_clock::now().time_since_epoch().count();
+          });
+        }
+        Status st;
+        while (st.is_ok()) {
+          st = node.comm->allreduce(in.data(), out.data(), in.size(), DataType::kF32,
+                                    ReduceOp::kSum, o);
+        }
+        const auto failed_at = std::chrono::steady_clock::now();
+        if (killer.joinable()) {
+          killer.join();
+          const auto since_kill =
+              failed_at - std::chrono::steady_clock::time_point(
+                              std::chrono::steady_clock::duration(killed_at.load()));
+          // Well within the 20 s timeout: the dead peer is noticed, not waited out.
+          EXPECT_LT(since_kill, std::chrono::milliseconds(5000)) << st.to_string();
+        }
+        EXPECT_EQ(st.peer(), 2) << "rank " << rank << ": " << st.to_string();
+        EXPECT_NE(st.to_string().find("allreduce[ring]"), std::string::npos) << st.to_string();
+        // Survivors leave together, so none sees another survivor's exit first.
+        RF_ASSERT_OK(ex.barrier());
+        return 0;
+      },
+      ro);
+  if (r.skipped) GTEST_SKIP() << r.message;
+  ASSERT_TRUE(r.ok) << r.message;
+}
+
+// abort() from another thread fails a pending collective at once (its timeout
+// is 30 s and its peer never joins), with kCancelled naming the reason; the
+// communicator is broken afterwards.
+TEST_P(Collectives, AbortFailsPendingCallsAtOnce) {
+  auto r = run_ranks(2, [&](int rank, int n, Exchange& ex) {
+    CommNode node;
+    RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node));
+    RF_ASSERT_OK(ex.barrier());
+    if (rank == 1) {  // never joins the allreduce
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    }
+    std::vector<float> in(1 << 20, 1.0f), out(1 << 20);
+    CallOptions o;
+    o.timeout = Millis(30000);
+    Request first = node.comm->start_allreduce(in.data(), out.data(), in.size(), DataType::kF32,
+                                               ReduceOp::kSum, o);
+    Request queued =
+        node.comm->start_allreduce(in.data(), out.data(), 8, DataType::kF32, ReduceOp::kSum, o);
+    std::this_thread::sleep_for(Millis(200));
+    EXPECT_FALSE(first.test());
+    const auto t0 = std::chrono::steady_clock::now();
+    node.comm->abort("watchdog");
+    Status st = first.wait(Millis(2000));
+    const auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_EQ(st.code(), Code::kCancelled) << st.to_string();
+    EXPECT_NE(st.to_string().find("aborted: watchdog"), std::string::npos) << st.to_string();
+    EXPECT_LT(took, std::chrono::milliseconds(500)) << st.to_string();
+    EXPECT_EQ(queued.wait(Millis(2000)).code(), Code::kCancelled);
+    Status later = node.comm->barrier();
+    EXPECT_EQ(later.code(), Code::kCancelled) << later.to_string();
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  if (r.skipped) GTEST_SKIP() << r.message;
+  ASSERT_TRUE(r.ok) << r.message;
+}
+
 // Same-host peers over UCX take the fabric's direct path (memcpy + sequence
 // words, no channel writes); RDMAFLOW_COLL_DIRECT=0 (or the option) keeps the
 // notify path; both give the same results. TCP never maps peer memory.
