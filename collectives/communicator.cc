@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "collectives/algorithms/registry.h"
+#include "collectives/communicator_internal.h"
 #include "collectives/compressed.h"
 #include "collectives/executor.h"
 #include "collectives/program.h"
@@ -18,61 +19,6 @@
 #include "common/log.h"
 
 namespace rdmaflow {
-
-using Clock = std::chrono::steady_clock;
-
-namespace detail {
-struct OpState {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  Status status;
-  Algorithm algorithm = Algorithm::kAuto;
-  CollectiveKind kind = CollectiveKind::kAllreduce;
-
-  void complete(Status st) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      done = true;
-      status = std::move(st);
-    }
-    cv.notify_all();
-  }
-};
-}  // namespace detail
-
-struct Communicator::Call {
-  CollArgs args;
-  Algorithm algo = Algorithm::kAuto;
-  size_t piece_elems = 1;
-  int lane = 0;
-  uint64_t ticket = 0;
-  Millis timeout{0};                       // how long the call may go without progress once it runs
-  const std::string* what = nullptr;       // "allreduce[ring]", from call_label()
-  std::optional<CodecCall> codec;          // compressed on the wire (compressed.h)
-  std::string codec_label;                 // "allreduce[topk:0.1]": `what` of such a call
-  std::shared_ptr<detail::OpState> state;  // start() only: what the Request waits on
-};
-
-struct Communicator::Lane {
-  int index = 0;
-  std::mutex mu;
-  std::condition_variable cv;
-  uint64_t next_ticket = 0;  // tickets handed out in call order
-  uint64_t turn = 0;         // the ticket allowed to run
-  std::deque<std::shared_ptr<Call>> queue;
-  std::thread worker;
-  bool stop = false;
-  std::byte* tmp = nullptr;  // local temporary memory of the running call
-  size_t tmp_bytes = 0;
-  // The last call's program, run again as it is when the next call has the
-  // same arguments (a training loop's, a benchmark's): no rebuild per call.
-  std::unique_ptr<Program> program;
-  CollArgs program_args;
-  Algorithm program_algo = Algorithm::kAuto;
-  size_t program_piece = 0;
-  ~Lane() { std::free(tmp); }
-};
 
 // ---------------- Request ----------------
 
@@ -197,7 +143,9 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   if (yield < 0) yield = crowded ? 1 : 0;
   cfg.slot_bytes = static_cast<size_t>(slot_bytes);
   cfg.slots = static_cast<int>(slots);
-  cfg.lanes = static_cast<int>(std::min<int64_t>(lanes, 63));
+  cfg.lanes = static_cast<int>(std::min<int64_t>(lanes, options.p2p ? 62 : 63));
+  const int collective_lanes = cfg.lanes;
+  if (options.p2p) ++cfg.lanes;  // the last lane is send()/recv()'s
   cfg.spin = std::chrono::microseconds(std::max<int64_t>(0, spin));
   cfg.direct_spin = std::chrono::microseconds(std::max<int64_t>(0, direct_spin));
   cfg.yield_polls = static_cast<int>(std::min<int64_t>(yield, 1 << 20));
@@ -237,9 +185,12 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   if (transports.empty()) transports.assign(setup.world, setup.transport);
   RDMAFLOW_ASSIGN_OR_RETURN(
       c->fabric_, Fabric::create(setup.rank, setup.world, setup.channels, transports, cfg));
-  for (int l = 0; l < cfg.lanes; ++l) {
+  for (int l = 0; l < collective_lanes; ++l) {
     c->lanes_.push_back(std::make_unique<Lane>());
     c->lanes_.back()->index = l;
+  }
+  if (options.p2p) {
+    for (int q = 0; q < 2 * setup.world; ++q) c->p2p_.push_back(std::make_unique<P2pQueue>());
   }
   if (setup.world > 1) {
     RDMAFLOW_RETURN_IF_ERROR(c->find_hosts(options.host_key.value_or(this_host_key())));
@@ -285,6 +236,7 @@ FabricStats Communicator::stats() const {
 }
 
 Communicator::~Communicator() {
+  stop_p2p();
   for (auto& lane : lanes_) {
     {
       std::lock_guard<std::mutex> lock(lane->mu);
@@ -620,6 +572,7 @@ Status Communicator::execute_call(Call& call, Lane& lane) {
     return RDMAFLOW_ERROR(Code::kCancelled, *call.what, broken_.peer(),
                           "communicator is broken by an earlier failure: " + broken_.to_string());
   }
+  if (call.body) return call.body(lane);
   CollArgs& a = call.args;
   if (call.codec) {
     Status st = run_compressed(*fabric_, a, *call.codec, lane.index, Clock::now() + call.timeout,
@@ -661,7 +614,12 @@ Status Communicator::execute_call(Call& call, Lane& lane) {
     lane.program_algo = call.algo;
     lane.program_piece = call.piece_elems;
   }
-  Status st = execute(*fabric_, *lane.program, lane.index, Clock::now() + call.timeout, *call.what);
+  return execute_program(*lane.program, lane.index, *call.what, Clock::now() + call.timeout);
+}
+
+Status Communicator::execute_program(const Program& program, int lane, const std::string& what,
+                                     Clock::time_point deadline) {
+  Status st = execute(*fabric_, program, lane, deadline, what);
   if (!st.is_ok()) {
     std::lock_guard<std::mutex> lock(broken_mu_);
     if (broken_.is_ok()) broken_ = st;
@@ -678,6 +636,10 @@ Status Communicator::run(CollectiveKind kind, const void* in, void* out, size_t 
   }
   Call call;
   RDMAFLOW_RETURN_IF_ERROR(prepare(call, kind, in, out, count, type, op, root, options));
+  return run_prepared(call);
+}
+
+Status Communicator::run_prepared(Call& call) {
   Lane& lane = *lanes_[call.lane];
   // Wait for our turn on the lane (calls on a lane run in call order), then run
   // on this thread: no hand-off to a worker for blocking calls.
@@ -697,12 +659,7 @@ Status Communicator::run(CollectiveKind kind, const void* in, void* out, size_t 
 
 Request Communicator::start(CollectiveKind kind, const void* in, void* out, size_t count,
                             DataType type, ReduceOp op, int root, const CallOptions& options) {
-  auto failed = [&](Status st) {
-    auto s = std::make_shared<detail::OpState>();
-    s->kind = kind;
-    s->complete(std::move(st));
-    return Request(s);
-  };
+  auto failed = [&](Status st) { return finished(kind, std::move(st)); };
   if (count == 0 && kind != CollectiveKind::kBarrier) {
     calls_.fetch_add(1);
     return failed(Status::ok());
@@ -711,9 +668,13 @@ Request Communicator::start(CollectiveKind kind, const void* in, void* out, size
   if (Status st = prepare(*call, kind, in, out, count, type, op, root, options); !st.is_ok()) {
     return failed(std::move(st));
   }
+  return enqueue(std::move(call));
+}
+
+Request Communicator::enqueue(std::shared_ptr<Call> call) {
   call->state = std::make_shared<detail::OpState>();
   call->state->algorithm = call->algo;
-  call->state->kind = kind;
+  call->state->kind = call->args.kind;
   Lane& lane = *lanes_[call->lane];
   {
     std::lock_guard<std::mutex> lock(lane.mu);

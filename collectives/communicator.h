@@ -35,6 +35,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -80,6 +81,18 @@ struct CommunicatorOptions {
   // (topology.h). Tests set it to simulate hosts on one machine; which path
   // a pair's bytes take still follows its channel.
   std::optional<uint64_t> host_key;
+  // Point-to-point send()/recv(): one more fabric lane, theirs alone (its
+  // slots cost lanes+1/lanes of the scratch memory), so they never mix with
+  // the collectives' lanes. Every rank must set it alike.
+  bool p2p = false;
+};
+
+// alltoallv's layout, in elements, world entries each: rank r's block for
+// peer p is in[send_displs[p], + send_counts[p]) and p's block lands in
+// out[recv_displs[p], + recv_counts[p]). send_counts[p] on rank r must equal
+// recv_counts[r] on rank p: alltoallv checks it before moving any data.
+struct AlltoallvLayout {
+  std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;
 };
 
 struct CallOptions {
@@ -94,6 +107,8 @@ struct CallOptions {
   // CodecState); null: none.
   CodecState* codec_state = nullptr;
 };
+
+class Program;
 
 namespace detail {
 struct OpState;
@@ -165,6 +180,25 @@ class Communicator {
   Status barrier(const CallOptions& options = {});
   Status alltoall(const void* in, void* out, size_t count, DataType type,
                   const CallOptions& options = {});
+  // Uneven alltoall (communicator_v.cc): `in` holds in_elems, `out` out_elems
+  // elements; the blocks must lie inside them, the received blocks must not
+  // overlap, and in and out must not overlap. Each pair first exchanges its
+  // counts (one round of 16-byte messages): a pair that disagrees moves none
+  // of its blocks and fails the call on both its ranks with kInvalidArgument
+  // naming the peer (the other pairs' blocks arrive); the communicator stays usable.
+  Status alltoallv(const void* in, size_t in_elems, void* out, size_t out_elems,
+                   const AlltoallvLayout& layout, DataType type, const CallOptions& options = {});
+  // Point to point (communicator_v.cc; needs CommunicatorOptions::p2p): the
+  // messages of a pair are matched in the order they were posted, each
+  // direction on its own queue, so a send and a recv with the same peer run at
+  // once. A message up to slots x slot_bytes is written into the receiver's
+  // registered slots without waiting for its recv; a longer one waits for it.
+  // recv checks the message's size and tag against its own: a mismatch fails
+  // it with kInvalidArgument (the message is consumed, the pair stays usable).
+  Status send(const void* buf, size_t count, DataType type, int peer, uint64_t tag = 0,
+              const CallOptions& options = {});
+  Status recv(void* buf, size_t count, DataType type, int peer, uint64_t tag = 0,
+              const CallOptions& options = {});
 
   // ---- asynchronous ----
   Request start_allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op,
@@ -180,6 +214,13 @@ class Communicator {
   Request start_barrier(const CallOptions& options = {});
   Request start_alltoall(const void* in, void* out, size_t count, DataType type,
                          const CallOptions& options = {});
+  Request start_alltoallv(const void* in, size_t in_elems, void* out, size_t out_elems,
+                          const AlltoallvLayout& layout, DataType type,
+                          const CallOptions& options = {});
+  Request start_send(const void* buf, size_t count, DataType type, int peer, uint64_t tag = 0,
+                     const CallOptions& options = {});
+  Request start_recv(void* buf, size_t count, DataType type, int peer, uint64_t tag = 0,
+                     const CallOptions& options = {});
 
   // Any collective by kind (count as in the per-kind calls; root and op where
   // they apply).
@@ -191,12 +232,28 @@ class Communicator {
  private:
   struct Call;
   struct Lane;
+  struct P2pQueue;
   Communicator() = default;
   // Checks the arguments and fills `call` (a blocking call's lives on the stack).
   Status prepare(Call& call, CollectiveKind kind, const void* in, void* out, size_t count,
                  DataType type, ReduceOp op, int root, const CallOptions& options);
   Status prepare_codec(Call& call, const CallOptions& options, uint64_t seq);
   Status execute_call(Call& call, Lane& lane);
+  // Runs a prepared call on its lane: on this thread (blocking) or on the
+  // lane's worker (start).
+  Status run_prepared(Call& call);
+  Request enqueue(std::shared_ptr<Call> call);
+  // Runs `program` on `lane`; a failure breaks the communicator.
+  Status execute_program(const Program& program, int lane, const std::string& what,
+                         std::chrono::steady_clock::time_point deadline);
+  Result<std::shared_ptr<Call>> prepare_alltoallv(const void* in, size_t in_elems, void* out,
+                                                  size_t out_elems, const AlltoallvLayout& layout,
+                                                  DataType type, const CallOptions& options);
+  Request start_p2p(bool sending, void* buf, size_t count, DataType type, int peer, uint64_t tag,
+                    const CallOptions& options);
+  void stop_p2p();
+  // A Request that is already finished with `st`.
+  static Request finished(CollectiveKind kind, Status st);
   Status find_hosts(uint64_t key);
   Status measure();
   void worker_loop(Lane* lane);
@@ -212,6 +269,8 @@ class Communicator {
   std::shared_ptr<const Codec> env_codec_made_;       // ... made once
   mutable std::atomic<uint64_t> algo_memo_[16] = {};  // per CollectiveKind, see select()
   std::vector<std::unique_ptr<Lane>> lanes_;
+  // Per peer, [2 * peer] its sends, [2 * peer + 1] its receives (p2p only).
+  std::vector<std::unique_ptr<P2pQueue>> p2p_;
   std::atomic<uint64_t> calls_{0};
   mutable std::mutex broken_mu_;
   Status broken_;

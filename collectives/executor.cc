@@ -125,10 +125,13 @@ class Run {
     auto& recv_base = scratch_.recv_base;
     send_base.assign(world_, 0);
     recv_base.assign(world_, 0);
+    // Only the directions this program uses are read (and advanced in
+    // complete()): send() and recv() run the two directions of a lane on
+    // different threads.
     for (int p = 0; p < world_; ++p) {
       if (p == fabric_.rank()) continue;
-      send_base[p] = fabric_.peer(p).send_seq[lane_];
-      recv_base[p] = fabric_.peer(p).recv_seq[lane_];
+      if (program_.sends_to(p)) send_base[p] = fabric_.peer(p).send_seq[lane_];
+      if (program_.recvs_from(p)) recv_base[p] = fabric_.peer(p).recv_seq[lane_];
     }
     // Sends in flight per peer (their completions are awaited).
     scratch_.inflight.assign(world_, 0);
@@ -515,8 +518,8 @@ class Run {
     }
     for (int p = 0; p < world_; ++p) {
       if (p == fabric_.rank()) continue;
-      fabric_.peer(p).send_seq[lane_] += program_.sends_to(p);
-      fabric_.peer(p).recv_seq[lane_] += program_.recvs_from(p);
+      if (program_.sends_to(p)) fabric_.peer(p).send_seq[lane_] += program_.sends_to(p);
+      if (program_.recvs_from(p)) fabric_.peer(p).recv_seq[lane_] += program_.recvs_from(p);
     }
     return Status::ok();
   }

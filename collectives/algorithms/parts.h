@@ -22,4 +22,16 @@ Algorithm lane_algorithm(const CollArgs& a, CollectiveKind kind, size_t bytes);
 // hier_ops.cc: hier's scratch for every kind but allreduce.
 size_t hier_ops_scratch(const CollArgs& a);
 
+// alltoallv.cc: the pairwise alltoall with a count and a displacement (in
+// elements) per peer: at step s, rank r sends its block for r + s and
+// receives the block of r - s; empty blocks are no message at all (which is
+// what makes gather and scatter out of it cost one message per non-root rank).
+struct AlltoallvBlocks {
+  const size_t* send_counts;
+  const size_t* send_displs;
+  const size_t* recv_counts;
+  const size_t* recv_displs;
+};
+void pairwise_alltoallv(const CollArgs& a, const AlltoallvBlocks& blocks, Program& p);
+
 }  // namespace rdmaflow

@@ -3,102 +3,23 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "common/env.h"
+#include "python/src/tensor_util.h"
 #include "python/src/torch_store.h"
 
 namespace rdmaflow::torch_backend {
 namespace {
-
-DataType dtype_of(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kFloat:
-      return DataType::kF32;
-    case at::kDouble:
-      return DataType::kF64;
-    case at::kHalf:
-      return DataType::kF16;
-    case at::kBFloat16:
-      return DataType::kBF16;
-    case at::kInt:
-      return DataType::kI32;
-    case at::kLong:
-      return DataType::kI64;
-    case at::kByte:
-      return DataType::kU8;
-    case at::kChar:
-      return DataType::kI8;
-    case at::kBool:
-      return DataType::kBool;
-    default:
-      TORCH_CHECK_TYPE(false, "rdmaflow: tensors of dtype ", t.scalar_type(),
-                       " are not supported (float32, float64, float16, bfloat16, int32, int64, "
-                       "uint8, int8 and bool are)");
-  }
-}
-
-ReduceOp op_of(const c10d::ReduceOp& op) {
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM:
-      return ReduceOp::kSum;
-    case c10d::ReduceOp::PRODUCT:
-      return ReduceOp::kProd;
-    case c10d::ReduceOp::MIN:
-      return ReduceOp::kMin;
-    case c10d::ReduceOp::MAX:
-      return ReduceOp::kMax;
-    case c10d::ReduceOp::AVG:
-      return ReduceOp::kAvg;
-    default:
-      TORCH_CHECK_VALUE(false, "rdmaflow: reduce op ", static_cast<int>(op.op_),
-                        " is not supported (SUM, PRODUCT, MIN, MAX and AVG are)");
-  }
-}
-
-void check_cpu(const at::Tensor& t, const char* what) {
-  TORCH_CHECK_VALUE(t.defined(), "rdmaflow ", what, ": undefined tensor");
-  TORCH_CHECK_VALUE(t.device().is_cpu(), "rdmaflow ", what, ": tensors must be on the CPU, not ",
-                    t.device());
-  TORCH_CHECK_VALUE(!t.is_sparse(), "rdmaflow ", what, ": sparse tensors are not supported");
-}
-
-// The one tensor of a per-device list (CPU: one device).
-at::Tensor& single(std::vector<at::Tensor>& tensors, const char* what) {
-  TORCH_CHECK_VALUE(tensors.size() == 1, "rdmaflow ", what,
-                    ": expects one tensor per process (CPU), got ", tensors.size());
-  check_cpu(tensors[0], what);
-  return tensors[0];
-}
-
-size_t elems(const at::Tensor& t) {
-  return static_cast<size_t>(t.numel());
-}
-
-void check_match(const at::Tensor& t, const at::Tensor& ref, const char* op, const char* what,
-                 const char* ref_what) {
-  TORCH_CHECK_VALUE(t.numel() == ref.numel() && t.scalar_type() == ref.scalar_type(), "rdmaflow ",
-                    op, ": every ", what, " must match the ", ref_what, " (", ref.numel(),
-                    " elements of ", ref.scalar_type(), "), got ", t.numel(), " of ",
-                    t.scalar_type());
-}
-
-// Where an operation writes `t`: itself when contiguous, else a contiguous
-// copy whose result goes back into `t` when the Work finishes.
-struct Target {
-  at::Tensor buf;
-  std::function<void()> finish;
-};
-Target target(const at::Tensor& t) {
-  if (t.is_contiguous()) return {t, nullptr};
-  at::Tensor buf = t.contiguous();
-  return {buf, [t, buf]() mutable { t.copy_(buf); }};
-}
 
 // The host of the TCPStore under torch's PrefixStores, if that is the store: the
 // address the ranks' socket transports should be reachable toward.
@@ -110,6 +31,14 @@ std::optional<std::string> tcp_store_host(c10::intrusive_ptr<c10d::Store> store)
     store = prefix->getUnderlyingStore();
   }
   return std::nullopt;
+}
+
+// "allreduce", "_allgather_base", ...: torch's name of the operation, as the
+// other messages spell operations.
+std::string op_name(c10d::OpType type) {
+  std::string name = c10d::opTypeToString(type);
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
 }
 
 }  // namespace
@@ -128,8 +57,18 @@ WorkRdmaflow::WorkRdmaflow(int rank, c10d::OpType type, std::string what, Reques
 }
 
 bool WorkRdmaflow::isCompleted() {
+  if (lazy_ && request_.test()) settle_once();
   std::lock_guard<std::mutex> lock(mutex_);
   return completed_;
+}
+
+bool WorkRdmaflow::wait(std::chrono::milliseconds timeout) {
+  if (lazy_) settle_once();
+  return c10d::Work::wait(timeout);
+}
+
+void WorkRdmaflow::settle_once() {
+  std::call_once(settled_, [this] { settle(); });
 }
 
 bool WorkRdmaflow::isSuccess() const {
@@ -201,6 +140,14 @@ ProcessGroupRdmaflow::ProcessGroupRdmaflow(const c10::intrusive_ptr<c10d::Store>
   // spinning 10 ms, 298 ms not spinning, on a loaded 2-core host). So the
   // group's waits sleep at once unless RDMAFLOW_COLL_SPIN_US says otherwise.
   if (!env_string("RDMAFLOW_COLL_SPIN_US")) co.spin_us = 0;
+  co.p2p = true;  // send and recv
+  // One lane more than the Communicator's default, for check_agree's
+  // descriptors: they never wait behind the collectives in flight.
+  if (!env_string("RDMAFLOW_COLL_LANES")) co.lanes = 3;
+  auto check = env_int("RDMAFLOW_TORCH_CHECK", 1);
+  TORCH_CHECK_VALUE(check.is_ok() && (*check == 0 || *check == 1),
+                    "rdmaflow: RDMAFLOW_TORCH_CHECK must be 0 or 1");
+  check_ = *check == 1;
   auto job = Job::create(std::move(bo), co);
   if (auto* failed = std::get_if<Job::Failure>(&job)) {
     TORCH_CHECK(false, "rdmaflow: ", failed->step, " failed on rank ", rank, " of ", size, ": ",
@@ -208,6 +155,11 @@ ProcessGroupRdmaflow::ProcessGroupRdmaflow(const c10::intrusive_ptr<c10d::Store>
   }
   job_ = std::move(std::get<std::unique_ptr<Job>>(job));
   comm_ = &job_->comm();
+  // The fabric's last lane is send/recv's; of the collectives' lanes the last
+  // carries the descriptors when there are two or more.
+  const int lanes = comm_->config().lanes - 1;
+  data_lanes_ = std::max(1, lanes - 1);
+  check_lane_ = lanes - 1;
   completer_ = std::thread([this] { completion_loop(); });
 }
 
@@ -250,21 +202,72 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::launch(
                    typed.scalar_type(),
                    " cannot be reduced (broadcast, allgather and alltoall "
                    "move them)");
+  const bool rooted = kind == CollectiveKind::kBroadcast || kind == CollectiveKind::kReduce;
+  check_agree(type, typed, static_cast<int64_t>(count), rooted ? root : -1,
+              reduces ? static_cast<int64_t>(op.op_) : -1);
+  Request request = comm_->start(kind, in, out, count, dtype, op_of(op), root, call_options());
+  return track(type, what, std::move(request), std::move(outputs), std::move(keep),
+               std::move(finish));
+}
+
+CallOptions ProcessGroupRdmaflow::call_options() {
   CallOptions options;
   options.timeout = Millis(timeout_.count());
-  Request request = comm_->start(kind, in, out, count, dtype, op_of(op), root, options);
+  options.tag = calls_++ % static_cast<uint64_t>(data_lanes_);
+  return options;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::track(
+    c10d::OpType type, const char* what, Request request, std::vector<at::Tensor> outputs,
+    std::vector<at::Tensor> keep, std::function<void()> finish, bool lazy) {
   // The Work holds every buffer the collective reads or writes until it settles.
   auto done = [keep = std::move(keep), finish = std::move(finish)] {
     if (finish) finish();
   };
   auto work = c10::make_intrusive<WorkRdmaflow>(rank_, type, what, std::move(request),
                                                 std::move(outputs), std::move(done));
+  if (lazy) {
+    work->set_lazy();
+    return work;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.push_back(work);
   }
   cv_.notify_one();
   return work;
+}
+
+void ProcessGroupRdmaflow::check_agree(c10d::OpType type, const at::Tensor& typed, int64_t count,
+                                       int64_t root, int64_t op) {
+  if (!check_ || size_ == 1) return;
+  constexpr size_t kFields = 5;
+  const int64_t mine[kFields] = {static_cast<int64_t>(type),
+                                 static_cast<int64_t>(typed.scalar_type()), count, root, op};
+  std::vector<int64_t> all(kFields * static_cast<size_t>(size_));
+  CallOptions options;
+  options.timeout = Millis(timeout_.count());
+  options.tag = static_cast<uint64_t>(check_lane_);
+  Status st = comm_->allgather(mine, all.data(), kFields, DataType::kI64, options);
+  TORCH_CHECK(st.is_ok(), "rdmaflow ", op_name(type), " failed on rank ", rank_,
+              " (comparing the call across ranks): ", st.to_string());
+  auto describe = [&](int r) {
+    const int64_t* d = &all[kFields * static_cast<size_t>(r)];
+    std::string text = "rank " + std::to_string(r) + " calls " +
+                       op_name(static_cast<c10d::OpType>(d[0])) + " on " +
+                       (d[2] >= 0 ? std::to_string(d[2]) + " elements" : std::string("tensors")) +
+                       " of " + c10::toString(static_cast<at::ScalarType>(d[1]));
+    if (d[3] >= 0) text += " with root " + std::to_string(d[3]);
+    if (d[4] >= 0) text += " reducing by " + std::to_string(d[4]) + " (c10d::ReduceOp)";
+    return text;
+  };
+  for (int r = 0; r < size_; ++r) {
+    TORCH_CHECK(std::equal(all.begin(), all.begin() + kFields, all.begin() + kFields * r),
+                "rdmaflow ", op_name(type), ": the ranks disagree: ", describe(0), ", ",
+                describe(r),
+                " (every rank must call the same operation on tensors of one "
+                "dtype and size, with one root)");
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::broadcast(std::vector<at::Tensor>& tensors,
@@ -390,25 +393,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::_reduce_scatter_base(
   return launch(c10d::OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base",
                 CollectiveKind::kReduceScatter, src.data_ptr(), tg.buf.data_ptr(), elems(tg.buf),
                 tg.buf, opts.reduceOp, 0, {output}, {src, tg.buf}, std::move(tg.finish));
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::alltoall_base(
-    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
-    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions&) {
-  check_cpu(output, "alltoall_base");
-  check_cpu(input, "alltoall_base");
-  TORCH_CHECK_VALUE(output_split_sizes.empty() && input_split_sizes.empty(),
-                    "rdmaflow alltoall_base: uneven split sizes are not supported yet");
-  TORCH_CHECK_VALUE(input.numel() == output.numel() && input.numel() % size_ == 0 &&
-                        output.scalar_type() == input.scalar_type(),
-                    "rdmaflow alltoall_base: input and output must hold the same number of "
-                    "elements of one dtype, divisible by the group size ",
-                    size_);
-  at::Tensor src = input.contiguous();
-  Target tg = target(output);
-  return launch(c10d::OpType::ALLTOALL_BASE, "alltoall_base", CollectiveKind::kAlltoall,
-                src.data_ptr(), tg.buf.data_ptr(), elems(src) / static_cast<size_t>(size_), src,
-                c10d::ReduceOp::SUM, 0, {output}, {src, tg.buf}, std::move(tg.finish));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmaflow::barrier(const c10d::BarrierOptions&) {

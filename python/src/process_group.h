@@ -19,12 +19,14 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,7 +51,16 @@ class WorkRdmaflow : public c10d::Work {
   // On the completion thread: waits for the collective, finishes.
   void settle();
 
+  // send and recv are settled by the caller's wait() or isCompleted(), not in
+  // order by the completion thread: a recv settled in order would hold back
+  // every later Work until its sender came, which may wait for one of them.
+  void set_lazy() { lazy_ = true; }
+  bool wait(std::chrono::milliseconds timeout) override;
+
  private:
+  void settle_once();
+  bool lazy_ = false;
+  std::once_flag settled_;
   std::string what_;
   Request request_;
   std::vector<at::Tensor> outputs_;
@@ -91,7 +102,51 @@ class ProcessGroupRdmaflow : public c10d::ProcessGroup {
                                                const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
+  // process_group_v.cc: the operations with a layout per rank, and send/recv.
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+
  private:
+  // Queues the Work of a started request for the completion thread (or, lazy,
+  // for its caller: send and recv). `keep` lives until the Work settles.
+  c10::intrusive_ptr<c10d::Work> track(c10d::OpType type, const char* what, Request request,
+                                       std::vector<at::Tensor> outputs,
+                                       std::vector<at::Tensor> keep, std::function<void()> finish,
+                                       bool lazy = false);
+  // alltoallv over flat contiguous tensors (alltoall, alltoall_base with
+  // splits, gather, scatter): counts and displacements in elements;
+  // `agree_count` and `root` as check_agree compares them.
+  c10::intrusive_ptr<c10d::Work> launch_v(c10d::OpType type, const char* what, const at::Tensor& in,
+                                          const at::Tensor& out, AlltoallvLayout layout,
+                                          int64_t agree_count, int64_t root,
+                                          std::vector<at::Tensor> outputs,
+                                          std::vector<at::Tensor> keep,
+                                          std::function<void()> finish);
+  // Raises a RuntimeError on every rank when the ranks disagree on the
+  // operation, dtype, element count, root or reduction (RDMAFLOW_TORCH_CHECK,
+  // on by default): a blocking allgather of a 40-byte descriptor per call, on
+  // a lane of its own. -1: not compared (count: uneven layouts; root, op: none).
+  void check_agree(c10d::OpType type, const at::Tensor& typed, int64_t count, int64_t root,
+                   int64_t op = -1);
+  // The call's deadline and lane (round robin over the data lanes).
+  CallOptions call_options();
+  bool check_ = true;
+  int data_lanes_ = 1;
+  int check_lane_ = 0;
+  std::atomic<uint64_t> calls_{0};
   // Starts `kind` on `in`/`out` (contiguous, of `type`) and queues its Work.
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* what, CollectiveKind kind,
                                         const void* in, void* out, size_t count,

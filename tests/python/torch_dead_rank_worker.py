@@ -26,17 +26,27 @@ def main():
         os._exit(0)  # dies without a goodbye
     time.sleep(0.2)
     start = time.monotonic()
-    try:
-        dist.all_reduce(t)
-    except RuntimeError as e:
-        took = time.monotonic() - start
-        text = str(e)
-        assert "allreduce" in text, text
-        assert f"rank {world - 1}" in text or "peer" in text, text
-        assert took < timeout + 10, f"raised after {took:.1f} s, timeout {timeout} s"
-        print(f"rank {rank}: raised after {took:.1f} s: {text.splitlines()[0][:200]}", flush=True)
-        os._exit(0)  # the group is broken: leave without tearing it down
-    raise AssertionError("the allreduce with a dead rank did not raise")
+    # A recv from the dead rank, pending while the allreduce fails.
+    pending = dist.irecv(torch.zeros(4), src=world - 1)
+    # The recv first: it must see the death itself, not a broken communicator.
+    for what, call in [("recv", pending.wait),
+                       ("allreduce", lambda: dist.all_reduce(t)),
+                       ("gather", lambda: dist.gather(t, [t] * world if rank == 0 else None)),
+                       ("alltoall", lambda: dist.all_to_all_single(torch.zeros(world),
+                                                                   torch.ones(world)))]:
+        try:
+            call()
+        except RuntimeError as e:
+            took = time.monotonic() - start
+            text = str(e)
+            assert what in text, text
+            assert f"rank {world - 1}" in text or "peer" in text, text
+            assert took < timeout + 10, f"raised after {took:.1f} s, timeout {timeout} s"
+            print(f"rank {rank}: {what} raised after {took:.1f} s: {text.splitlines()[0][:200]}",
+                  flush=True)
+        else:
+            raise AssertionError(f"the {what} with a dead rank did not raise")
+    os._exit(0)  # the group is broken: leave without tearing it down
 
 
 if __name__ == "__main__":

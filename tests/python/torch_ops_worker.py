@@ -54,6 +54,127 @@ def inputs(rank, n, dtype, op, salt=0):
     return v.to(dtype)
 
 
+def split(src, dst):
+    """Rows rank src sends rank dst in the uneven cases: 0 to 2, some empty."""
+    return (2 * src + dst) % 3
+
+
+def layout_ops(rank, world, dtype, gloo):
+    """alltoall with uneven splits, gather, scatter, all_gather_coalesced and
+    send/recv, each beside Gloo on the same inputs. Returns the checks made."""
+    checks = 0
+    src = inputs(rank, 2 * sum(split(rank, p) for p in range(world)), dtype, "sum", salt=40)
+    src = src.reshape(-1, 2)
+    ins = [split(rank, p) for p in range(world)]
+    outs = [split(p, rank) for p in range(world)]
+    out_r = torch.full((sum(outs), 2), 99, dtype=dtype)
+    out_g = gloo_dtype(torch.zeros(sum(outs), 2, dtype=dtype))
+    dist.all_to_all_single(out_r, src, outs, ins)
+    dist.all_to_all_single(out_g, gloo_dtype(src), outs, ins, group=gloo)
+    same(out_r, out_g.to(dtype), dtype, f"all_to_all_single uneven {dtype}")
+    # The list form (Gloo has none): the same blocks, as the uneven single call moved them.
+    lists_out = [torch.zeros(n, 2, dtype=dtype) for n in outs]
+    dist.all_to_all(lists_out, list(src.split(ins)))
+    same(torch.cat(lists_out), out_g.to(dtype), dtype, f"all_to_all uneven {dtype}")
+    checks += 2
+    for root in sorted({0, world - 1}):
+        x = inputs(rank, 5, dtype, "sum", salt=50 + root)
+        got = [torch.zeros(5, dtype=dtype) for _ in range(world)] if rank == root else None
+        ref = [gloo_dtype(torch.zeros(5, dtype=dtype)) for _ in range(world)] if rank == root else None
+        dist.gather(x, got, dst=root)
+        dist.gather(gloo_dtype(x), ref, dst=root, group=gloo)
+        if rank == root:
+            same(torch.cat(got), torch.cat(ref).to(dtype), dtype, f"gather {dtype} root {root}")
+        parts = [inputs(rank, 4, dtype, "sum", salt=60 + p) for p in range(world)]
+        mine, ref1 = torch.zeros(4, dtype=dtype), gloo_dtype(torch.zeros(4, dtype=dtype))
+        dist.scatter(mine, parts if rank == root else None, src=root)
+        dist.scatter(ref1, [gloo_dtype(p) for p in parts] if rank == root else None, src=root,
+                     group=gloo)
+        same(mine, ref1.to(dtype), dtype, f"scatter {dtype} root {root}")
+        checks += 2
+    ts = [inputs(rank, k, dtype, "sum", salt=70 + k) for k in (1, 6)]
+    got = [[torch.zeros(k, dtype=dtype) for k in (1, 6)] for _ in range(world)]
+    ref = [[gloo_dtype(torch.zeros(k, dtype=dtype)) for k in (1, 6)] for _ in range(world)]
+    dist.all_gather_coalesced(got, ts)
+    dist.all_gather_coalesced(ref, [gloo_dtype(t) for t in ts], group=gloo)
+    for r in range(world):
+        for a, b in zip(got[r], ref[r]):
+            same(a, b.to(dtype), dtype, f"all_gather_coalesced {dtype}")
+    checks += 1
+    if world > 1:  # a ring of send/recv, into a tensor that is not contiguous
+        nxt, prv = (rank + 1) % world, (rank - 1) % world
+        x = inputs(rank, 12, dtype, "sum", salt=80)
+        into = torch.zeros(4, 3, dtype=dtype).t()
+        ref = gloo_dtype(torch.zeros(3, 4, dtype=dtype))
+        works = [dist.isend(x.reshape(3, 4), nxt, tag=5), dist.irecv(into, prv, tag=5)]
+        for w in works:
+            w.wait()
+        works = [dist.isend(gloo_dtype(x.reshape(3, 4)), nxt, group=gloo, tag=5),
+                 dist.irecv(ref, prv, group=gloo, tag=5)]
+        for w in works:
+            w.wait()
+        same(into, ref.to(dtype), dtype, f"send/recv {dtype}")
+        batch = torch.zeros(3, 4, dtype=dtype)
+        for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, x.reshape(3, 4), nxt),
+                                         dist.P2POp(dist.irecv, batch, prv)]):
+            w.wait()
+        same(batch, ref.to(dtype), dtype, f"batch_isend_irecv {dtype}")
+        checks += 2
+    return checks
+
+
+def errors_across_ranks(rank, world):
+    """Calls the ranks disagree on, and recv of a message not its own, raise."""
+    checks = 0
+    if world == 1:
+        return checks
+    for what, call in [
+        ("size", lambda: dist.all_reduce(torch.ones(3 + (rank == world - 1)))),
+        ("dtype", lambda: dist.broadcast(torch.ones(3, dtype=torch.float64 if rank else torch.float32), 0)),
+        ("root", lambda: dist.broadcast(torch.ones(3), rank % 2)),
+        ("op", lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.MAX if rank else dist.ReduceOp.SUM)),
+        ("gather", lambda: dist.gather(torch.ones(2 + rank), [torch.ones(2)] * world if rank == 0 else None)),
+    ]:
+        try:
+            call()
+        except RuntimeError as e:
+            assert "disagree" in str(e) or "ranks" in str(e), f"{what}: {e}"
+            checks += 1
+        else:
+            raise AssertionError(f"a mismatch of {what} across ranks did not raise")
+    # Uneven splits that do not match pairwise: alltoallv refuses them on both sides.
+    ins = [1] * world
+    outs = [1 + (rank == 0 and p == 1) for p in range(world)]
+    try:
+        dist.all_to_all_single(torch.zeros(sum(outs)), torch.ones(world), outs, ins)
+    except RuntimeError as e:
+        assert "alltoallv" in str(e), e
+        checks += 1
+    else:
+        assert rank not in (0, 1), "mismatched splits did not raise"
+    if rank < 2:  # a recv whose tag is not the message's
+        if rank == 0:
+            dist.send(torch.ones(4), 1, tag=1)
+        else:
+            try:
+                dist.recv(torch.ones(4), 0, tag=2)
+            except RuntimeError as e:
+                assert "tag 1" in str(e), e
+                checks += 1
+            else:
+                raise AssertionError("a recv of the wrong tag did not raise")
+    try:
+        dist.recv(torch.ones(4))
+    except RuntimeError as e:
+        assert "any source" in str(e), e
+        checks += 1
+    dist.barrier()  # the group is still usable
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert t.tolist() == [world, world], t
+    return checks
+
+
 def main():
     rank, world, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     dist.init_process_group("rdmaflow", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
@@ -121,7 +242,7 @@ def main():
         dist.all_to_all_single(out_g, gloo_dtype(src), group=gloo)
         out_g = out_g.to(dtype)
         same(out_r, out_g, dtype, f"all_to_all_single {dtype}")
-        checks += 1
+        checks += 1 + layout_ops(rank, world, dtype, gloo)
     # bool tensors move (broadcast, all_gather) but are not reduced.
     flags = torch.tensor([rank % 2 == 0, True, False, rank == 0])
     dist.broadcast(flags, 0)
@@ -162,6 +283,7 @@ def main():
             checks += 1
         else:
             raise AssertionError(f"a bad call ({what}) did not raise")
+    checks += errors_across_ranks(rank, world)
     dist.barrier()
     dist.destroy_process_group()
     print(f"rank {rank}: ok ({checks} checks)", flush=True)
