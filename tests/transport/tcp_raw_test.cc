@@ -47,11 +47,11 @@ TEST(TcpConformance, MalformedFramesFromARawSocketAreRefused) {
     RF_ASSIGN_OR_FAIL(auto all, ex.allgather(""));
     auto [addr, key_text] = split2(all[0]);
     RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(key_text));
-    // A connection whose hello is garbage is dropped by the listener.
+    // A connection whose handshake is garbage is dropped by the listener.
     {
       RawConn c;
       RF_ASSERT_OK(c.open(addr));
-      std::string junk(16, '\x7f');
+      std::string junk(auth::kHelloBytes, '\x7f');
       RF_ASSERT(c.send(junk.data(), junk.size()));
       RF_ASSERT(c.eof_within(Millis(5000)));
     }
