@@ -144,8 +144,8 @@ inline int connect_to(const std::string& host, uint16_t port, Millis timeout) {
     if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) die("bad IPv4 address " + host);
     if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
       int err = 0;
-      Status st = auth::authenticate_connect(fd, kHandshakeLabel, "connect to rank 0", 0, deadline,
-                                             &err);
+      Status st =
+          auth::authenticate_connect(fd, kHandshakeLabel, "connect to rank 0", 0, deadline, &err);
       if (st.is_ok()) return fd;
       if (err == 0) die(st.to_string());  // refused: a retry cannot succeed
     }

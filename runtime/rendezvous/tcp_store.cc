@@ -159,11 +159,10 @@ class Session : public std::enable_shared_from_this<Session> {
                                  [self = shared_from_this(), peer](Status st) {
                                    --self->server_.pending_auth;
                                    if (!st.is_ok()) {
-                                     RDMAFLOW_LOG_WARN(
-                                         "rendezvous server: refused {}: {}", peer,
-                                         self->timed_out_ ? "no handshake within "
-                                                            "RDMAFLOW_AUTH_TIMEOUT_MS"
-                                                          : st.reason());
+                                     RDMAFLOW_LOG_WARN("rendezvous server: refused {}: {}", peer,
+                                                       self->timed_out_ ? "no handshake within "
+                                                                          "RDMAFLOW_AUTH_TIMEOUT_MS"
+                                                                        : st.reason());
                                      return self->close();
                                    }
                                    self->authenticated_ = true;
@@ -402,7 +401,8 @@ void TcpStoreServer::Impl::accept_next() {
       RDMAFLOW_LOG_WARN(
           "rendezvous server: refused {}: {} connections are already in the handshake "
           "(RDMAFLOW_AUTH_PENDING_MAX)",
-          e ? std::string("a connection") : ep.address().to_string() + ":" + std::to_string(ep.port()),
+          e ? std::string("a connection")
+            : ep.address().to_string() + ":" + std::to_string(ep.port()),
           pending_auth);
       socket.close(ignored);
       accept_next();
@@ -575,7 +575,8 @@ struct TcpStore::Impl {
         if (!ec) {
           sock.set_option(tcp::no_delay(true), ignored);
           int err = 0;
-          Status st = auth::authenticate_connect(sock.native_handle(), "store", op, 0, deadline, &err);
+          Status st =
+              auth::authenticate_connect(sock.native_handle(), "store", op, 0, deadline, &err);
           if (st.is_ok()) {
             connected = true;
             return Status::ok();
