@@ -33,7 +33,7 @@ std::string errno_text() {
 Result<std::vector<uint8_t>> read_private_file(const std::string& path, const char* what) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return bad(std::string(what) + " " + path + ": cannot open: " + errno_text());
-  struct stat st{};
+  struct stat st {};
   std::vector<uint8_t> out;
   std::string problem;
   if (::fstat(fd, &st) != 0) {
@@ -71,7 +71,7 @@ Result<std::vector<uint8_t>> read_private_file(const std::string& path, const ch
 // A directory of this user's only, made if missing; false if it is anyone else's.
 bool private_dir(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return false;
-  struct stat st{};
+  struct stat st {};
   return ::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid() &&
          (st.st_mode & 077) == 0;
 }

@@ -48,7 +48,7 @@ TEST(JobSecret, ComesFromTheEnvironmentAFileOrThePerUserHostSecret) {
   ASSERT_TRUE(a.is_ok()) << a.status().to_string();
   EXPECT_EQ(a->source, SecretSource::kHostDefault);
   EXPECT_EQ(a->key.size(), 32u);
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(a->origin.c_str(), &st), 0) << a->origin;
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   auto b = load_job_secret();
