@@ -84,8 +84,7 @@ std::string mismatch_hint(const JobSecret& mine, uint8_t peer_flags) {
 }
 
 Status refused(const std::string& peer, const std::string& why) {
-  return RDMAFLOW_ERROR(Code::kConnectionFailed, "authenticate", -1,
-                        "refused " + peer + ": " + why);
+  return RDMAFLOW_ERROR(Code::kUnauthenticated, "authenticate", -1, "refused " + peer + ": " + why);
 }
 
 }  // namespace
@@ -112,8 +111,9 @@ Result<Proof> Connector::answer(std::span<const uint8_t> challenge, const std::s
   if (!r.get(magic) || !r.get(version) || !r.get(flags) || !r.get(reserved) ||
       !r.view(kNonceBytes, nonce_s) || !r.view(kMacBytes, their_mac) || !r.done() ||
       magic != kMagic) {
-    return refused(peer, "it does not speak the rdmaflow handshake (not an rdmaflow endpoint, "
-                         "or an older version)");
+    return refused(peer,
+                   "it does not speak the rdmaflow handshake (not an rdmaflow endpoint, "
+                   "or an older version)");
   }
   if (version != kVersion) {
     return refused(peer, "handshake version " + std::to_string(version) + ", this rank speaks " +
@@ -138,8 +138,9 @@ Result<Challenge> Acceptor::challenge(std::span<const uint8_t> hello, const std:
   if (!r.get(magic) || !r.get(version) || !r.get(peer_flags_) || !r.get(reserved) ||
       !r.view(kLabelBytes, label) || !r.view(kNonceBytes, nonce_c) || !r.done() ||
       magic != kMagic) {
-    return refused(peer, "it did not start with the rdmaflow handshake (a stray connection, a "
-                         "port scan, or an rdmaflow older than this one)");
+    return refused(peer,
+                   "it did not start with the rdmaflow handshake (a stray connection, a "
+                   "port scan, or an rdmaflow older than this one)");
   }
   if (version != kVersion) {
     return refused(peer, "handshake version " + std::to_string(version) + ", this rank speaks " +
@@ -207,7 +208,8 @@ bool peer_is_local(int fd) {
   for (ifaddrs* i = list; i != nullptr && !local; i = i->ifa_next) {
     if (i->ifa_addr == nullptr) continue;
     sockaddr_storage mine{};
-    const size_t n = i->ifa_addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+    const size_t n =
+        i->ifa_addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
     if (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6) continue;
     std::memcpy(&mine, i->ifa_addr, n);
     std::string addr;
@@ -226,8 +228,7 @@ std::string io_error(int err) {
 Status io_failed(int err, const std::string& op, int peer_rank, const std::string& peer,
                  const char* stage) {
   return RDMAFLOW_ERROR(err == ETIMEDOUT ? Code::kTimeout : Code::kConnectionFailed, op, peer_rank,
-                        "handshake with " + peer + " failed while " + stage + ": " +
-                            io_error(err));
+                        "handshake with " + peer + " failed while " + stage + ": " + io_error(err));
 }
 
 Status named(Status st, const std::string& op, int peer_rank) {
@@ -252,7 +253,7 @@ std::string peer_address(int fd) {
 
 Status check_peer_host(const JobSecret& secret, int fd, const std::string& op, int peer_rank) {
   if (!secret.host_local() || peer_is_local(fd)) return Status::ok();
-  return RDMAFLOW_ERROR(Code::kConnectionFailed, op, peer_rank,
+  return RDMAFLOW_ERROR(Code::kUnauthenticated, op, peer_rank,
                         peer_address(fd) + " is on another host: " + multi_host_secret_advice());
 }
 

@@ -80,12 +80,13 @@ class Acceptor {
 // "address:port" of the other end of socket `fd`, or "an unknown address".
 std::string peer_address(int fd);
 
-// kConnectionFailed when `secret` is the per-user host secret and the other end of
+// kUnauthenticated when `secret` is the per-user host secret and the other end of
 // `fd` is not on this host (multi_host_secret_advice() says what to do).
 Status check_peer_host(const JobSecret& secret, int fd, const std::string& op, int peer_rank);
 
 // Blocking drivers on a connected socket (blocking or not: they poll), loading the
-// job secret themselves. Errors are kConnectionFailed (refused) or kTimeout, with
+// job secret themselves. Errors are kUnauthenticated (refused), kConnectionFailed
+// (the connection broke) or kTimeout, with
 // `op`, `peer_rank` (-1: unknown) and the peer's address. `io_errno`, if given, is
 // set to the errno of a failed send or receive (0 when the peer was refused): a
 // connector may retry an acceptor that dropped it, never one that failed its proof.

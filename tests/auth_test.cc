@@ -121,7 +121,7 @@ TEST(Handshake, OnlyTheSameSecretAndLabelPass) {
   EXPECT_TRUE(acceptor_ok);
 
   Status wrong = handshake(secret_of("another-secret-0123456789"), good, &acceptor_ok);
-  EXPECT_EQ(wrong.code(), Code::kConnectionFailed);
+  EXPECT_EQ(wrong.code(), Code::kUnauthenticated);
   EXPECT_NE(wrong.reason().find("did not prove the job secret"), std::string::npos)
       << wrong.to_string();
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/log.h"
 #include "transport/tcp/tcp_channel.h"
 #include "transport/tcp/tcp_channel_internal.h"
 
@@ -122,6 +123,16 @@ uint8_t* TcpChannel::discard_buffer() {
 bool TcpChannel::protocol_error(const std::string& why) {
   fail(RDMAFLOW_ERROR(Code::kProtocolError, "receive", peer_,
                       "malformed frame from peer rank " + std::to_string(peer_) + ": " + why));
+  return false;
+}
+
+bool TcpChannel::forged_key(const Status& why) {
+  // Answering would let a peer test secrets one refusal at a time: the channel
+  // fails instead, before a byte of the payload is read.
+  RDMAFLOW_LOG_WARN("tcp: closing the channel to rank {}: {}", peer_, why.reason());
+  fail(RDMAFLOW_ERROR(
+      Code::kUnauthenticated, "receive", peer_,
+      "peer rank " + std::to_string(peer_) + " presented a forged key secret: " + why.reason()));
   return false;
 }
 
@@ -309,6 +320,7 @@ bool TcpChannel::on_header() {
           rx_.refusal = grants_->resolve(h.key_id, h.secret, h.offset, h.length, &dst,
                                          "write (remote side)", peer_);
         }
+        if (rx_.refusal.code() == Code::kUnauthenticated) return forged_key(rx_.refusal);
       }
       begin_payload(h.length, rx_.refusal.is_ok() && !rx_.has_poisoned ? dst : nullptr);
       rx_.granted = rx_.target != nullptr;
@@ -333,6 +345,7 @@ bool TcpChannel::on_header() {
       const uint64_t gen = grants_->generation();  // before resolving: a revoke after it is seen
       Status st = grants_->resolve(h.key_id, h.secret, h.offset, h.value, &src,
                                    "read (remote side)", peer_);
+      if (st.code() == Code::kUnauthenticated) return forged_key(st);
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (failed_) return false;

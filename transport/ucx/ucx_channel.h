@@ -99,7 +99,7 @@ class UcxChannel final : public Channel {
  private:
   struct KeyEntry {
     enum class State : uint8_t { kQuerying, kValid, kRefused } state = State::kQuerying;
-    uint64_t secret = 0;
+    KeySecret secret;
     uint64_t addr = 0;
     uint64_t length = 0;
     std::vector<uint8_t> blob;
@@ -177,6 +177,8 @@ class UcxChannel final : public Channel {
   void deliver(RxItem& item);
   void deliver_ready();
   void ring_error(const std::string& what);
+  // Fails the channel: the peer presented a wrong secret for a live grant.
+  ucs_status_t forged_key(const Status& why);
   static void on_rx_data(void* request, ucs_status_t status, size_t length, void* user);
   static void on_read_data(void* request, ucs_status_t status, size_t length, void* user);
 

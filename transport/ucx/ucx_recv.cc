@@ -70,12 +70,13 @@ ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
       uint64_t addr = 0, len = 0, sum = 0;
       DirectInfo direct;
       Status st = core_->query_grant(h.key_id, h.secret, id_, peer_, &addr, &len, &sum, &direct);
+      if (st.code() == Code::kUnauthenticated) return forged_key(st);
       AmHeader reply;
       reply.type = static_cast<uint8_t>(MsgType::kKeyReply);
       reply.code = static_cast<uint16_t>(st.code());
       reply.channel = remote_id_;
       reply.id = h.id;
-      reply.secret = sum;
+      reply.secret.lo = sum;
       reply.value = addr;
       reply.length = len;
       std::vector<uint8_t> data;
@@ -167,7 +168,10 @@ ucs_status_t UcxChannel::on_ordered(const AmHeader& h, void* data, size_t length
       uint8_t* target = nullptr;
       Status st =
           core_->grants().resolve(h.key_id, h.secret, h.offset, h.length, &target, "write", peer_);
-      if (!st.is_ok()) {
+      if (st.code() == Code::kUnauthenticated) {
+        if (item != &local) delete item;
+        return forged_key(st);
+      } else if (!st.is_ok()) {
         item->code = static_cast<uint16_t>(st.code());
         item->reason = st.reason();
       } else if (item->type == MsgType::kWrite && length > 0) {
@@ -314,7 +318,7 @@ void UcxChannel::on_key_reply(const AmHeader& h, const void* data, size_t length
     e.state = KeyEntry::State::kRefused;
     e.refusal = Status(wire_code(h.code), "write", peer_,
                        "peer refused " + key + ": " + text(data, length, false));
-  } else if (h.secret != rkey_checksum(e.blob)) {
+  } else if (h.secret.lo != rkey_checksum(e.blob)) {
     // Never hand UCX an rkey the owner did not pack.
     e.state = KeyEntry::State::kRefused;
     e.refusal = RDMAFLOW_ERROR(Code::kInvalidArgument, "write", peer_,
@@ -398,6 +402,7 @@ void UcxChannel::unref_region(uint64_t region) {
 ucs_status_t UcxChannel::on_read_req(const AmHeader& h) {
   uint8_t* src = nullptr;
   Status st = core_->grants().resolve(h.key_id, h.secret, h.offset, h.length, &src, "read", peer_);
+  if (st.code() == Code::kUnauthenticated) return forged_key(st);
   Op* op = core_->ctrl_op(this);
   op->hdr.type = static_cast<uint8_t>(MsgType::kReadResp);
   op->hdr.channel = remote_id_;
@@ -466,6 +471,16 @@ void UcxChannel::on_read_data(void* request, ucs_status_t status, size_t /*lengt
 
 // ---------------------------------------------------------------------------
 // Notify ring (transport/shm/notify_ring.h, docs/ucx.md "Notify ring")
+
+ucs_status_t UcxChannel::forged_key(const Status& why) {
+  // Answering would let a peer test secrets one refusal at a time: the channel
+  // fails instead, and nothing of the message reaches memory.
+  RDMAFLOW_LOG_WARN("ucx: closing the channel to rank {}: {}", peer_, why.reason());
+  fail(RDMAFLOW_ERROR(
+      Code::kUnauthenticated, "receive", peer_,
+      "peer rank " + std::to_string(peer_) + " presented a forged key secret: " + why.reason()));
+  return UCS_OK;
+}
 
 void UcxChannel::ring_error(const std::string& what) {
   fail(RDMAFLOW_ERROR(

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "common/log.h"
 #include "transport/verbs/verbs_channel.h"
 #include "transport/verbs/verbs_channel_internal.h"
 
@@ -80,6 +81,12 @@ void VerbsChannel::on_control_locked(const MsgHeader& h, std::span<const uint8_t
       auto check = KeyCheck::decode(payload, peer_rank_);
       if (!check.is_ok()) return fail_locked(check.status(), out);
       Status verdict = core_->check_claim(check->claim, peer_rank_);
+      if (verdict.code() == Code::kUnauthenticated) {
+        // A forged secret: no verdict to test guesses against, the channel fails.
+        RDMAFLOW_LOG_WARN("verbs: closing the channel to rank {}: {}", peer_rank_,
+                          verdict.reason());
+        return fail_locked(verdict, out);
+      }
       KeyVerdict v{check->request, verdict.code(), verdict.reason()};
       control_out_.push_back({MsgType::kKeyVerdict, v.encode()});
       return;
