@@ -188,6 +188,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
     int rank = 0;
     uint32_t remote_channel = 0;
     std::string address;
+    std::vector<uint8_t> auth_hello;  // the job handshake's hello (common/handshake.h)
   };
   struct Event {
     enum Kind : uint8_t { kCallback, kNotify, kMessage, kFail } kind = kCallback;
@@ -254,6 +255,8 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
                             size_t length, const ucp_am_recv_param_t* param);
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
   void handle_hellos_locked();
+  // A channel whose connector proved the job secret: accept() may hand it out.
+  void authenticated_locked(UcxChannel* ch);
   Result<std::shared_ptr<UcxChannel>> make_channel_locked(int peer_rank, const PeerAddress& peer,
                                                           const char* op);
   Options::DataPath choose_data_path(ucp_ep_h ep, std::string* lanes) const;

@@ -39,6 +39,24 @@ ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
                                const ucp_am_recv_param_t* param) {
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   const auto type = static_cast<MsgType>(h.type);
+  if (auth_acceptor_ != nullptr) {
+    // Nothing but the proof passes before the proof: no byte of an unauthenticated
+    // peer's message is looked at, let alone placed.
+    if (type != MsgType::kAuthProof || rndv || length != auth::kProofBytes) {
+      refuse("sent a message (type " + std::to_string(h.type) + ") before proving the job secret");
+      return UCS_OK;
+    }
+    Status st = auth_acceptor_->verify(
+        std::span<const uint8_t>(static_cast<const uint8_t*>(data), length), auth_peer_);
+    if (!st.is_ok()) {
+      refuse(st.reason());
+      return UCS_OK;
+    }
+    auth_acceptor_.reset();
+    opened();
+    core_->authenticated_locked(this);
+    return UCS_OK;
+  }
   switch (type) {
     case MsgType::kMessage:
     case MsgType::kWrite:
@@ -56,8 +74,17 @@ ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
   }
   switch (type) {
     case MsgType::kHelloAck:
-      if (state() == State::kConnecting) {
+      if (state() == State::kConnecting && auth_connector_ != nullptr) {
+        auto proof = auth_connector_->answer(
+            std::span<const uint8_t>(static_cast<const uint8_t*>(data), length),
+            "the UCX worker of rank " + std::to_string(peer_));
+        auth_connector_.reset();
+        if (!proof.is_ok()) {
+          fail(Status(Code::kUnauthenticated, "connect", peer_, proof.status().reason()));
+          break;
+        }
         remote_id_ = static_cast<uint32_t>(h.id);
+        send_ctrl(MsgType::kAuthProof, id_, std::vector<uint8_t>(proof->begin(), proof->end()));
         opened();
       }
       break;
@@ -472,11 +499,24 @@ void UcxChannel::on_read_data(void* request, ucs_status_t status, size_t /*lengt
 // ---------------------------------------------------------------------------
 // Notify ring (transport/shm/notify_ring.h, docs/ucx.md "Notify ring")
 
+void UcxChannel::expect_proof(std::unique_ptr<auth::Acceptor> acceptor, std::string who) {
+  auth_acceptor_ = std::move(acceptor);
+  auth_peer_ = std::move(who);
+  auth_since_ = Clock::now();
+}
+
+void UcxChannel::refuse(const std::string& why) {
+  RDMAFLOW_LOG_WARN("ucx: refused {}: {}", auth_peer_, why);
+  auth_acceptor_.reset();
+  fail(RDMAFLOW_ERROR(Code::kUnauthenticated, "accept", peer_, auth_peer_ + ": " + why));
+}
+
 ucs_status_t UcxChannel::forged_key(const Status& why) {
   // Answering would let a peer test secrets one refusal at a time: the channel
   // fails instead, and nothing of the message reaches memory.
   RDMAFLOW_LOG_WARN("ucx: closing the channel to rank {}: {}", peer_, why.reason());
-  fail(RDMAFLOW_ERROR(
+  // With a goodbye, so the forger's side fails too rather than wait for an answer.
+  close_locked(RDMAFLOW_ERROR(
       Code::kUnauthenticated, "receive", peer_,
       "peer rank " + std::to_string(peer_) + " presented a forged key secret: " + why.reason()));
   return UCS_OK;

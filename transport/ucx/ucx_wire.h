@@ -20,8 +20,10 @@ constexpr uint16_t kAmId = 0x52;  // 'R'
 
 enum class MsgType : uint8_t {
   kHello = 1,       // connector -> acceptor. id: connector's channel id, value: connector's
-                    // rank. data: connector's address string (identity + worker address).
-  kHelloAck = 2,    // acceptor -> connector. id: acceptor's channel id.
+                    // rank. data: connector's address string (identity + worker address),
+                    // then the job handshake's hello (auth::kHelloBytes, common/handshake.h).
+  kHelloAck = 2,    // acceptor -> connector. id: acceptor's channel id. data: the handshake's
+                    // challenge (auth::kChallengeBytes).
   kMessage = 3,     // ordered. data: the message.
   kWrite = 4,       // ordered. key_id, secret, offset, length, [value = notify]. data: payload
                     // (eager, or rendezvous pulled by the receiver straight into the target).
@@ -39,6 +41,8 @@ enum class MsgType : uint8_t {
   kRevokeAck = 12,  // id: revocation round. Sent after every put/get with those keys completed.
   kBye = 13,        // the peer closed this channel.
   kRingWake = 14,   // a notify was published in the receiver's ring while it slept.
+  kAuthProof = 15,  // connector -> acceptor, before anything else: the handshake's proof.
+                    // Until it is checked the acceptor's channel takes no other message.
 };
 
 constexpr uint8_t kFlagNotify = 1;
