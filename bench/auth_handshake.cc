@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/handshake.h"
+#include "common/job_secret.h"
 
 namespace {
 

@@ -78,20 +78,20 @@ TEST(StoreAuth, ClientsWithoutTheJobSecretAreRefusedAndStoreNothing) {
     const HostPort at{"127.0.0.1", static_cast<uint16_t>(std::stoi(all[0]))};
     ::unsetenv("RDMAFLOW_JOB_SECRET");  // the per-user host secret: not the job's
     auto none = TcpStore::connect(at, 2000ms, 2000ms);
-    ASSERT_FALSE(none.is_ok()) << "a client without the job secret was served";
+    RF_ASSERT(!none.is_ok());  // a client without the job secret is not served
     EXPECT_EQ(none.status().code(), Code::kUnauthenticated) << none.status().to_string();
     EXPECT_NE(none.status().reason().find("127.0.0.1:"), std::string::npos)
         << "the refusal does not name the server: " << none.status().to_string();
     ::setenv("RDMAFLOW_JOB_SECRET", "a-wrong-secret-of-another-job", 1);
     auto wrong = TcpStore::connect(at, 2000ms, 2000ms);
-    ASSERT_FALSE(wrong.is_ok()) << "a client with a wrong job secret was served";
+    RF_ASSERT(!wrong.is_ok());  // nor one with a wrong secret
     EXPECT_EQ(wrong.status().code(), Code::kUnauthenticated) << wrong.status().to_string();
     RF_ASSERT_OK(ex.barrier());
     ::setenv("RDMAFLOW_JOB_SECRET", kJobSecret, 1);
     RF_ASSIGN_OR_FAIL(auto store, TcpStore::connect(at, 5000ms, 5000ms));
-    RF_ASSERT_OK(ex.barrier());
     RF_ASSIGN_OR_FAIL(auto v, store->get("ok", 5000ms));
     EXPECT_EQ(v.size(), 1u);
+    RF_ASSERT_OK(ex.barrier());
     return 0;
   });
   RF_EXPECT_RUN_OK(r);
