@@ -18,6 +18,9 @@ int remaining_ms(std::chrono::steady_clock::time_point deadline) {
   return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left, 1 << 30));
 }
 
+// After EAGAIN: waits for `events`; false with `err` set at the deadline or on error.
+bool wait_or_fail(int fd, short events, std::chrono::steady_clock::time_point deadline, int& err);
+
 }  // namespace
 
 int wait_fd(int fd, short events, std::chrono::steady_clock::time_point deadline) {
@@ -42,11 +45,7 @@ bool send_all(int fd, const void* data, size_t len, std::chrono::steady_clock::t
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      int r = wait_fd(fd, POLLOUT, deadline);
-      if (r <= 0) {
-        err = r == 0 ? ETIMEDOUT : errno;
-        return false;
-      }
+      if (!wait_or_fail(fd, POLLOUT, deadline, err)) return false;
       continue;
     }
     err = errno;
@@ -71,11 +70,7 @@ bool recv_all(int fd, void* data, size_t len, std::chrono::steady_clock::time_po
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      int r = wait_fd(fd, POLLIN, deadline);
-      if (r <= 0) {
-        err = r == 0 ? ETIMEDOUT : errno;
-        return false;
-      }
+      if (!wait_or_fail(fd, POLLIN, deadline, err)) return false;
       continue;
     }
     err = errno;
@@ -83,5 +78,14 @@ bool recv_all(int fd, void* data, size_t len, std::chrono::steady_clock::time_po
   }
   return true;
 }
+
+namespace {
+bool wait_or_fail(int fd, short events, std::chrono::steady_clock::time_point deadline, int& err) {
+  const int r = wait_fd(fd, events, deadline);
+  if (r > 0) return true;
+  err = r == 0 ? ETIMEDOUT : errno;
+  return false;
+}
+}  // namespace
 
 }  // namespace rdmaflow

@@ -87,6 +87,24 @@ Status refused(const std::string& peer, const std::string& why) {
   return RDMAFLOW_ERROR(Code::kUnauthenticated, "authenticate", -1, "refused " + peer + ": " + why);
 }
 
+// The head both messages start with (magic, version, flags, a reserved byte); the
+// reader is left after it. `garbage` says what a message without the magic is.
+Status read_head(ByteReader& r, size_t size, size_t expected, uint8_t& flags,
+                 const std::string& peer, const char* garbage) {
+  uint32_t magic = 0;
+  uint16_t version = 0;
+  uint8_t reserved = 0;
+  if (size != expected || !r.get(magic) || !r.get(version) || !r.get(flags) || !r.get(reserved) ||
+      magic != kMagic) {
+    return refused(peer, garbage);
+  }
+  if (version != kVersion) {
+    return refused(peer, "handshake version " + std::to_string(version) + ", this rank speaks " +
+                             std::to_string(kVersion));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Connector::Connector(JobSecret secret, std::string_view label)
@@ -104,21 +122,13 @@ Result<Hello> Connector::hello() {
 
 Result<Proof> Connector::answer(std::span<const uint8_t> challenge, const std::string& peer) const {
   ByteReader r(challenge);
-  uint32_t magic = 0;
-  uint16_t version = 0;
-  uint8_t flags = 0, reserved = 0;
+  uint8_t flags = 0;
+  RDMAFLOW_RETURN_IF_ERROR(read_head(r, challenge.size(), kChallengeBytes, flags, peer,
+                                     "it does not speak the rdmaflow handshake (not an rdmaflow "
+                                     "endpoint, or an older version)"));
   std::span<const uint8_t> nonce_s, their_mac;
-  if (!r.get(magic) || !r.get(version) || !r.get(flags) || !r.get(reserved) ||
-      !r.view(kNonceBytes, nonce_s) || !r.view(kMacBytes, their_mac) || !r.done() ||
-      magic != kMagic) {
-    return refused(peer,
-                   "it does not speak the rdmaflow handshake (not an rdmaflow endpoint, "
-                   "or an older version)");
-  }
-  if (version != kVersion) {
-    return refused(peer, "handshake version " + std::to_string(version) + ", this rank speaks " +
-                             std::to_string(kVersion));
-  }
+  r.view(kNonceBytes, nonce_s);  // the size was checked
+  r.view(kMacBytes, their_mac);
   const auto expected = mac(secret_, 'A', label_, nonce_.data(), nonce_s.data());
   if (CRYPTO_memcmp(expected.data(), their_mac.data(), kMacBytes) != 0) {
     return refused(peer, "it did not prove the job secret: " + mismatch_hint(secret_, flags));
@@ -131,21 +141,13 @@ Acceptor::Acceptor(JobSecret secret, std::string_view label)
 
 Result<Challenge> Acceptor::challenge(std::span<const uint8_t> hello, const std::string& peer) {
   ByteReader r(hello);
-  uint32_t magic = 0;
-  uint16_t version = 0;
-  uint8_t reserved = 0;
+  RDMAFLOW_RETURN_IF_ERROR(read_head(r, hello.size(), kHelloBytes, peer_flags_, peer,
+                                     "it did not start with the rdmaflow handshake (a stray "
+                                     "connection, a port scan, or an rdmaflow older than this "
+                                     "one)"));
   std::span<const uint8_t> label, nonce_c;
-  if (!r.get(magic) || !r.get(version) || !r.get(peer_flags_) || !r.get(reserved) ||
-      !r.view(kLabelBytes, label) || !r.view(kNonceBytes, nonce_c) || !r.done() ||
-      magic != kMagic) {
-    return refused(peer,
-                   "it did not start with the rdmaflow handshake (a stray connection, a "
-                   "port scan, or an rdmaflow older than this one)");
-  }
-  if (version != kVersion) {
-    return refused(peer, "handshake version " + std::to_string(version) + ", this rank speaks " +
-                             std::to_string(kVersion));
-  }
+  r.view(kLabelBytes, label);  // the size was checked
+  r.view(kNonceBytes, nonce_c);
   if (!std::equal(label.begin(), label.end(), label_.begin())) {
     std::string theirs(reinterpret_cast<const char*>(label.data()), label.size());
     theirs.erase(std::find(theirs.begin(), theirs.end(), '\0'), theirs.end());

@@ -42,9 +42,9 @@ void async_accept_handshake(Socket& socket, std::shared_ptr<void> owner, std::st
   }
   st->acceptor = std::make_unique<Acceptor>(std::move(*secret), label);
   auto io_error = [st](const char* stage, const boost::system::error_code& ec) {
-    return RDMAFLOW_ERROR(Code::kConnectionFailed, "accept", -1,
-                          "handshake with " + st->peer + " failed while " + stage + ": " +
-                              ec.message());
+    return RDMAFLOW_ERROR(
+        Code::kConnectionFailed, "accept", -1,
+        "handshake with " + st->peer + " failed while " + stage + ": " + ec.message());
   };
   boost::asio::async_read(
       socket, boost::asio::buffer(st->hello),
@@ -60,8 +60,7 @@ void async_accept_handshake(Socket& socket, std::shared_ptr<void> owner, std::st
               if (ec) return done(io_error("sending the challenge", ec));
               boost::asio::async_read(
                   socket, boost::asio::buffer(st->proof),
-                  [owner, st, done, io_error](const boost::system::error_code& ec,
-                                              size_t) mutable {
+                  [owner, st, done, io_error](const boost::system::error_code& ec, size_t) mutable {
                     if (ec) return done(io_error("waiting for the proof", ec));
                     done(st->acceptor->verify(st->proof, st->peer));
                   });

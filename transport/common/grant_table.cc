@@ -4,9 +4,17 @@
 #include <string>
 #include <thread>
 
+#include "common/log.h"
 #include "transport/common/key_secret.h"
 
 namespace rdmaflow {
+
+Status forged_secret_failure(const char* backend, const Status& refusal, int peer) {
+  RDMAFLOW_LOG_WARN("{}: closing the channel to rank {}: {}", backend, peer, refusal.reason());
+  return RDMAFLOW_ERROR(
+      Code::kUnauthenticated, "receive", peer,
+      "peer rank " + std::to_string(peer) + " presented a forged key secret: " + refusal.reason());
+}
 
 GrantTable::GrantTable(std::string backend) : backend_(std::move(backend)) {
   // Key ids are not secrets, but they should not be 1, 2, 3 in every run (a stale

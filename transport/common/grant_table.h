@@ -33,6 +33,11 @@
 
 namespace rdmaflow {
 
+// The channel failure for a wrong secret (`refusal`, kUnauthenticated) presented
+// by `peer`, logged. Answering would let a peer test secrets one refusal at a
+// time, so the backend fails the channel with this instead.
+Status forged_secret_failure(const char* backend, const Status& refusal, int peer);
+
 class GrantTable {
  public:
   // What a grant covers: its range and the region it lies in.

@@ -127,12 +127,8 @@ bool TcpChannel::protocol_error(const std::string& why) {
 }
 
 bool TcpChannel::forged_key(const Status& why) {
-  // Answering would let a peer test secrets one refusal at a time: the channel
-  // fails instead, before a byte of the payload is read.
-  RDMAFLOW_LOG_WARN("tcp: closing the channel to rank {}: {}", peer_, why.reason());
-  fail(RDMAFLOW_ERROR(
-      Code::kUnauthenticated, "receive", peer_,
-      "peer rank " + std::to_string(peer_) + " presented a forged key secret: " + why.reason()));
+  // Before a byte of the payload is read.
+  fail(forged_secret_failure("tcp", why, peer_));
   return false;
 }
 

@@ -512,13 +512,9 @@ void UcxChannel::refuse(const std::string& why) {
 }
 
 ucs_status_t UcxChannel::forged_key(const Status& why) {
-  // Answering would let a peer test secrets one refusal at a time: the channel
-  // fails instead, and nothing of the message reaches memory.
-  RDMAFLOW_LOG_WARN("ucx: closing the channel to rank {}: {}", peer_, why.reason());
-  // With a goodbye, so the forger's side fails too rather than wait for an answer.
-  close_locked(RDMAFLOW_ERROR(
-      Code::kUnauthenticated, "receive", peer_,
-      "peer rank " + std::to_string(peer_) + " presented a forged key secret: " + why.reason()));
+  // Nothing of the message reaches memory; with a goodbye, so the forger's side
+  // fails too rather than wait for an answer.
+  close_locked(forged_secret_failure("ucx", why, peer_));
   return UCS_OK;
 }
 

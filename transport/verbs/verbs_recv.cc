@@ -5,7 +5,6 @@
 
 #include <algorithm>
 
-#include "common/log.h"
 #include "transport/verbs/verbs_channel.h"
 #include "transport/verbs/verbs_channel_internal.h"
 
@@ -83,9 +82,7 @@ void VerbsChannel::on_control_locked(const MsgHeader& h, std::span<const uint8_t
       Status verdict = core_->check_claim(check->claim, peer_rank_);
       if (verdict.code() == Code::kUnauthenticated) {
         // A forged secret: no verdict to test guesses against, the channel fails.
-        RDMAFLOW_LOG_WARN("verbs: closing the channel to rank {}: {}", peer_rank_,
-                          verdict.reason());
-        return fail_locked(verdict, out);
+        return fail_locked(forged_secret_failure("verbs", verdict, peer_rank_), out);
       }
       KeyVerdict v{check->request, verdict.code(), verdict.reason()};
       control_out_.push_back({MsgType::kKeyVerdict, v.encode()});
