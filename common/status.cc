@@ -28,6 +28,8 @@ std::string_view code_name(Code code) {
       return "resource exhausted";
     case Code::kInternal:
       return "internal error";
+    case Code::kUnauthenticated:
+      return "unauthenticated";
   }
   return "unknown";
 }

@@ -54,6 +54,7 @@ enum class Code : uint8_t {
   kCancelled,          // operation abandoned because the channel closed
   kResourceExhausted,  // out of memory, slots or credits
   kInternal,           // a bug or an unexpected library failure
+  kUnauthenticated,    // a peer failed the job handshake or presented a forged key secret
 };
 
 std::string_view code_name(Code code);

@@ -140,6 +140,7 @@ slurm_start() {
   done
   log "slurm up: $CONF_HOSTS nodes (h0..h$((CONF_HOSTS - 1))), partition 'cluster'"
   echo "export SLURM_CONF=$SLURM_CONF"
+  [ ! -s "$DIR/job-secret" ] || echo "export RDMAFLOW_JOB_SECRET_FILE=$DIR/job-secret"
 }
 
 # Stops slurmd on every host, slurmctld and munged; removes $DIR/slurm.
@@ -202,6 +203,7 @@ cmd_slurm() {
     env)
       slurm_running || die "slurm is not up (scripts/cluster --id $ID slurm up)"
       echo "export SLURM_CONF=$(slurm_conf)"
+      [ ! -s "$DIR/job-secret" ] || echo "export RDMAFLOW_JOB_SECRET_FILE=$DIR/job-secret"
       ;;
     *) die "usage: scripts/cluster slurm up|down|status|env" ;;
   esac

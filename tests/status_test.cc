@@ -27,13 +27,13 @@ TEST(Status, ResultCarriesValueOrError) {
 }
 
 TEST(RemoteKey, RoundTripsAndRejectsGarbage) {
-  RemoteKey k{"tcp", 7, 0xdeadbeef, 0x1000, 4096, {1, 2, 3}};
+  RemoteKey k{"tcp", 7, KeySecret{0xdeadbeef, 0x0123456789abcdefull}, 0x1000, 4096, {1, 2, 3}};
   auto bytes = k.serialize();
   auto back = RemoteKey::deserialize(bytes);
   ASSERT_TRUE(back.is_ok()) << back.status().to_string();
   EXPECT_EQ(back->backend, "tcp");
   EXPECT_EQ(back->key_id, 7u);
-  EXPECT_EQ(back->secret, 0xdeadbeefu);
+  EXPECT_EQ(back->secret, (KeySecret{0xdeadbeef, 0x0123456789abcdefull}));
   EXPECT_EQ(back->length, 4096u);
   EXPECT_EQ(back->blob, (std::vector<uint8_t>{1, 2, 3}));
   for (size_t cut = 0; cut < bytes.size(); ++cut) {

@@ -5,15 +5,15 @@
 namespace rdmaflow {
 
 namespace {
-constexpr uint32_t kMagic = 0x314b4652;  // "RFK1"
+constexpr uint32_t kMagic = 0x324b4652;  // "RFK2" (RFK1 had a 64-bit secret)
 constexpr size_t kMaxBlob = 1 << 20;
 
 }  // namespace
 
 std::vector<uint8_t> RemoteKey::serialize() const {
-  ByteWriter w(48 + backend.size() + blob.size());
+  ByteWriter w(56 + backend.size() + blob.size());
   w.u32(kMagic).u8(static_cast<uint8_t>(backend.size())).raw(backend.data(), backend.size());
-  w.u64(key_id).u64(secret).u64(addr).u64(length);
+  w.u64(key_id).u64(secret.lo).u64(secret.hi).u64(addr).u64(length);
   w.u32(static_cast<uint32_t>(blob.size())).raw(blob.data(), blob.size());
   return w.take();
 }
@@ -32,8 +32,8 @@ Result<RemoteKey> RemoteKey::deserialize(std::span<const uint8_t> bytes) {
   RemoteKey k;
   k.backend.assign(reinterpret_cast<const char*>(p.data()), p.size());
   uint32_t blob_len = 0;
-  if (!r.get(k.key_id) || !r.get(k.secret) || !r.get(k.addr) || !r.get(k.length) ||
-      !r.get(blob_len)) {
+  if (!r.get(k.key_id) || !r.get(k.secret.lo) || !r.get(k.secret.hi) || !r.get(k.addr) ||
+      !r.get(k.length) || !r.get(blob_len)) {
     return bad("truncated header");
   }
   if (blob_len > kMaxBlob) return bad("blob length " + std::to_string(blob_len) + " too large");

@@ -2,8 +2,8 @@
 // write into / read from exactly one byte range of one registered region.
 //
 // Wire form (little endian):
-//   u32 magic 'RFK1' | u8 backend-name length | name | u64 key_id | u64 secret |
-//   u64 addr | u64 length | u32 blob length | blob
+//   u32 magic 'RFK2' | u8 backend-name length | name | u64 key_id | u64 secret lo |
+//   u64 secret hi | u64 addr | u64 length | u32 blob length | blob
 // `addr` is the receiver's virtual address of the first granted byte (what
 // one-sided verbs/UCX need); `key_id` + `secret` let a receiver that checks on
 // its side (TCP) find the grant and refuse forged keys; `blob` is backend data
@@ -20,10 +20,20 @@
 
 namespace rdmaflow {
 
+// A grant's 128-bit secret, from the kernel's CSPRNG (transport/common/key_secret.h):
+// guessing it is hopeless, and a wrong guess fails the channel that presented it.
+struct KeySecret {
+  uint64_t lo = 0;
+  uint64_t hi = 0;
+  auto operator<=>(const KeySecret&) const = default;
+  // Without an early exit, so the time a check takes says nothing of how much matched.
+  bool matches(const KeySecret& other) const { return ((lo ^ other.lo) | (hi ^ other.hi)) == 0; }
+};
+
 struct RemoteKey {
   std::string backend;
   uint64_t key_id = 0;
-  uint64_t secret = 0;
+  KeySecret secret;
   uint64_t addr = 0;
   uint64_t length = 0;
   std::vector<uint8_t> blob;

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "bench/cpu_load.h"
+#include "common/handshake.h"
 #include "runtime/selection/transport_select.h"
 #include "tools/cli.h"
 #include "transport/channel.h"
@@ -127,6 +128,12 @@ inline int listen_on(const std::string& host, uint16_t port, uint16_t* bound) {
   return fd;
 }
 
+// The two ranks' sockets (out-of-band, plain-socket reference) start with the job
+// handshake (common/handshake.h) like every rdmaflow connection: rank 0 takes the
+// first connection that proves the job secret, not the first one to arrive, so a
+// stray connection (a port scan, a health check) cannot pose as the peer.
+constexpr const char* kHandshakeLabel = "p2p";
+
 inline int connect_to(const std::string& host, uint16_t port, Millis timeout) {
   auto deadline = Clock::now() + timeout;
   for (;;) {
@@ -135,7 +142,13 @@ inline int connect_to(const std::string& host, uint16_t port, Millis timeout) {
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
     if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) die("bad IPv4 address " + host);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) return fd;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+      int err = 0;
+      Status st =
+          auth::authenticate_connect(fd, kHandshakeLabel, "connect to rank 0", 0, deadline, &err);
+      if (st.is_ok()) return fd;
+      if (err == 0) die(st.to_string());  // refused: a retry cannot succeed
+    }
     ::close(fd);
     if (Clock::now() > deadline) die("cannot connect to " + host + ":" + std::to_string(port));
     std::this_thread::sleep_for(Millis(50));
@@ -143,9 +156,15 @@ inline int connect_to(const std::string& host, uint16_t port, Millis timeout) {
 }
 
 inline int accept_one(int listen_fd) {
-  int fd = ::accept(listen_fd, nullptr, nullptr);
-  if (fd < 0) die(std::string("accept: ") + std::strerror(errno));
-  return fd;
+  for (;;) {
+    int fd = ::accept(listen_fd, nullptr, nullptr);
+    if (fd < 0) die(std::string("accept: ") + std::strerror(errno));
+    Status st = auth::authenticate_accept(fd, kHandshakeLabel, "accept the peer rank",
+                                          Clock::now() + auth::handshake_timeout());
+    if (st.is_ok()) return fd;
+    std::fprintf(stderr, "p2p: %s; still waiting for the peer\n", st.to_string().c_str());
+    ::close(fd);
+  }
 }
 
 inline void nodelay(int fd) {

@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/handshake_asio.h"
 #include "common/log.h"
 #include "runtime/rendezvous/tcp_store_protocol.h"
 
@@ -117,6 +118,8 @@ struct TcpStoreServer::Impl {
   std::unordered_map<std::string, Bytes> data;
   std::vector<std::shared_ptr<Session>> waiting;
   std::vector<std::weak_ptr<Session>> sessions;
+  int pending_auth = 0;  // sessions still in the handshake
+  const int max_pending_auth = auth::max_pending_handshakes();
 
   // Shared with other threads.
   std::mutex mu;
@@ -139,7 +142,34 @@ class Session : public std::enable_shared_from_this<Session> {
   Session(TcpStoreServer::Impl& server, tcp::socket socket)
       : server_(server), sock_(std::move(socket)), timer_(server.ioc) {}
 
-  void start() { read_header(); }
+  // Serves requests once the client proved the job secret (common/handshake.h):
+  // before that nothing it sends is parsed, and it is dropped after
+  // RDMAFLOW_AUTH_TIMEOUT_MS, so an idle stray connection holds nothing for long.
+  void start() {
+    ++server_.pending_auth;
+    timer_.expires_after(auth::handshake_timeout());
+    timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (ec || self->authenticated_) return;
+      self->timed_out_ = true;
+      error_code ignored;
+      self->sock_.close(ignored);
+    });
+    const std::string peer = peer_name();
+    auth::async_accept_handshake(sock_, shared_from_this(), "store",
+                                 [self = shared_from_this(), peer](Status st) {
+                                   --self->server_.pending_auth;
+                                   if (!st.is_ok()) {
+                                     RDMAFLOW_LOG_WARN("rendezvous server: refused {}: {}", peer,
+                                                       self->timed_out_ ? "no handshake within "
+                                                                          "RDMAFLOW_AUTH_TIMEOUT_MS"
+                                                                        : st.reason());
+                                     return self->close();
+                                   }
+                                   self->authenticated_ = true;
+                                   self->timer_.cancel();
+                                   self->read_header();
+                                 });
+  }
 
   void close() {
     error_code ignored;
@@ -343,6 +373,8 @@ class Session : public std::enable_shared_from_this<Session> {
   Bytes body_;
   size_t body_left_ = 0;
   Bytes out_;
+  bool authenticated_ = false;
+  bool timed_out_ = false;
   bool is_get_ = false;
   bool waiting_ = false;
   uint64_t wait_id_ = 0;
@@ -363,6 +395,19 @@ void TcpStoreServer::Impl::accept_next() {
       return;
     }
     error_code ignored;
+    if (pending_auth >= max_pending_auth) {
+      error_code e;
+      auto ep = socket.remote_endpoint(e);
+      RDMAFLOW_LOG_WARN(
+          "rendezvous server: refused {}: {} connections are already in the handshake "
+          "(RDMAFLOW_AUTH_PENDING_MAX)",
+          e ? std::string("a connection")
+            : ep.address().to_string() + ":" + std::to_string(ep.port()),
+          pending_auth);
+      socket.close(ignored);
+      accept_next();
+      return;
+    }
     socket.set_option(tcp::no_delay(true), ignored);
     auto session = std::make_shared<Session>(*this, std::move(socket));
     std::erase_if(sessions, [](const auto& w) { return w.expired(); });
@@ -529,8 +574,19 @@ struct TcpStore::Impl {
         if (!run_until(deadline, done)) break;
         if (!ec) {
           sock.set_option(tcp::no_delay(true), ignored);
-          connected = true;
-          return Status::ok();
+          int err = 0;
+          Status st =
+              auth::authenticate_connect(sock.native_handle(), "store", op, 0, deadline, &err);
+          if (st.is_ok()) {
+            connected = true;
+            return Status::ok();
+          }
+          if (err == 0) {  // refused: not this job's store, or not our secret
+            sock.close(ignored);
+            return st;
+          }
+          last_error = st.reason();
+          continue;
         }
         last_error = ec.message();
       }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "common/handshake.h"
 #include "runtime/rendezvous/tcp_store.h"
 #include "runtime/rendezvous/tcp_store_protocol.h"
 #include "tests/support/process.h"
@@ -334,6 +335,13 @@ int raw_connect(int port) {
   }
   timeval tv{2, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  // A client of this job that then misbehaves: it passes the handshake first.
+  if (!auth::authenticate_connect(fd, "store", "raw connect", 0,
+                                  std::chrono::steady_clock::now() + 5000ms)
+           .is_ok()) {
+    ::close(fd);
+    return -1;
+  }
   return fd;
 }
 

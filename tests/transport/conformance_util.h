@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/handshake.h"
 #include "tests/support/backends.h"
 #include "tests/support/process.h"
 #include "transport/channel.h"
@@ -298,7 +299,14 @@ struct RawConn {
     }
     return true;
   }
+  // The job handshake, then the tcp hello: what a peer of this job that then
+  // misbehaves would send.
   bool hello(int rank) {
+    if (!auth::authenticate_connect(fd, "tcp", "raw connect", 0,
+                                    std::chrono::steady_clock::now() + Millis(5000))
+             .is_ok()) {
+      return false;
+    }
     tcp::Hello h;
     h.rank = rank;
     tcp::Hello reply;

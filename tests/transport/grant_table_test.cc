@@ -17,11 +17,15 @@ namespace rdmaflow {
 namespace {
 
 TEST(KeySecret, ValuesDoNotRepeatAndAForkedChildDrawsItsOwn) {
-  std::set<uint64_t> seen;
+  std::set<KeySecret> secrets;
+  std::set<uint64_t> seen;  // every 64-bit half drawn
   for (int i = 0; i < 1000; ++i) {
     auto v = key_secret();
     ASSERT_TRUE(v.is_ok()) << v.status().to_string();
-    EXPECT_TRUE(seen.insert(*v).second) << "repeated secret " << *v;
+    EXPECT_TRUE(secrets.insert(*v).second) << "repeated secret";
+    EXPECT_NE(v->lo, v->hi);
+    seen.insert(v->lo);
+    seen.insert(v->hi);
   }
   // The parent's pool is part-used now; the child must not hand out what is left of it.
   constexpr int kDraws = 40;  // more than one pool
@@ -33,7 +37,7 @@ TEST(KeySecret, ValuesDoNotRepeatAndAForkedChildDrawsItsOwn) {
     ::close(fds[0]);
     uint64_t mine[kDraws];
     for (auto& v : mine) {
-      auto r = key_secret();
+      auto r = key_random64();
       v = r.is_ok() ? *r : 0;
     }
     const bool sent = ::write(fds[1], mine, sizeof(mine)) == static_cast<ssize_t>(sizeof(mine));
@@ -42,7 +46,7 @@ TEST(KeySecret, ValuesDoNotRepeatAndAForkedChildDrawsItsOwn) {
   ::close(fds[1]);
   std::vector<uint64_t> parent;
   for (int i = 0; i < kDraws; ++i) {
-    auto r = key_secret();
+    auto r = key_random64();
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     parent.push_back(*r);
   }
@@ -87,8 +91,10 @@ TEST_F(GrantTableTest, GrantsResolveAndRefuseNamingTheAccess) {
   EXPECT_EQ(wide.code(), Code::kOutOfRange);
   EXPECT_EQ(wide.peer(), 3);
   EXPECT_NE(wide.to_string().find("exceeds the 1000 bytes"), std::string::npos) << wide.to_string();
-  Status forged = table.resolve(key->key_id, key->secret ^ 1, 0, 1, &p, "read", 2);
-  EXPECT_EQ(forged.code(), Code::kNotFound);
+  KeySecret wrong = key->secret;
+  wrong.hi ^= 1;  // one bit of 128
+  Status forged = table.resolve(key->key_id, wrong, 0, 1, &p, "read", 2);
+  EXPECT_EQ(forged.code(), Code::kUnauthenticated);
   EXPECT_NE(forged.to_string().find("wrong secret"), std::string::npos) << forged.to_string();
 
   auto info = table.lookup(key->key_id, key->secret, "key query", 1);
@@ -96,7 +102,8 @@ TEST_F(GrantTableTest, GrantsResolveAndRefuseNamingTheAccess) {
   EXPECT_EQ(info->addr, key->addr);
   EXPECT_EQ(info->len, 1000u);
   EXPECT_EQ(info->region, *id);
-  EXPECT_EQ(table.lookup(key->key_id, 0, "key query", 1).status().code(), Code::kNotFound);
+  EXPECT_EQ(table.lookup(key->key_id, KeySecret{}, "key query", 1).status().code(),
+            Code::kUnauthenticated);
 
   // Many checks under one hold of the lock.
   GrantTable::Reader reader(table);

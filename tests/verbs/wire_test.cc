@@ -161,13 +161,13 @@ TEST(KeyMessages, CheckRoundTrips) {
 }
 
 TEST(KeyMessages, ClaimsCompareByEveryField) {
-  KeyClaim a{1, 2, 3, 4, 5};
+  KeyClaim a{1, KeySecret{2, 6}, 3, 4, 5};
   KeyClaim b = a;
   EXPECT_EQ(a, b);
   b.length = 8;  // an inflated key is a different claim
   EXPECT_NE(a, b);
   b = a;
-  b.secret = 9;
+  b.secret.hi = 9;
   EXPECT_NE(a, b);
   EXPECT_TRUE(a < b || b < a);
 }

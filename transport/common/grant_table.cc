@@ -4,14 +4,22 @@
 #include <string>
 #include <thread>
 
+#include "common/log.h"
 #include "transport/common/key_secret.h"
 
 namespace rdmaflow {
 
+Status forged_secret_failure(const char* backend, const Status& refusal, int peer) {
+  RDMAFLOW_LOG_WARN("{}: closing the channel to rank {}: {}", backend, peer, refusal.reason());
+  return RDMAFLOW_ERROR(
+      Code::kUnauthenticated, "receive", peer,
+      "peer rank " + std::to_string(peer) + " presented a forged key secret: " + refusal.reason());
+}
+
 GrantTable::GrantTable(std::string backend) : backend_(std::move(backend)) {
   // Key ids are not secrets, but they should not be 1, 2, 3 in every run (a stale
   // key from an earlier run would name a live grant); without randomness they are.
-  auto r = key_secret();
+  auto r = key_random64();
   first_key_ = next_key_ = (r.is_ok() ? (*r & 0xffff) : 0) + 1;
 }
 
@@ -114,7 +122,7 @@ Result<RemoteKey> GrantTable::grant(const void* addr, size_t len, uint32_t tag) 
                               std::to_string(start - r.addr) + " runs past the end of region " +
                               std::to_string(r.id) + " (" + std::to_string(r.len) + " bytes)");
   }
-  RDMAFLOW_ASSIGN_OR_RETURN(const uint64_t secret, key_secret());
+  RDMAFLOW_ASSIGN_OR_RETURN(const KeySecret secret, key_secret());
   RemoteKey key;
   key.backend = backend_;
   key.key_id = next_key_++;
@@ -129,7 +137,7 @@ Status GrantTable::revoke(const RemoteKey& key) {
   {
     std::unique_lock lock(mu_);
     auto it = grants_.find(key.key_id);
-    if (key.backend != backend_ || it == grants_.end() || it->second.secret != key.secret) {
+    if (key.backend != backend_ || it == grants_.end() || !it->second.secret.matches(key.secret)) {
       return RDMAFLOW_ERROR(Code::kNotFound, "revoke key", -1,
                             "key id " + std::to_string(key.key_id) + " is not an active " +
                                 backend_ + " grant (never exported here, or already revoked)");
@@ -140,7 +148,7 @@ Status GrantTable::revoke(const RemoteKey& key) {
   return Status::ok();
 }
 
-Status GrantTable::recheck(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len,
+Status GrantTable::recheck(uint64_t key_id, const KeySecret& secret, uint64_t offset, uint64_t len,
                            const uint8_t* expected, const char* op, int peer) const {
   uint8_t* p = nullptr;
   RDMAFLOW_RETURN_IF_ERROR(resolve(key_id, secret, offset, len, &p, op, peer));
@@ -173,24 +181,24 @@ void GrantTable::fence() {
   while (active_[old & 1].load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
 }
 
-Result<const GrantTable::Grant*> GrantTable::find(uint64_t key_id, uint64_t secret, const char* op,
-                                                  int peer) const {
+Result<const GrantTable::Grant*> GrantTable::find(uint64_t key_id, const KeySecret& secret,
+                                                  const char* op, int peer) const {
   auto it = grants_.find(key_id);
   if (it == grants_.end()) {
     return RDMAFLOW_ERROR(
         Code::kNotFound, op, peer,
         "unknown key id " + std::to_string(key_id) + " (never exported here, or revoked)");
   }
-  if (it->second.secret != secret) {
+  if (!it->second.secret.matches(secret)) {
     return RDMAFLOW_ERROR(
-        Code::kNotFound, op, peer,
+        Code::kUnauthenticated, op, peer,
         "wrong secret for key id " + std::to_string(key_id) + " (forged or stale key)");
   }
   return &it->second;
 }
 
-Status GrantTable::Reader::resolve(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len,
-                                   uint8_t** out, const char* op, int peer) const {
+Status GrantTable::Reader::resolve(uint64_t key_id, const KeySecret& secret, uint64_t offset,
+                                   uint64_t len, uint8_t** out, const char* op, int peer) const {
   RDMAFLOW_ASSIGN_OR_RETURN(const Grant* g, table_.find(key_id, secret, op, peer));
   if (!(offset <= g->len && len <= g->len - offset)) {
     return RDMAFLOW_ERROR(Code::kOutOfRange, op, peer,
@@ -202,8 +210,8 @@ Status GrantTable::Reader::resolve(uint64_t key_id, uint64_t secret, uint64_t of
   return Status::ok();
 }
 
-Status GrantTable::Reader::check(uint64_t key_id, uint64_t secret, uint32_t tag, uint64_t addr,
-                                 uint64_t len, const char* op, int peer) const {
+Status GrantTable::Reader::check(uint64_t key_id, const KeySecret& secret, uint32_t tag,
+                                 uint64_t addr, uint64_t len, const char* op, int peer) const {
   RDMAFLOW_ASSIGN_OR_RETURN(const Grant* g, table_.find(key_id, secret, op, peer));
   if (g->tag != tag) {
     return RDMAFLOW_ERROR(Code::kNotFound, op, peer,
@@ -219,7 +227,7 @@ Status GrantTable::Reader::check(uint64_t key_id, uint64_t secret, uint32_t tag,
   return Status::ok();
 }
 
-Result<GrantTable::GrantInfo> GrantTable::Reader::lookup(uint64_t key_id, uint64_t secret,
+Result<GrantTable::GrantInfo> GrantTable::Reader::lookup(uint64_t key_id, const KeySecret& secret,
                                                          const char* op, int peer) const {
   RDMAFLOW_ASSIGN_OR_RETURN(const Grant* g, table_.find(key_id, secret, op, peer));
   return GrantInfo{g->addr, g->len, g->region};

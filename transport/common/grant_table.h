@@ -8,9 +8,11 @@
 // memory; where the NIC does (verbs) it checks a peer's claim on an absolute
 // address range and the NIC tag (rkey) the grant was made with; where a peer
 // asks before it caches a key (ucx's rma and direct paths) it looks the grant
-// up. Either way an unknown key or a wrong secret is refused with kNotFound and
-// a range outside the grant with kOutOfRange, naming the operation and the
-// peer. Thread safe: user threads register and export, progress threads
+// up. Either way an unknown key is refused with kNotFound, a wrong secret for a
+// live key with kUnauthenticated (a forgery: the backend fails the channel that
+// presented it instead of answering, so a peer cannot guess secrets one refusal at
+// a time) and a range outside the grant with kOutOfRange, naming the operation and
+// the peer. Thread safe: user threads register and export, progress threads
 // resolve. The table never calls out while holding its lock, so a backend may
 // call it under a lock of its own (ucx does, under its worker lock).
 #pragma once
@@ -30,6 +32,11 @@
 #include "transport/remote_key.h"
 
 namespace rdmaflow {
+
+// The channel failure for a wrong secret (`refusal`, kUnauthenticated) presented
+// by `peer`, logged. Answering would let a peer test secrets one refusal at a
+// time, so the backend fails the channel with this instead.
+Status forged_secret_failure(const char* backend, const Status& refusal, int peer);
 
 class GrantTable {
  public:
@@ -69,11 +76,12 @@ class GrantTable {
   class Reader {
    public:
     explicit Reader(const GrantTable& table) : table_(table), lock_(table.mu_) {}
-    Status resolve(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len, uint8_t** out,
-                   const char* op, int peer) const;
-    Status check(uint64_t key_id, uint64_t secret, uint32_t tag, uint64_t addr, uint64_t len,
-                 const char* op, int peer) const;
-    Result<GrantInfo> lookup(uint64_t key_id, uint64_t secret, const char* op, int peer) const;
+    Status resolve(uint64_t key_id, const KeySecret& secret, uint64_t offset, uint64_t len,
+                   uint8_t** out, const char* op, int peer) const;
+    Status check(uint64_t key_id, const KeySecret& secret, uint32_t tag, uint64_t addr,
+                 uint64_t len, const char* op, int peer) const;
+    Result<GrantInfo> lookup(uint64_t key_id, const KeySecret& secret, const char* op,
+                             int peer) const;
     KeyState state(uint64_t key_id) const;
 
    private:
@@ -82,21 +90,22 @@ class GrantTable {
   };
 
   // Resolves [offset, offset + len) of grant `key_id` to local memory. Refuses
-  // unknown keys and wrong secrets with kNotFound, ranges outside the grant with
+  // unknown keys with kNotFound, wrong secrets with kUnauthenticated, ranges outside the grant with
   // kOutOfRange; `op` and `peer` name the access in the returned error.
-  Status resolve(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len, uint8_t** out,
-                 const char* op, int peer) const {
+  Status resolve(uint64_t key_id, const KeySecret& secret, uint64_t offset, uint64_t len,
+                 uint8_t** out, const char* op, int peer) const {
     return Reader(*this).resolve(key_id, secret, offset, len, out, op, peer);
   }
   // A peer's claim that grant `key_id` (with `secret` and NIC `tag`) covers the
   // absolute range [addr, addr + len): OK, or kNotFound / kOutOfRange.
-  Status check(uint64_t key_id, uint64_t secret, uint32_t tag, uint64_t addr, uint64_t len,
+  Status check(uint64_t key_id, const KeySecret& secret, uint32_t tag, uint64_t addr, uint64_t len,
                const char* op, int peer) const {
     return Reader(*this).check(key_id, secret, tag, addr, len, op, peer);
   }
   // The range and region of grant `key_id`, proven by `secret` (a peer confirming a
   // key before it caches it); kNotFound as resolve().
-  Result<GrantInfo> lookup(uint64_t key_id, uint64_t secret, const char* op, int peer) const {
+  Result<GrantInfo> lookup(uint64_t key_id, const KeySecret& secret, const char* op,
+                           int peer) const {
     return Reader(*this).lookup(key_id, secret, op, peer);
   }
   // Live, revoked, or never handed out here: tells an access a peer checked before
@@ -114,7 +123,7 @@ class GrantTable {
   uint64_t generation() const { return generation_.load(std::memory_order_seq_cst); }
   // After enter() refused: is [offset, offset + len) of the grant still granted, at
   // the address resolved before? OK, or why not (kNotFound when it moved).
-  Status recheck(uint64_t key_id, uint64_t secret, uint64_t offset, uint64_t len,
+  Status recheck(uint64_t key_id, const KeySecret& secret, uint64_t offset, uint64_t len,
                  const uint8_t* expected, const char* op, int peer) const;
   bool enter(uint64_t gen) const;
   void leave(uint64_t gen) const;
@@ -126,14 +135,15 @@ class GrantTable {
     size_t len;
   };
   struct Grant {
-    uint64_t secret;
+    KeySecret secret;
     uintptr_t addr;
     uint64_t len;
     RegionId region;
     uint32_t tag;
   };
   // The grant `key_id` proven by `secret`, or why not (mu_ held).
-  Result<const Grant*> find(uint64_t key_id, uint64_t secret, const char* op, int peer) const;
+  Result<const Grant*> find(uint64_t key_id, const KeySecret& secret, const char* op,
+                            int peer) const;
   // Takes the grants inside region `id` out of the table (mu_ held).
   void take_grants_locked(RegionId id, std::vector<uint64_t>& revoked);
 

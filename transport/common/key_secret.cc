@@ -56,7 +56,13 @@ Pool& pool() {
 
 }  // namespace
 
-Result<uint64_t> key_secret() {
+Result<KeySecret> key_secret() {
+  RDMAFLOW_ASSIGN_OR_RETURN(const uint64_t lo, key_random64());
+  RDMAFLOW_ASSIGN_OR_RETURN(const uint64_t hi, key_random64());
+  return KeySecret{lo, hi};
+}
+
+Result<uint64_t> key_random64() {
   Pool& p = pool();
   std::lock_guard<std::mutex> lock(p.mu);
   if (p.next == Pool::kValues) {

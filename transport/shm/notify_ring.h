@@ -30,6 +30,7 @@
 #include <memory>
 
 #include "common/status.h"
+#include "transport/remote_key.h"
 
 namespace rdmaflow::shm {
 
@@ -37,11 +38,11 @@ namespace rdmaflow::shm {
 struct RingSlot {
   uint64_t seq = 0;  // the channel's ordered sequence number
   uint64_t key_id = 0;
-  uint64_t secret = 0;
+  KeySecret secret;
   uint64_t offset = 0;  // of the write, inside the grant
   uint64_t length = 0;
   uint64_t notify = 0;
-  uint64_t reserved[2] = {0, 0};
+  uint64_t reserved = 0;
 };
 static_assert(sizeof(RingSlot) == 64, "one cache line per slot");
 

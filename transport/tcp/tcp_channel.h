@@ -235,6 +235,8 @@ class TcpChannel final : public Channel,
   bool on_payload_done();
   void begin_payload(uint64_t len, uint8_t* target);
   bool protocol_error(const std::string& why);
+  // Fails the channel: the peer presented a wrong secret for a live grant.
+  bool forged_key(const Status& why);
   uint8_t* discard_buffer();
 
   std::shared_ptr<IoLoop> loop_;

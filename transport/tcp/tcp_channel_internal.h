@@ -53,7 +53,8 @@ struct TcpChannel::Op : OpRecord {
   uint64_t received = 0;  // read: response bytes received
   // Serving a read: the grant it reads through, checked again whenever the grant
   // table's generation moved (a revoke) before more of its bytes leave.
-  uint64_t key_id = 0, key_secret = 0, key_offset = 0;
+  uint64_t key_id = 0, key_offset = 0;
+  KeySecret key_secret;
   uint64_t grant_gen = 0;
   std::vector<uint8_t> message;
   Status finish_status;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/log.h"
 #include "transport/tcp/tcp_channel.h"
 #include "transport/tcp/tcp_channel_internal.h"
 
@@ -122,6 +123,12 @@ uint8_t* TcpChannel::discard_buffer() {
 bool TcpChannel::protocol_error(const std::string& why) {
   fail(RDMAFLOW_ERROR(Code::kProtocolError, "receive", peer_,
                       "malformed frame from peer rank " + std::to_string(peer_) + ": " + why));
+  return false;
+}
+
+bool TcpChannel::forged_key(const Status& why) {
+  // Before a byte of the payload is read.
+  fail(forged_secret_failure("tcp", why, peer_));
   return false;
 }
 
@@ -309,6 +316,7 @@ bool TcpChannel::on_header() {
           rx_.refusal = grants_->resolve(h.key_id, h.secret, h.offset, h.length, &dst,
                                          "write (remote side)", peer_);
         }
+        if (rx_.refusal.code() == Code::kUnauthenticated) return forged_key(rx_.refusal);
       }
       begin_payload(h.length, rx_.refusal.is_ok() && !rx_.has_poisoned ? dst : nullptr);
       rx_.granted = rx_.target != nullptr;
@@ -333,6 +341,7 @@ bool TcpChannel::on_header() {
       const uint64_t gen = grants_->generation();  // before resolving: a revoke after it is seen
       Status st = grants_->resolve(h.key_id, h.secret, h.offset, h.value, &src,
                                    "read (remote side)", peer_);
+      if (st.code() == Code::kUnauthenticated) return forged_key(st);
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (failed_) return false;

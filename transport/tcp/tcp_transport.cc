@@ -15,6 +15,8 @@
 #include <thread>
 
 #include "common/env.h"
+#include "common/fd_io.h"
+#include "common/handshake_asio.h"
 #include "common/log.h"
 #include "transport/tcp/tcp_address.h"
 
@@ -34,75 +36,6 @@ struct TcpTransport::Incoming {
 };
 
 namespace {
-
-int remaining_ms(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now()).count();
-  return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>(left, 1 << 30));
-}
-
-// Waits for `events` on fd until the deadline. Returns 1 ready, 0 timeout, -1 error.
-int wait_fd(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    int r = ::poll(&p, 1, remaining_ms(deadline));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return -1;
-    return r == 0 ? 0 : 1;
-  }
-}
-
-// Blocking-with-deadline I/O on a non-blocking fd, for the connection handshake.
-bool send_all(int fd, const void* data, size_t len, Clock::time_point deadline, int& err) {
-  auto* p = static_cast<const uint8_t*>(data);
-  while (len > 0) {
-    ssize_t n = ::send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      p += n;
-      len -= static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      int r = wait_fd(fd, POLLOUT, deadline);
-      if (r <= 0) {
-        err = r == 0 ? ETIMEDOUT : errno;
-        return false;
-      }
-      continue;
-    }
-    err = errno;
-    return false;
-  }
-  return true;
-}
-
-bool recv_all(int fd, void* data, size_t len, Clock::time_point deadline, int& err) {
-  auto* p = static_cast<uint8_t*>(data);
-  while (len > 0) {
-    ssize_t n = ::recv(fd, p, len, MSG_DONTWAIT);
-    if (n > 0) {
-      p += n;
-      len -= static_cast<size_t>(n);
-      continue;
-    }
-    if (n == 0) {
-      err = ECONNRESET;
-      return false;
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      int r = wait_fd(fd, POLLIN, deadline);
-      if (r <= 0) {
-        err = r == 0 ? ETIMEDOUT : errno;
-        return false;
-      }
-      continue;
-    }
-    err = errno;
-    return false;
-  }
-  return true;
-}
 
 int64_t env_or(const char* name, int64_t fallback) {
   auto v = env_int(name, fallback);
@@ -144,7 +77,8 @@ TcpTransport::TcpTransport(const TransportConfig& config, TcpTransportOptions op
     : config_(config),
       options_(options),
       loop_(std::make_shared<IoLoop>(options.busy_poll_us)),
-      grants_(std::make_shared<GrantTable>("tcp")) {
+      grants_(std::make_shared<GrantTable>("tcp")),
+      max_pending_(auth::max_pending_handshakes()) {
   loop_->set_ticker(Millis(1), [this](Clock::time_point now) { return sweep(now); });
   loop_->start();
 }
@@ -227,26 +161,37 @@ void TcpTransport::start_accept() {
     auto in = std::make_shared<Incoming>(loop_->io(), std::move(socket));
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (static_cast<int>(incoming_.size()) >= max_pending_) {
+        // A flood of connections that never authenticate must not pin descriptors
+        // and memory: beyond the cap, new ones are closed at once.
+        RDMAFLOW_LOG_WARN(
+            "tcp: refused a connection from {}: {} connections are already in the handshake "
+            "(RDMAFLOW_AUTH_PENDING_MAX)",
+            auth::peer_address(in->socket.native_handle()), incoming_.size());
+        boost::system::error_code ignored;
+        in->socket.close(ignored);
+        start_accept();
+        return;
+      }
       incoming_.push_back(in);
     }
-    in->timer.expires_after(config_.connect_timeout);
-    in->timer.async_wait([in](const boost::system::error_code& e) {
+    in->timer.expires_after(auth::handshake_timeout());
+    in->timer.async_wait([this, in](const boost::system::error_code& e) {
       if (e || in->done) return;
-      in->done = true;
-      RDMAFLOW_LOG_WARN("tcp: connection sent no hello within the connect timeout; dropped");
-      boost::system::error_code ignored;
-      in->socket.close(ignored);
+      drop_incoming(in, "did not finish the handshake and hello within RDMAFLOW_AUTH_TIMEOUT_MS");
     });
-    asio::async_read(in->socket, asio::buffer(&in->hello, sizeof(Hello)),
-                     [this, in](const boost::system::error_code& e, size_t) {
-                       if (in->done) return;
-                       if (e) {
-                         in->done = true;
-                         in->timer.cancel();
-                         return;
-                       }
-                       on_hello(in);
-                     });
+    // Nothing is read from the socket but the handshake until the peer proved the
+    // job secret; then the hello says which rank and stream it is.
+    auth::async_accept_handshake(in->socket, in, "tcp", [this, in](Status st) {
+      if (in->done) return;
+      if (!st.is_ok()) return drop_incoming(in, st.reason());
+      asio::async_read(in->socket, asio::buffer(&in->hello, sizeof(Hello)),
+                       [this, in](const boost::system::error_code& e, size_t) {
+                         if (in->done) return;
+                         if (e) return drop_incoming(in, "no hello: " + e.message());
+                         on_hello(in);
+                       });
+    });
     start_accept();
   });
 }
@@ -262,12 +207,8 @@ void TcpTransport::on_hello(std::shared_ptr<Incoming> in) {
   if (in->hello.magic != kHelloMagic || in->hello.version != kProtocolVersion ||
       in->hello.rank < 0 || streams != static_cast<uint32_t>(options_.streams) ||
       in->hello.stream >= streams) {
-    RDMAFLOW_LOG_WARN("tcp: refused a connection with a bad hello (magic {:#x}, version {})",
-                      in->hello.magic, in->hello.version);
-    in->done = true;
-    in->timer.cancel();
-    boost::system::error_code ignored;
-    in->socket.close(ignored);
+    drop_incoming(in, "bad hello (magic " + std::to_string(in->hello.magic) + ", version " +
+                          std::to_string(in->hello.version) + ")");
     return;
   }
   auto reply = std::make_shared<Hello>();
@@ -275,9 +216,9 @@ void TcpTransport::on_hello(std::shared_ptr<Incoming> in) {
   asio::async_write(in->socket, asio::buffer(reply.get(), sizeof(Hello)),
                     [this, in, reply](const boost::system::error_code& e, size_t) {
                       if (in->done) return;
+                      if (e) return drop_incoming(in, "hello reply failed: " + e.message());
                       in->done = true;
                       in->timer.cancel();
-                      if (e) return;
                       std::lock_guard<std::mutex> lock(mu_);
                       std::erase(incoming_, in);
                       if (shut_down_) return;
@@ -288,6 +229,17 @@ void TcpTransport::on_hello(std::shared_ptr<Incoming> in) {
                       accepted_[in->hello.rank].push_back({in->hello.stream, fd});
                       cv_.notify_all();
                     });
+}
+
+void TcpTransport::drop_incoming(const std::shared_ptr<Incoming>& in, const std::string& why) {
+  RDMAFLOW_LOG_WARN("tcp transport of rank {}: refused the connection from {}: {}", config_.rank,
+                    auth::peer_address(in->socket.native_handle()), why);
+  in->done = true;
+  in->timer.cancel();
+  boost::system::error_code ignored;
+  in->socket.close(ignored);
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase(incoming_, in);
 }
 
 std::shared_ptr<TcpChannel> TcpTransport::adopt(int fd, int peer_rank) {
@@ -362,6 +314,13 @@ Result<int> TcpTransport::connect_stream(int peer_rank, const std::string& addre
         } else {
           err = r == 0 ? ETIMEDOUT : errno;
         }
+      }
+    }
+    if (err == 0) {
+      Status auth = auth::authenticate_connect(fd, "tcp", op, peer_rank, deadline, &err);
+      if (!auth.is_ok() && err == 0) {
+        ::close(fd);  // refused (or refusing): the peer is not of this job; retrying cannot help
+        return auth;
       }
     }
     if (err == 0) {

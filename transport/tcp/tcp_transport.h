@@ -56,6 +56,9 @@ class TcpTransport final : public Transport {
 
   void start_accept();                          // progress thread
   void on_hello(std::shared_ptr<Incoming> in);  // progress thread
+  // Closes an accepted connection that failed the handshake or its hello, logging
+  // its address and why (progress thread).
+  void drop_incoming(const std::shared_ptr<Incoming>& in, const std::string& why);
   void apply_socket_options(int fd) const;
   std::shared_ptr<TcpChannel> adopt(int fd, int peer_rank);
   // The user's handle of `streams` adopted connections (stream 0 first).
@@ -68,6 +71,7 @@ class TcpTransport final : public Transport {
   TcpTransportOptions options_;
   std::shared_ptr<IoLoop> loop_;
   std::shared_ptr<GrantTable> grants_;
+  const int max_pending_;  // RDMAFLOW_AUTH_PENDING_MAX: accepted connections not yet through
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -1,7 +1,8 @@
 // Wire format of the TCP backend (see docs/tcp_transport.md).
 //
 // A connection starts with a 16-byte Hello each way (connector first, then the
-// acceptor's reply). After that both directions carry frames: a fixed 64-byte
+// acceptor's reply), after the job handshake (common/handshake.h). After that both
+// directions carry frames: a fixed 72-byte
 // header followed by `length` payload bytes. All integers are little endian
 // (every supported host is).
 #pragma once
@@ -9,11 +10,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "transport/remote_key.h"
+
 namespace rdmaflow::tcp {
 
 constexpr uint32_t kHelloMagic = 0x31484652;  // "RFH1"
 constexpr uint32_t kFrameMagic = 0x31544652;  // "RFT1"
-constexpr uint16_t kProtocolVersion = 1;
+constexpr uint16_t kProtocolVersion = 2;      // 2: 128-bit key secrets (a 72-byte header)
 
 struct Hello {
   uint32_t magic = kHelloMagic;
@@ -50,12 +53,12 @@ struct FrameHeader {
   uint64_t length = 0;  // payload bytes following this header
   uint64_t op_id = 0;   // initiator's operation id, echoed in replies
   uint64_t key_id = 0;  // write / read request: the grant
-  uint64_t secret = 0;  // write / read request: the grant's secret
+  KeySecret secret;     // write / read request: the grant's secret
   uint64_t offset = 0;  // write / read request: offset in the grant; read response: in the buffer
   uint64_t value = 0;   // write: notify value; read request: bytes wanted
   uint64_t total = 0;   // write: bytes of the whole operation (checked on the first chunk)
 };
-static_assert(sizeof(FrameHeader) == 64);
+static_assert(sizeof(FrameHeader) == 72);
 
 // Limits a receiver enforces; a header beyond them is a protocol error.
 constexpr uint64_t kMaxChunkPayload = 64ull << 20;  // one write / read-response frame

@@ -30,6 +30,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/handshake.h"
 #include "transport/channel.h"
 #include "transport/common/sticky_error.h"
 #include "transport/shm/notify_ring.h"
@@ -70,6 +71,17 @@ class UcxChannel final : public Channel {
   void attach(ucp_ep_h ep, bool put_path, int pidfd);
   void set_remote_id(uint32_t remote) { remote_id_ = remote; }
   void opened();  // handshake done
+  // The job handshake (common/handshake.h) over the hello messages. Acceptor: the
+  // channel takes nothing but the connector's proof until it is checked, then
+  // becomes acceptable. Connector: the challenge in the hello's answer is checked.
+  void expect_proof(std::unique_ptr<auth::Acceptor> acceptor, std::string who);
+  void answer_challenge_with(std::unique_ptr<auth::Connector> connector) {
+    auth_connector_ = std::move(connector);
+  }
+  bool awaiting_proof() const { return auth_acceptor_ != nullptr; }
+  Clock::time_point auth_since() const { return auth_since_; }
+  // Fails an acceptor's channel whose connector did not prove the job secret.
+  void refuse(const std::string& why);
   void enqueue(Op* op);
   void pump();        // posts queued ops until one must wait
   void flush_acks();  // sends the pending kAck, if any
@@ -99,7 +111,7 @@ class UcxChannel final : public Channel {
  private:
   struct KeyEntry {
     enum class State : uint8_t { kQuerying, kValid, kRefused } state = State::kQuerying;
-    uint64_t secret = 0;
+    KeySecret secret;
     uint64_t addr = 0;
     uint64_t length = 0;
     std::vector<uint8_t> blob;
@@ -177,6 +189,8 @@ class UcxChannel final : public Channel {
   void deliver(RxItem& item);
   void deliver_ready();
   void ring_error(const std::string& what);
+  // Fails the channel: the peer presented a wrong secret for a live grant.
+  ucs_status_t forged_key(const Status& why);
   static void on_rx_data(void* request, ucs_status_t status, size_t length, void* user);
   static void on_read_data(void* request, ucs_status_t status, size_t length, void* user);
 
@@ -185,6 +199,10 @@ class UcxChannel final : public Channel {
   const int peer_;
   const ProcessIdentity peer_identity_;
   std::atomic<State> state_{State::kConnecting};
+  std::unique_ptr<auth::Acceptor> auth_acceptor_;    // until the connector's proof is checked
+  std::unique_ptr<auth::Connector> auth_connector_;  // until the acceptor's challenge is
+  std::string auth_peer_;                            // "a UCX peer claiming rank N"
+  Clock::time_point auth_since_;
 
   StickyError error_;  // set by fail(), in progress context; read anywhere
 

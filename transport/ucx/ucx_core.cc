@@ -12,6 +12,8 @@
 #include <cstring>
 
 #include "common/env.h"
+#include "common/handshake.h"
+#include "common/job_secret.h"
 #include "common/log.h"
 #include "transport/shm/notify_ring.h"
 #include "transport/ucx/ucx_channel.h"
@@ -333,9 +335,13 @@ ucs_status_t UcxCore::on_am(void* arg, const void* header, size_t header_length,
   AmHeader h;
   std::memcpy(&h, header, sizeof(h));
   if (h.type == static_cast<uint8_t>(MsgType::kHello)) {
-    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0 && length < 4096) {
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0 && length < 4096 &&
+        length > auth::kHelloBytes) {
+      const auto* bytes = static_cast<const uint8_t*>(data);
+      const size_t address_len = length - auth::kHelloBytes;
       core->hellos_.push_back(Hello{static_cast<int>(h.value), static_cast<uint32_t>(h.id),
-                                    std::string(static_cast<const char*>(data), length)});
+                                    std::string(reinterpret_cast<const char*>(bytes), address_len),
+                                    std::vector<uint8_t>(bytes + address_len, bytes + length)});
     }
     return UCS_OK;
   }
@@ -447,7 +453,39 @@ Result<std::shared_ptr<UcxChannel>> UcxCore::make_channel_locked(int peer_rank,
 void UcxCore::handle_hellos_locked() {
   std::vector<Hello> hellos;
   hellos.swap(hellos_);
+  if (hellos.empty()) return;
+  // Channels still waiting for their connector's proof: dropped once stale, and
+  // never more than the cap, so hellos that never prove anything hold little.
+  const auto now = Clock::now();
+  size_t pending = 0;
+  for (auto& ch : channels_) {
+    if (!ch->awaiting_proof() || ch->failed()) continue;
+    if (now - ch->auth_since() > auth::handshake_timeout()) {
+      ch->refuse("no proof of the job secret within RDMAFLOW_AUTH_TIMEOUT_MS");
+    } else {
+      ++pending;
+    }
+  }
   for (Hello& h : hellos) {
+    const std::string who = "a UCX peer claiming rank " + std::to_string(h.rank);
+    if (pending >= static_cast<size_t>(auth::max_pending_handshakes())) {
+      RDMAFLOW_LOG_WARN(
+          "ucx: refused {}: {} connections are already in the handshake "
+          "(RDMAFLOW_AUTH_PENDING_MAX)",
+          who, pending);
+      continue;
+    }
+    auto secret = load_job_secret();
+    if (!secret.is_ok()) {
+      RDMAFLOW_LOG_WARN("ucx: refused {}: {}", who, secret.status().to_string());
+      continue;
+    }
+    auto acceptor = std::make_unique<auth::Acceptor>(std::move(*secret), "ucx");
+    auto challenge = acceptor->challenge(h.auth_hello, who);
+    if (!challenge.is_ok()) {  // garbage: no endpoint is made for it
+      RDMAFLOW_LOG_WARN("ucx: {}", challenge.status().reason());
+      continue;
+    }
     auto peer = decode_address(h.address);
     if (!peer.is_ok()) {
       RDMAFLOW_LOG_WARN("ucx: ignoring a hello from rank {}: {}", h.rank,
@@ -462,14 +500,20 @@ void UcxCore::handle_hellos_locked() {
     }
     std::shared_ptr<UcxChannel> ch = std::move(made).value();
     ch->set_remote_id(h.remote_channel);
-    ch->send_ctrl(MsgType::kHelloAck, ch->id(), {});
-    ch->opened();
-    {
-      std::lock_guard<std::mutex> lock(ctl_mu_);
-      accepted_[h.rank].push_back(ch);
-    }
-    ctl_cv_.notify_all();
+    ch->expect_proof(std::move(acceptor), who);
+    ch->send_ctrl(MsgType::kHelloAck, ch->id(),
+                  std::vector<uint8_t>(challenge->begin(), challenge->end()));
+    ++pending;
   }
+}
+
+void UcxCore::authenticated_locked(UcxChannel* ch) {
+  std::shared_ptr<UcxChannel> shared = channels_[ch->id() - 1];
+  {
+    std::lock_guard<std::mutex> lock(ctl_mu_);
+    accepted_[ch->peer_rank()].push_back(std::move(shared));
+  }
+  ctl_cv_.notify_all();
 }
 
 Result<std::shared_ptr<Channel>> UcxCore::connect(int peer_rank, const std::string& address,
@@ -482,13 +526,18 @@ Result<std::shared_ptr<Channel>> UcxCore::connect(int peer_rank, const std::stri
   if (!peer.is_ok()) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, op, peer_rank, peer.status().reason());
   }
+  RDMAFLOW_ASSIGN_OR_RETURN(JobSecret secret, load_job_secret());
+  auto connector = std::make_unique<auth::Connector>(std::move(secret), "ucx");
+  RDMAFLOW_ASSIGN_OR_RETURN(auth::Hello auth_hello, connector->hello());
+  std::vector<uint8_t> hello(address_.begin(), address_.end());
+  hello.insert(hello.end(), auth_hello.begin(), auth_hello.end());
   std::shared_ptr<UcxChannel> ch;
   {
     std::unique_lock<std::mutex> lock(worker_mu_);
     if (stopped()) return RDMAFLOW_ERROR(Code::kCancelled, op, peer_rank, "transport is shut down");
     RDMAFLOW_ASSIGN_OR_RETURN(ch, make_channel_locked(peer_rank, *peer, op));
-    ch->send_ctrl(MsgType::kHello, ch->id(), std::vector<uint8_t>(address_.begin(), address_.end()),
-                  0, static_cast<uint64_t>(rank_));
+    ch->answer_challenge_with(std::move(connector));
+    ch->send_ctrl(MsgType::kHello, ch->id(), std::move(hello), 0, static_cast<uint64_t>(rank_));
     pass_locked();
   }
   dispatch();

@@ -100,7 +100,8 @@ struct Op : OpRecord {
   uint64_t len = 0;
   uint64_t offset = 0;
   uint64_t notify = 0;
-  uint64_t key_id = 0, key_secret = 0, key_addr = 0, key_length = 0;
+  uint64_t key_id = 0, key_addr = 0, key_length = 0;
+  KeySecret key_secret;
   std::vector<uint8_t> blob;   // packed rkey, when the channel may not have it cached yet
   std::vector<uint8_t> bytes;  // message / control payload
   AmHeader hdr;                // must outlive the UCP send
@@ -164,8 +165,8 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   const GrantTable& grants() const { return grants_; }
   // Grant (address, length) for a key query; records `channel` as a user of the key.
   // `direct` (if given) describes the region's shared segment, when it has one.
-  Status query_grant(uint64_t key_id, uint64_t secret, uint32_t channel, int peer, uint64_t* addr,
-                     uint64_t* len, uint64_t* rkey_sum, DirectInfo* direct);
+  Status query_grant(uint64_t key_id, const KeySecret& secret, uint32_t channel, int peer,
+                     uint64_t* addr, uint64_t* len, uint64_t* rkey_sum, DirectInfo* direct);
   void on_revoke_ack(uint64_t round, uint32_t channel);
   void channel_failed(uint32_t channel);  // stops revocation rounds waiting for it
   void notify_control();                  // wakes connect/accept/revoke waiters
@@ -187,6 +188,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
     int rank = 0;
     uint32_t remote_channel = 0;
     std::string address;
+    std::vector<uint8_t> auth_hello;  // the job handshake's hello (common/handshake.h)
   };
   struct Event {
     enum Kind : uint8_t { kCallback, kNotify, kMessage, kFail } kind = kCallback;
@@ -253,6 +255,8 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
                             size_t length, const ucp_am_recv_param_t* param);
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
   void handle_hellos_locked();
+  // A channel whose connector proved the job secret: accept() may hand it out.
+  void authenticated_locked(UcxChannel* ch);
   Result<std::shared_ptr<UcxChannel>> make_channel_locked(int peer_rank, const PeerAddress& peer,
                                                           const char* op);
   Options::DataPath choose_data_path(ucp_ep_h ep, std::string* lanes) const;

@@ -109,7 +109,7 @@ Result<RemoteKey> UcxCore::export_key(const void* addr, size_t len) {
   return key;
 }
 
-Status UcxCore::query_grant(uint64_t key_id, uint64_t secret, uint32_t channel, int peer,
+Status UcxCore::query_grant(uint64_t key_id, const KeySecret& secret, uint32_t channel, int peer,
                             uint64_t* addr, uint64_t* len, uint64_t* rkey_sum, DirectInfo* direct) {
   const char* op = "key query";
   RDMAFLOW_ASSIGN_OR_RETURN(const GrantTable::GrantInfo g,

@@ -71,7 +71,8 @@ void UcxCore::release(Op* op) {
   op->src = nullptr;
   op->dst = nullptr;
   op->len = op->offset = op->notify = op->seq = 0;
-  op->key_id = op->key_secret = op->key_addr = op->key_length = 0;
+  op->key_id = op->key_addr = op->key_length = 0;
+  op->key_secret = {};
   op->blob.clear();
   op->bytes.clear();
   op->hdr = AmHeader{};

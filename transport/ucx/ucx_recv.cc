@@ -39,6 +39,24 @@ ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
                                const ucp_am_recv_param_t* param) {
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
   const auto type = static_cast<MsgType>(h.type);
+  if (auth_acceptor_ != nullptr) {
+    // Nothing but the proof passes before the proof: no byte of an unauthenticated
+    // peer's message is looked at, let alone placed.
+    if (type != MsgType::kAuthProof || rndv || length != auth::kProofBytes) {
+      refuse("sent a message (type " + std::to_string(h.type) + ") before proving the job secret");
+      return UCS_OK;
+    }
+    Status st = auth_acceptor_->verify(
+        std::span<const uint8_t>(static_cast<const uint8_t*>(data), length), auth_peer_);
+    if (!st.is_ok()) {
+      refuse(st.reason());
+      return UCS_OK;
+    }
+    auth_acceptor_.reset();
+    opened();
+    core_->authenticated_locked(this);
+    return UCS_OK;
+  }
   switch (type) {
     case MsgType::kMessage:
     case MsgType::kWrite:
@@ -56,8 +74,17 @@ ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
   }
   switch (type) {
     case MsgType::kHelloAck:
-      if (state() == State::kConnecting) {
+      if (state() == State::kConnecting && auth_connector_ != nullptr) {
+        auto proof = auth_connector_->answer(
+            std::span<const uint8_t>(static_cast<const uint8_t*>(data), length),
+            "the UCX worker of rank " + std::to_string(peer_));
+        auth_connector_.reset();
+        if (!proof.is_ok()) {
+          fail(Status(Code::kUnauthenticated, "connect", peer_, proof.status().reason()));
+          break;
+        }
         remote_id_ = static_cast<uint32_t>(h.id);
+        send_ctrl(MsgType::kAuthProof, id_, std::vector<uint8_t>(proof->begin(), proof->end()));
         opened();
       }
       break;
@@ -70,12 +97,13 @@ ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
       uint64_t addr = 0, len = 0, sum = 0;
       DirectInfo direct;
       Status st = core_->query_grant(h.key_id, h.secret, id_, peer_, &addr, &len, &sum, &direct);
+      if (st.code() == Code::kUnauthenticated) return forged_key(st);
       AmHeader reply;
       reply.type = static_cast<uint8_t>(MsgType::kKeyReply);
       reply.code = static_cast<uint16_t>(st.code());
       reply.channel = remote_id_;
       reply.id = h.id;
-      reply.secret = sum;
+      reply.secret.lo = sum;
       reply.value = addr;
       reply.length = len;
       std::vector<uint8_t> data;
@@ -167,7 +195,10 @@ ucs_status_t UcxChannel::on_ordered(const AmHeader& h, void* data, size_t length
       uint8_t* target = nullptr;
       Status st =
           core_->grants().resolve(h.key_id, h.secret, h.offset, h.length, &target, "write", peer_);
-      if (!st.is_ok()) {
+      if (st.code() == Code::kUnauthenticated) {
+        if (item != &local) delete item;
+        return forged_key(st);
+      } else if (!st.is_ok()) {
         item->code = static_cast<uint16_t>(st.code());
         item->reason = st.reason();
       } else if (item->type == MsgType::kWrite && length > 0) {
@@ -314,7 +345,7 @@ void UcxChannel::on_key_reply(const AmHeader& h, const void* data, size_t length
     e.state = KeyEntry::State::kRefused;
     e.refusal = Status(wire_code(h.code), "write", peer_,
                        "peer refused " + key + ": " + text(data, length, false));
-  } else if (h.secret != rkey_checksum(e.blob)) {
+  } else if (h.secret.lo != rkey_checksum(e.blob)) {
     // Never hand UCX an rkey the owner did not pack.
     e.state = KeyEntry::State::kRefused;
     e.refusal = RDMAFLOW_ERROR(Code::kInvalidArgument, "write", peer_,
@@ -398,6 +429,7 @@ void UcxChannel::unref_region(uint64_t region) {
 ucs_status_t UcxChannel::on_read_req(const AmHeader& h) {
   uint8_t* src = nullptr;
   Status st = core_->grants().resolve(h.key_id, h.secret, h.offset, h.length, &src, "read", peer_);
+  if (st.code() == Code::kUnauthenticated) return forged_key(st);
   Op* op = core_->ctrl_op(this);
   op->hdr.type = static_cast<uint8_t>(MsgType::kReadResp);
   op->hdr.channel = remote_id_;
@@ -466,6 +498,25 @@ void UcxChannel::on_read_data(void* request, ucs_status_t status, size_t /*lengt
 
 // ---------------------------------------------------------------------------
 // Notify ring (transport/shm/notify_ring.h, docs/ucx.md "Notify ring")
+
+void UcxChannel::expect_proof(std::unique_ptr<auth::Acceptor> acceptor, std::string who) {
+  auth_acceptor_ = std::move(acceptor);
+  auth_peer_ = std::move(who);
+  auth_since_ = Clock::now();
+}
+
+void UcxChannel::refuse(const std::string& why) {
+  RDMAFLOW_LOG_WARN("ucx: refused {}: {}", auth_peer_, why);
+  auth_acceptor_.reset();
+  fail(RDMAFLOW_ERROR(Code::kUnauthenticated, "accept", peer_, auth_peer_ + ": " + why));
+}
+
+ucs_status_t UcxChannel::forged_key(const Status& why) {
+  // Nothing of the message reaches memory; with a goodbye, so the forger's side
+  // fails too rather than wait for an answer.
+  close_locked(forged_secret_failure("ucx", why, peer_));
+  return UCS_OK;
+}
 
 void UcxChannel::ring_error(const std::string& what) {
   fail(RDMAFLOW_ERROR(

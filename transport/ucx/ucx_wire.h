@@ -1,5 +1,5 @@
 // Wire format of the UCX backend: every message is one UCP active message
-// (AM id kAmId) with a fixed 64-byte header; the header's type says what it is
+// (AM id kAmId) with a fixed 72-byte header; the header's type says what it is
 // and the AM data carries the payload (message bytes, write payload, worker
 // address, refusal list). See docs/ucx.md, "Wire protocol".
 #pragma once
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/bytes.h"
+#include "transport/remote_key.h"
 
 namespace rdmaflow::ucx {
 
@@ -19,8 +20,10 @@ constexpr uint16_t kAmId = 0x52;  // 'R'
 
 enum class MsgType : uint8_t {
   kHello = 1,       // connector -> acceptor. id: connector's channel id, value: connector's
-                    // rank. data: connector's address string (identity + worker address).
-  kHelloAck = 2,    // acceptor -> connector. id: acceptor's channel id.
+                    // rank. data: connector's address string (identity + worker address),
+                    // then the job handshake's hello (auth::kHelloBytes, common/handshake.h).
+  kHelloAck = 2,    // acceptor -> connector. id: acceptor's channel id. data: the handshake's
+                    // challenge (auth::kChallengeBytes).
   kMessage = 3,     // ordered. data: the message.
   kWrite = 4,       // ordered. key_id, secret, offset, length, [value = notify]. data: payload
                     // (eager, or rendezvous pulled by the receiver straight into the target).
@@ -32,12 +35,14 @@ enum class MsgType : uint8_t {
   kReadResp = 8,    // id: op id. code != 0: refused, data = reason; else data = the bytes.
   kKeyQuery = 9,    // id: key id, secret. "May I put/get with this key?"
   kKeyReply = 10,   // id: key id. code, value = grant address, length = grant length,
-                    // secret = rkey checksum; data = reason when refused, else (same-host
+                    // secret.lo = rkey checksum; data = reason when refused, else (same-host
                     // peers, shared region) a DirectInfo (with the owner's notify ring).
   kRevoke = 11,     // id: revocation round. data: u64 key ids no longer valid.
   kRevokeAck = 12,  // id: revocation round. Sent after every put/get with those keys completed.
   kBye = 13,        // the peer closed this channel.
   kRingWake = 14,   // a notify was published in the receiver's ring while it slept.
+  kAuthProof = 15,  // connector -> acceptor, before anything else: the handshake's proof.
+                    // Until it is checked the acceptor's channel takes no other message.
 };
 
 constexpr uint8_t kFlagNotify = 1;
@@ -50,12 +55,12 @@ struct AmHeader {
   uint64_t seq = 0;      // ordered types: per-channel sequence number
   uint64_t id = 0;       // see MsgType
   uint64_t key_id = 0;
-  uint64_t secret = 0;
+  KeySecret secret;
   uint64_t offset = 0;
   uint64_t length = 0;
   uint64_t value = 0;
 };
-static_assert(sizeof(AmHeader) == 64, "AmHeader is part of the wire format");
+static_assert(sizeof(AmHeader) == 72, "AmHeader is part of the wire format");
 
 // kKeyReply data for a same-host peer when the granted region is backed by a
 // shared memfd: the peer maps descriptor `fd` of the owner process (pidfd_getfd)

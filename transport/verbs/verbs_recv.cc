@@ -80,6 +80,10 @@ void VerbsChannel::on_control_locked(const MsgHeader& h, std::span<const uint8_t
       auto check = KeyCheck::decode(payload, peer_rank_);
       if (!check.is_ok()) return fail_locked(check.status(), out);
       Status verdict = core_->check_claim(check->claim, peer_rank_);
+      if (verdict.code() == Code::kUnauthenticated) {
+        // A forged secret: no verdict to test guesses against, the channel fails.
+        return fail_locked(forged_secret_failure("verbs", verdict, peer_rank_), out);
+      }
       KeyVerdict v{check->request, verdict.code(), verdict.reason()};
       control_out_.push_back({MsgType::kKeyVerdict, v.encode()});
       return;

@@ -98,6 +98,7 @@ Result<MsgHeader> MsgHeader::decode(std::span<const uint8_t> bytes, int peer) {
 }
 
 namespace {
+constexpr size_t kKeyCheckBytes = 52;
 Status bad_control(const char* what, size_t size, int peer) {
   return RDMAFLOW_ERROR(Code::kProtocolError, "receive message", peer,
                         std::string("malformed ") + what + " (" + std::to_string(size) + " bytes)");
@@ -105,22 +106,24 @@ Status bad_control(const char* what, size_t size, int peer) {
 }  // namespace
 
 std::vector<uint8_t> KeyCheck::encode() const {
-  ByteWriter w(44);
-  w.u64(request).u64(claim.key_id).u64(claim.secret).u64(claim.addr).u64(claim.length);
+  ByteWriter w(kKeyCheckBytes);
+  w.u64(request).u64(claim.key_id).u64(claim.secret.lo).u64(claim.secret.hi);
+  w.u64(claim.addr).u64(claim.length);
   w.u32(claim.rkey);
   return w.take();
 }
 
 Result<KeyCheck> KeyCheck::decode(std::span<const uint8_t> payload, int peer) {
-  if (payload.size() != 44) return bad_control("key check", payload.size(), peer);
+  if (payload.size() != kKeyCheckBytes) return bad_control("key check", payload.size(), peer);
   const uint8_t* p = payload.data();
   KeyCheck k;
   k.request = load_le<uint64_t>(p);
   k.claim.key_id = load_le<uint64_t>(p + 8);
-  k.claim.secret = load_le<uint64_t>(p + 16);
-  k.claim.addr = load_le<uint64_t>(p + 24);
-  k.claim.length = load_le<uint64_t>(p + 32);
-  k.claim.rkey = load_le<uint32_t>(p + 40);
+  k.claim.secret.lo = load_le<uint64_t>(p + 16);
+  k.claim.secret.hi = load_le<uint64_t>(p + 24);
+  k.claim.addr = load_le<uint64_t>(p + 32);
+  k.claim.length = load_le<uint64_t>(p + 40);
+  k.claim.rkey = load_le<uint32_t>(p + 48);
   return k;
 }
 

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "transport/remote_key.h"
 
 namespace rdmaflow::verbs {
 
@@ -79,14 +80,14 @@ struct MsgHeader {
 // target must vouch for).
 struct KeyClaim {
   uint64_t key_id = 0;
-  uint64_t secret = 0;
+  KeySecret secret;
   uint64_t addr = 0;
   uint64_t length = 0;
   uint32_t rkey = 0;
   auto operator<=>(const KeyClaim&) const = default;
 };
 
-// u64 request | u64 key_id | u64 secret | u64 addr | u64 length | u32 rkey
+// u64 request | u64 key_id | u64 secret lo | u64 secret hi | u64 addr | u64 length | u32 rkey
 struct KeyCheck {
   uint64_t request = 0;
   KeyClaim claim;
