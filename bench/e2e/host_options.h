@@ -29,8 +29,10 @@ struct HostOptions {
     app.add_option("--mpirun-arg", mpirun_args, "one more argument for mpirun; repeat for several")
         ->allow_extra_args(false)
         ->type_name("ARG");
-    app.add_option("--link-seconds", link_seconds,
-                   "with --hosts: each link-rate measurement (1 stream, then 4); 0 skips it")
+    app.add_option(
+           "--link-seconds", link_seconds,
+           "each link-rate measurement (1 stream, then 4; e2e and the demo measure only with "
+           "--hosts); 0 skips it")
         ->check(cli::at_least(0.0));
   }
 

@@ -5,14 +5,18 @@
 //
 //   rdmaflow-replay MODEL --ranks N [--dim batch=8 ...] [--train] [--steps S]
 //                   [--transports tcp,ucx,grpc] [--vary] [--gflops G] [--json FILE]
+//                   [--hosts h0:1,h1:1,... --rsh-agent "scripts/cluster rsh"]
 //
-// Every transport gets its own job of N processes on this host (bench/e2e/
-// launch.h), each rank the model's pipeline stage (graph/pipeline.h): the
+// Every transport gets its own job of N processes (bench/e2e/launch.h), on
+// this host or, with --hosts, on the hosts through mpirun (by slot, as e2e
+// places them), each rank the model's pipeline stage (graph/pipeline.h): the
 // Sends write a pattern, the Recvs check every byte of it on arrival
 // (bench/e2e/replay_job.h). gRPC runs with the malloc tunables its docs ask
 // for (docs/grpc-baseline.md). The bound is the bytes the busiest rank moves
-// in one direction per step over the link rate measured in the same run
-// between two processes of this host (plain TCP sockets over loopback).
+// in one direction per step over the link rate measured in the same run:
+// between two processes of this host (plain TCP sockets over loopback), or
+// with --hosts between the first two hosts (exact with one rank per host;
+// ranks sharing a host move some bytes through memory instead).
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -20,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/e2e/host_options.h"
 #include "bench/e2e/job.h"
 #include "bench/e2e/launch.h"
 #include "graph/model_format.h"
@@ -49,7 +54,7 @@ int main(int argc, char** argv) {
   std::string model, json_out;
   int ranks = 2, steps = 10;
   bool train = false, vary = false;
-  double gflops = 0, link_seconds = 1.0;
+  double gflops = 0;
   uint32_t depth = 2;
   std::vector<std::string> dim_args, transports;
   CLI::App app{
@@ -82,10 +87,17 @@ int main(int argc, char** argv) {
   app.add_option("--transports", transports, "transports to replay on")
       ->delimiter(',')
       ->default_str("tcp, ucx (when built) and grpc");
-  app.add_option("--link-seconds", link_seconds, "how long to measure the link rate (0: skip)")
-      ->capture_default_str();
   app.add_option("--json", json_out, "write the results as JSON to FILE")->type_name("FILE");
+  e2e::HostOptions host_options;
+  host_options.add_to(app);
   if (auto exit_code = rdmaflow::cli::parse(app, argc, argv)) return *exit_code;
+  const std::optional<e2e::HostLayout> layout = host_options.layout("rdmaflow-replay");
+  const double link_seconds = host_options.link_seconds;
+  if (layout && layout->slots() < ranks) {
+    std::fprintf(stderr, "rdmaflow-replay: --hosts %s has %d slots for %d ranks\n",
+                 host_options.hosts.c_str(), layout->slots(), ranks);
+    return rdmaflow::cli::kUsageError;
+  }
   std::map<std::string, int64_t> dims;
   for (const auto& d : dim_args) {
     if (auto st = rdmaflow::graph::parse_dim_binding(d, dims); !st) {
@@ -101,20 +113,46 @@ int main(int argc, char** argv) {
   }
   char abs[4096];
   const std::string model_path = realpath(model.c_str(), abs) ? abs : model;
+  if (layout && model_path.rfind("/tmp/", 0) == 0) {
+    // Each simulated (and many a real) host has a /tmp of its own.
+    std::fprintf(stderr,
+                 "rdmaflow-replay: %s is under /tmp, which the hosts do not share: put the model "
+                 "where every host sees it\n",
+                 model_path.c_str());
+    return rdmaflow::cli::kUsageError;
+  }
 
   json job{{"kind", "replay"}, {"model", model_path}, {"dims", dims}, {"train", train},
            {"steps", steps},   {"depth", depth},      {"vary", vary}, {"gflops", gflops}};
   json out{{"model", model_path}, {"ranks", ranks}, {"train", train},  {"steps", steps},
            {"dims", dims},        {"vary", vary},   {"gflops", gflops}};
   double link_MBps = 0;
-  if (link_seconds > 0 && ranks > 1) {
-    e2e::LaunchSpec spec;
-    spec.ranks = 2;
-    spec.transport = "tcp";
-    spec.job = {{"kind", "link"}, {"seconds", link_seconds}, {"streams", 4}};
-    auto link = e2e::launch(spec);
+  if (layout) {
+    std::string where;
+    for (const auto& h : layout->place(ranks)) where += (where.empty() ? "" : " ") + h;
+    std::printf("ranks on %s (hosts %s through mpirun)\n", where.c_str(),
+                host_options.hosts.c_str());
+    out["hosts"] = host_options.hosts;
+    out["placement"] = layout->place(ranks);
+  }
+  if (link_seconds > 0 && ranks > 1 && (!layout || layout->hosts.size() > 1)) {
+    Result<rdmaflow::bench::LinkRate> link = rdmaflow::bench::LinkRate{};
+    if (layout) {
+      link = e2e::measure_link(*layout, link_seconds);
+    } else {
+      e2e::LaunchSpec spec;
+      spec.ranks = 2;
+      spec.transport = "tcp";
+      spec.job = {{"kind", "link"}, {"seconds", link_seconds}, {"streams", 4}};
+      auto measured = e2e::launch(spec);
+      if (measured) {
+        link = rdmaflow::bench::LinkRate::from_json(*measured);
+      } else {
+        link = measured.status();
+      }
+    }
     if (link) {
-      auto rate = rdmaflow::bench::LinkRate::from_json(*link);
+      const auto& rate = *link;
       link_MBps = rate.best_MBps();
       std::printf("link rate measured in this run: %s\n", rate.describe().c_str());
       out["link_rate"] = rate.to_json();
@@ -132,6 +170,7 @@ int main(int argc, char** argv) {
   for (const auto& t : transports) {
     e2e::LaunchSpec spec;
     spec.ranks = ranks;
+    spec.hosts = layout ? &*layout : nullptr;
     spec.transport = t;
     spec.job = job;
     spec.env.emplace_back("GLIBC_TUNABLES", e2e::kMallocTunables);
