@@ -470,5 +470,57 @@ TEST(TcpStore, MalformedRequestsGetAnErrorAndNeverCrashTheServer) {
   EXPECT_GE(server.rejected(), cases.size() + 1);
 }
 
+// The store's limits lowered through their knobs (docs/configuration.md, "Limits
+// on what peers send"): a server in its own process refuses a long key (the
+// connection stays usable) and an oversized frame (then closes), each reply naming
+// the knob; a client with the same limits refuses locally.
+TEST(TcpStore, LimitsFromTheEnvironmentAreEnforced) {
+  ::setenv("RDMAFLOW_STORE_MAX_FRAME_BYTES", "1024", 1);
+  ::setenv("RDMAFLOW_STORE_MAX_KEY_BYTES", "16", 1);
+  ServerProcess server;  // reads them when it starts
+  auto client = connect_or_die(server.address());
+  ::unsetenv("RDMAFLOW_STORE_MAX_FRAME_BYTES");
+  ::unsetenv("RDMAFLOW_STORE_MAX_KEY_BYTES");
+  ASSERT_GT(server.port(), 0);
+  ASSERT_NE(client, nullptr);
+
+  int fd = raw_connect(server.port());
+  ASSERT_GE(fd, 0);
+  auto error_text = [](const Bytes& reply) { return std::string(reply.begin() + 1, reply.end()); };
+  ByteWriter long_key;
+  long_key.u8(1).str(std::string(32, 'k')).str("v");
+  ASSERT_TRUE(send_all(fd, long_key.frame()));
+  auto refused = read_reply(fd);
+  ASSERT_TRUE(refused.has_value() && !refused->empty());
+  EXPECT_EQ((*refused)[0], static_cast<uint8_t>(wire::Reply::kError));
+  EXPECT_TRUE(contains(error_text(*refused), "RDMAFLOW_STORE_MAX_KEY_BYTES=16")) << error_text(*refused);
+  ByteWriter short_key;
+  short_key.u8(1).str("ok").str("v");
+  ASSERT_TRUE(send_all(fd, short_key.frame()));
+  auto ok = read_reply(fd);
+  ASSERT_TRUE(ok.has_value() && !ok->empty());
+  EXPECT_EQ((*ok)[0], static_cast<uint8_t>(wire::Reply::kOk));
+  // 2 KiB: far below the built-in 64 MiB, over the knob.
+  ByteWriter big;
+  big.u8(1).str("big").str(std::string(2048, 'v'));
+  ASSERT_TRUE(send_all(fd, big.frame()));
+  auto closed = read_reply(fd);
+  ASSERT_TRUE(closed.has_value() && !closed->empty());
+  EXPECT_EQ((*closed)[0], static_cast<uint8_t>(wire::Reply::kError));
+  EXPECT_TRUE(contains(error_text(*closed), "RDMAFLOW_STORE_MAX_FRAME_BYTES=1024")) << error_text(*closed);
+  EXPECT_FALSE(read_reply(fd).has_value());  // closed
+  ::close(fd);
+
+  Status st = client->set("a-key-longer-than-16", to_bytes("v"), 1000ms);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_TRUE(contains(st.reason(), "RDMAFLOW_STORE_MAX_KEY_BYTES=16")) << st.reason();
+  st = client->set("k", Bytes(4096, 1), 1000ms);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_TRUE(contains(st.reason(), "RDMAFLOW_STORE_MAX_FRAME_BYTES=1024")) << st.reason();
+  client.reset();
+  EXPECT_EQ(server.stop(), 0);
+  EXPECT_GE(server.rejected(), 2u);
+}
+
 }  // namespace
 }  // namespace rdmaflow
