@@ -63,7 +63,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto published = shm::ring_published(w.ring->header()->tail.load(), head, kSlots);
   if (!published) return 0;  // the channel fails
   FUZZ_CHECK(*published <= kSlots);
-  auto is_held = [&](uint64_t seq) { return seq > next && seq - next <= 8 && (held >> (seq - next - 1)) & 1; };
+  auto is_held = [&](uint64_t seq) {
+    return seq > next && seq - next <= 8 && (held >> (seq - next - 1)) & 1;
+  };
   const GrantTable::Reader grants(w.grants);
   for (uint64_t left = *published; left > 0; --left) {
     shm::RingSlot s;
@@ -111,6 +113,7 @@ fuzz::Seeds fuzz_seeds() {
   return {
       {"in_order", seed(103, 100, 7, 0, {slot(7, 0, 64), slot(8, 64, 64), slot(9, 128, 64)})},
       {"gap", seed(102, 100, 7, 1, {slot(7, 0, 64), slot(9, 64, 64)})},
-      {"wrapped", seed(18, 14, 50, 0, {slot(50, 0, 8), slot(51, 8, 8), slot(52, 16, 8), slot(53, 24, 8)})},
+      {"wrapped",
+       seed(18, 14, 50, 0, {slot(50, 0, 8), slot(51, 8, 8), slot(52, 16, 8), slot(53, 24, 8)})},
   };
 }

@@ -25,9 +25,9 @@ namespace rdmaflow::fuzz {
   std::fprintf(stderr, "fuzz invariant broken at %s:%d: %s\n", file, line, what);
   std::abort();
 }
-#define FUZZ_CHECK(cond)                                                    \
-  do {                                                                      \
-    if (!(cond)) ::rdmaflow::fuzz::bug(#cond, __FILE__, __LINE__);          \
+#define FUZZ_CHECK(cond)                                           \
+  do {                                                             \
+    if (!(cond)) ::rdmaflow::fuzz::bug(#cond, __FILE__, __LINE__); \
   } while (0)
 
 // Consumes the fuzz input front to back; reads past its end fail.

@@ -79,8 +79,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
 rdmaflow::fuzz::Seeds fuzz_seeds() {
   using rdmaflow::fuzz::append;
-  auto frame = [](FrameType type, uint8_t flags, uint64_t length, uint64_t offset,
-                  uint64_t value, uint64_t total) {
+  auto frame = [](FrameType type, uint8_t flags, uint64_t length, uint64_t offset, uint64_t value,
+                  uint64_t total) {
     FrameHeader h;
     h.type = static_cast<uint8_t>(type);
     h.flags = flags;

@@ -38,8 +38,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         short_reasons &= r.reason.size() <= kMaxReason;
         append_refusal(again, r);
       }
-      if (short_reasons) FUZZ_CHECK(again.size() == body.size() &&
-                                    std::equal(again.begin(), again.end(), body.begin()));
+      if (short_reasons)
+        FUZZ_CHECK(again.size() == body.size() &&
+                   std::equal(again.begin(), again.end(), body.begin()));
       break;
     }
     case MsgType::kRevoke: {

@@ -645,10 +645,10 @@ namespace {
 Status check_key(const std::string& key, const std::string& op, const wire::Limits& limits) {
   const uint32_t limit = limits.max_key;
   if (key.size() > limit) {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
-                          "key of " + std::to_string(key.size()) +
-                              " bytes exceeds RDMAFLOW_STORE_MAX_KEY_BYTES=" +
-                              std::to_string(limit));
+    return RDMAFLOW_ERROR(
+        Code::kInvalidArgument, op, -1,
+        "key of " + std::to_string(key.size()) +
+            " bytes exceeds RDMAFLOW_STORE_MAX_KEY_BYTES=" + std::to_string(limit));
   }
   return Status::ok();
 }
@@ -666,10 +666,10 @@ Status TcpStore::do_set(const std::string& key, std::span<const uint8_t> value, 
   RDMAFLOW_RETURN_IF_ERROR(check_key(key, op, impl_->limits));
   const uint32_t limit = impl_->limits.max_frame;
   if (value.size() + key.size() + 16 > limit) {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
-                          "value of " + std::to_string(value.size()) +
-                              " bytes does not fit RDMAFLOW_STORE_MAX_FRAME_BYTES=" +
-                              std::to_string(limit));
+    return RDMAFLOW_ERROR(
+        Code::kInvalidArgument, op, -1,
+        "value of " + std::to_string(value.size()) +
+            " bytes does not fit RDMAFLOW_STORE_MAX_FRAME_BYTES=" + std::to_string(limit));
   }
   wire::Request q = request(wire::Op::kSet, {key});
   q.value.assign(value.begin(), value.end());

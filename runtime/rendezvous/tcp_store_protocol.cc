@@ -30,8 +30,8 @@ Limits limits_from_env() {
 
 std::string check_frame_length(uint32_t len, const Limits& limits) {
   if (len <= limits.max_frame) return {};
-  return "frame of " + std::to_string(len) + " bytes exceeds RDMAFLOW_STORE_MAX_FRAME_BYTES=" +
-         std::to_string(limits.max_frame);
+  return "frame of " + std::to_string(len) +
+         " bytes exceeds RDMAFLOW_STORE_MAX_FRAME_BYTES=" + std::to_string(limits.max_frame);
 }
 
 std::vector<uint8_t> encode_request(const Request& r) {
@@ -77,8 +77,8 @@ Result<Request> parse_request(std::span<const uint8_t> body, const Limits& limit
     }
     uint32_t n = 0;
     if (ByteReader(body.subspan(body.size() - r.left())).u32(n) && n > limits.max_key) {
-      too_long = "key of " + std::to_string(n) + " bytes exceeds RDMAFLOW_STORE_MAX_KEY_BYTES=" +
-                 std::to_string(limits.max_key);
+      too_long = "key of " + std::to_string(n) +
+                 " bytes exceeds RDMAFLOW_STORE_MAX_KEY_BYTES=" + std::to_string(limits.max_key);
     }
     return false;
   };

@@ -123,8 +123,7 @@ Result<SetupRecord> decode_setup_record(std::span<const uint8_t> in, uint32_t co
     SetupRecord::Slot s;
     if (!r.u32(s.transfer) || !r.u32(s.frame)) return bad("truncated slot key");
     if (s.frame >= copies) {
-      return bad("slot key for frame " + std::to_string(s.frame) + " of " +
-                 std::to_string(copies));
+      return bad("slot key for frame " + std::to_string(s.frame) + " of " + std::to_string(copies));
     }
     RDMAFLOW_RETURN_IF_ERROR(key(s.key, "slot key"));
     rec.slots.push_back(std::move(s));

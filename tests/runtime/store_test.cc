@@ -493,7 +493,8 @@ TEST(TcpStore, LimitsFromTheEnvironmentAreEnforced) {
   auto refused = read_reply(fd);
   ASSERT_TRUE(refused.has_value() && !refused->empty());
   EXPECT_EQ((*refused)[0], static_cast<uint8_t>(wire::Reply::kError));
-  EXPECT_TRUE(contains(error_text(*refused), "RDMAFLOW_STORE_MAX_KEY_BYTES=16")) << error_text(*refused);
+  EXPECT_TRUE(contains(error_text(*refused), "RDMAFLOW_STORE_MAX_KEY_BYTES=16"))
+      << error_text(*refused);
   ByteWriter short_key;
   short_key.u8(1).str("ok").str("v");
   ASSERT_TRUE(send_all(fd, short_key.frame()));
@@ -507,7 +508,8 @@ TEST(TcpStore, LimitsFromTheEnvironmentAreEnforced) {
   auto closed = read_reply(fd);
   ASSERT_TRUE(closed.has_value() && !closed->empty());
   EXPECT_EQ((*closed)[0], static_cast<uint8_t>(wire::Reply::kError));
-  EXPECT_TRUE(contains(error_text(*closed), "RDMAFLOW_STORE_MAX_FRAME_BYTES=1024")) << error_text(*closed);
+  EXPECT_TRUE(contains(error_text(*closed), "RDMAFLOW_STORE_MAX_FRAME_BYTES=1024"))
+      << error_text(*closed);
   EXPECT_FALSE(read_reply(fd).has_value());  // closed
   ::close(fd);
 

@@ -1,6 +1,6 @@
 // The Session's decoders of peer input (session_dynamic.h, session_layout.h) and
-// RemoteKey's size limit: regressions found by fuzzing (fuzz/fuzz_session_records.cc,
-// docs/fuzzing.md) and the round trips the fuzz targets rely on.
+// RemoteKey's size limit: regressions found while writing their fuzz target
+// (fuzz/fuzz_session_records.cc, docs/fuzzing.md) and the round trips it relies on.
 #include <gtest/gtest.h>
 
 #include "runtime/session/session_dynamic.h"

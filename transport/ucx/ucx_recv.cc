@@ -34,8 +34,7 @@ std::string text(const void* data, size_t length, bool rndv) {
 ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
                                const ucp_am_recv_param_t* param) {
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-  if (std::string why = check_am(h, length, rndv, core_->options().max_message);
-      !why.empty()) {
+  if (std::string why = check_am(h, length, rndv, core_->options().max_message); !why.empty()) {
     protocol_error(why);
     return UCS_OK;
   }
@@ -131,10 +130,10 @@ ucs_status_t UcxChannel::on_ordered(const AmHeader& h, void* data, size_t length
   if (held && rx_held_.size() >= core_->options().max_peer_queued) {
     // Out-of-order messages wait for the ones before them; a peer that never sends
     // those would make the wait list grow without bound.
-    protocol_error("sequence number " + std::to_string(h.seq) + " while " +
-                   std::to_string(rx_held_.size()) + " messages wait for number " +
-                   std::to_string(rx_next_) + " (RDMAFLOW_MAX_PEER_QUEUED=" +
-                   std::to_string(core_->options().max_peer_queued) + ")");
+    protocol_error(
+        "sequence number " + std::to_string(h.seq) + " while " + std::to_string(rx_held_.size()) +
+        " messages wait for number " + std::to_string(rx_next_) +
+        " (RDMAFLOW_MAX_PEER_QUEUED=" + std::to_string(core_->options().max_peer_queued) + ")");
     return UCS_OK;
   }
   RxItem local;
