@@ -15,6 +15,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -59,6 +60,7 @@ using Seeds = std::vector<std::pair<std::string, std::vector<uint8_t>>>;
 
 // Appends the bytes of a trivially copyable value (a wire header) to `out`.
 template <typename T>
+requires std::is_trivially_copyable_v<T>
 void append(std::vector<uint8_t>& out, const T& v) {
   const auto* p = reinterpret_cast<const uint8_t*>(&v);
   out.insert(out.end(), p, p + sizeof(T));

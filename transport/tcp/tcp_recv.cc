@@ -327,9 +327,8 @@ bool TcpChannel::on_header() {
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (failed_) return false;
-        full = peer_queue_full_locked();
-        if (full) {
-          // failed below, outside the lock
+        if (peer_queue_full_locked()) {
+          full = true;  // fails the channel below, outside the lock
         } else if (st.is_ok()) {
           Op* op = new_op_locked(Op::kServeRead, nullptr, Millis(0));
           op->header.type = static_cast<uint8_t>(FrameType::kReadResponse);
