@@ -1,11 +1,11 @@
 // What every fuzz target shares (fuzz/CMakeLists.txt builds them, scripts/fuzz.sh
 // runs them; docs/fuzzing.md).
 //
-// A target defines LLVMFuzzerTestOneInput and, to have seeds, a function
-// `fuzz_seeds()` returning named inputs made with the project's own encoders.
-// The same source built with RDMAFLOW_FUZZ_SEEDS (the `<target>_seeds` tool) gets a
-// main() that writes them into a folder, so seeds follow the wire formats when
-// they change: only the target's few lines that lay out its input need adjusting.
+// A target defines LLVMFuzzerTestOneInput and `fuzz_seeds()`, named inputs made
+// with the project's own encoders; run with FUZZ_WRITE_SEEDS_TO=DIR, the target
+// writes them into DIR (scripts/fuzz.sh does before every run), so seeds follow
+// the wire formats when they change: only the target's few lines that lay out
+// its input need adjusting.
 #pragma once
 
 #include <cstddef>
@@ -73,22 +73,19 @@ inline void append(std::vector<uint8_t>& out, std::span<const uint8_t> bytes) {
 
 rdmaflow::fuzz::Seeds fuzz_seeds();
 
-#ifdef RDMAFLOW_FUZZ_SEEDS
-int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s DIR (writes this target's seeds into DIR)\n", argv[0]);
-    return 2;
-  }
+// FUZZ_WRITE_SEEDS_TO=DIR: the target writes its seeds into DIR and exits
+// (libFuzzer calls this before anything else).
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  const char* dir = std::getenv("FUZZ_WRITE_SEEDS_TO");
+  if (dir == nullptr) return 0;
   for (const auto& [name, bytes] : fuzz_seeds()) {
-    const std::string path = std::string(argv[1]) + "/" + name;
+    const std::string path = std::string(dir) + "/" + name;
     FILE* f = std::fopen(path.c_str(), "wb");
     if (f == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size() ||
         std::fclose(f) != 0) {
       std::perror(path.c_str());
-      return 1;
+      std::exit(1);
     }
   }
-  return 0;
+  std::exit(0);
 }
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t*, size_t);
-#endif

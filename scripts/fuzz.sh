@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds every libFuzzer target (fuzz/CMakeLists.txt: one per decoder of peer
 # input) in one clang + libFuzzer + ASan/UBSan tree, then runs each in turn on its
-# seeds: the committed ones (fuzz/seeds/NAME/) and fresh ones written by the
-# target's own encoders (fuzz_NAME_seeds). A crash, leak, timeout or broken
+# seeds: the committed ones (fuzz/seeds/NAME/) and fresh ones the target writes
+# with the project's encoders (FUZZ_WRITE_SEEDS_TO). A crash, leak, timeout or broken
 # invariant fails the script and leaves the input in $FUZZ_BUILD_DIR/artifacts/NAME/.
 # See docs/fuzzing.md.
 #   FUZZ_SECONDS     total fuzzing time, split evenly between the targets (default 60)
@@ -38,10 +38,7 @@ CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link" >"$BUILD_DIR/configure.log" 2>&1 ||
   { cat "$BUILD_DIR/configure.log"; exit 1; }
 build_targets=()
-for t in "${TARGET_LIST[@]}"; do
-  build_targets+=("fuzz_$t")
-  [ "$t" = graph_loader ] || build_targets+=("fuzz_${t}_seeds")
-done
+for t in "${TARGET_LIST[@]}"; do build_targets+=("fuzz_$t"); done
 cmake --build "$BUILD_DIR" --target "${build_targets[@]}" -j "${JOBS:-2}"
 
 if [ -n "${FUZZ_RUNS:-}" ]; then
@@ -65,8 +62,8 @@ for t in "${TARGET_LIST[@]}"; do
   if [ "$t" = graph_loader ]; then
     cp "$ROOT"/graph/examples/*.json "$ROOT"/tests/graph/data/*.json "$seeds"/
   else
-    "$BUILD_DIR/fuzz/fuzz_${t}_seeds" "$seeds"
-    [ "${FUZZ_WRITE_SEEDS:-0}" != 1 ] || "$BUILD_DIR/fuzz/fuzz_${t}_seeds" "$ROOT/fuzz/seeds/$t"
+    FUZZ_WRITE_SEEDS_TO="$seeds" "$BUILD_DIR/fuzz/fuzz_$t"
+    [ "${FUZZ_WRITE_SEEDS:-0}" != 1 ] || FUZZ_WRITE_SEEDS_TO="$ROOT/fuzz/seeds/$t" "$BUILD_DIR/fuzz/fuzz_$t"
   fi
   echo "== fuzz: $t =="
   "$BUILD_DIR/fuzz/fuzz_$t" "${budget[@]}" -max_len="$(max_len "$t")" \

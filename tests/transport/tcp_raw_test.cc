@@ -44,9 +44,8 @@ TEST(TcpConformance, MalformedFramesFromARawSocketAreRefused) {
       RF_ASSERT_OK(ex.barrier());
       return 0;
     }
-    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(""));
-    auto [addr, key_text] = split2(all[0]);
-    RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(key_text));
+    RF_ASSIGN_OR_FAIL(auto target, raw_target_of(ex));
+    const auto& [addr, key] = target;
     // A connection whose hello is garbage is dropped by the listener.
     {
       RawConn c;
@@ -172,9 +171,8 @@ TEST(TcpConformance, PeerLimitsFromTheEnvironmentAreEnforced) {
       RF_ASSERT_OK(ex.barrier());
       return 0;
     }
-    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(""));
-    auto [addr, key_text] = split2(all[0]);
-    RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(key_text));
+    RF_ASSIGN_OR_FAIL(auto target, raw_target_of(ex));
+    const auto& [addr, key] = target;
     auto attack = [&](int claimed, const std::vector<uint8_t>& bytes) -> int {
       RawConn c;
       RF_ASSERT_OK(c.open(addr));
