@@ -45,7 +45,8 @@ TEST(TcpConformance, MalformedFramesFromARawSocketAreRefused) {
       return 0;
     }
     RF_ASSIGN_OR_FAIL(auto target, raw_target_of(ex));
-    const auto& [addr, key] = target;
+    const std::string& addr = target.first;
+    const RemoteKey& key = target.second;
     // A connection whose hello is garbage is dropped by the listener.
     {
       RawConn c;
@@ -172,7 +173,8 @@ TEST(TcpConformance, PeerLimitsFromTheEnvironmentAreEnforced) {
       return 0;
     }
     RF_ASSIGN_OR_FAIL(auto target, raw_target_of(ex));
-    const auto& [addr, key] = target;
+    const std::string& addr = target.first;
+    const RemoteKey& key = target.second;
     auto attack = [&](int claimed, const std::vector<uint8_t>& bytes) -> int {
       RawConn c;
       RF_ASSERT_OK(c.open(addr));
