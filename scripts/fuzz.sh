@@ -69,7 +69,7 @@ for t in "${TARGET_LIST[@]}"; do
   "$BUILD_DIR/fuzz/fuzz_$t" "${budget[@]}" -max_len="$(max_len "$t")" \
     -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$artifacts/" "$corpus" "$seeds" 2>&1 |
-    tee "$BUILD_DIR/fuzz-$t.log" | grep -E '^(#[0-9]+ +DONE|stat::|==[0-9]+==ERROR|SUMMARY|fuzz invariant)' || true
+    tee "$BUILD_DIR/fuzz-$t.log" | grep -E '^(#[0-9]+ +DONE|Done [0-9]+ runs|stat::|==[0-9]+==ERROR|SUMMARY|fuzz invariant)' || true
   status=${PIPESTATUS[0]}
   if [ "$status" -ne 0 ]; then
     tail -40 "$BUILD_DIR/fuzz-$t.log"

@@ -490,7 +490,7 @@ TEST(TcpStore, LimitsFromTheEnvironmentAreEnforced) {
   auto set = [fd](const std::string& key, const std::string& value) {
     ByteWriter w;
     w.u8(static_cast<uint8_t>(wire::Op::kSet)).str(key).str(value);
-    auto reply = send_all(fd, w.frame()) ? read_reply(fd) : std::nullopt;
+    auto reply = send_all(fd, frame_of(w.body())) ? read_reply(fd) : std::nullopt;
     if (!reply || reply->empty()) return std::make_pair(-1, std::string("no reply"));
     return std::make_pair(int{(*reply)[0]}, std::string(reply->begin() + 1, reply->end()));
   };
