@@ -14,7 +14,7 @@
 namespace wire = rdmaflow::store_wire;
 
 namespace {
-const wire::Limits kLimits{.max_frame = 64 << 10, .max_key = 256};
+const wire::Limits kLimits{.max_frame = 512, .max_key = 64};  // scaled to -max_len
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -15,14 +15,14 @@ namespace {
 using namespace rdmaflow;
 using namespace rdmaflow::tcp;
 
-constexpr size_t kRegion = 64 << 10;
-constexpr size_t kGrantAt = 4096, kGrantLen = 8192;
+constexpr size_t kRegion = 4096;
+constexpr size_t kGrantAt = 1024, kGrantLen = 2048;
 
 struct World {
   GrantTable grants{"tcp"};
   std::unique_ptr<uint8_t[]> region{new uint8_t[kRegion]()};  // exact size: ASan sees overruns
   RemoteKey key;
-  FrameLimits limits{.max_frame = 16 << 10, .max_message = 4 << 10};
+  FrameLimits limits{.max_frame = 512, .max_message = 256};  // scaled to -max_len
   World() {
     if (!grants.add_region(region.get(), kRegion).is_ok()) std::abort();
     auto k = grants.grant(region.get() + kGrantAt, kGrantLen);
