@@ -59,6 +59,8 @@ KNOWN_INDIRECT=(
   "common/env.cc|env_string(name"         # env_int
   "allocator/arena.cc|env_int(name"          # env_mib
   "transport/tcp/tcp_transport.cc|env_int(name" # env_or
+  "transport/tcp/tcp_frame.cc|env_int(name"     # limit_from_env
+  "runtime/rendezvous/tcp_store_protocol.cc|env_int(name" # limit_from_env
   "transport/verbs/config.cc|env_string(name" # bounded
   "transport/verbs/config.cc|env_int(name"   # bounded
   # knob(), and oversubscribed()'s OMPI_/MPI_/SLURM_ names (literals in place).

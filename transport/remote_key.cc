@@ -1,6 +1,8 @@
 #include "transport/remote_key.h"
 
 #include "common/bytes.h"
+#include "common/env.h"
+#include "common/log.h"
 
 namespace rdmaflow {
 
@@ -9,6 +11,20 @@ constexpr uint32_t kMagic = 0x324b4652;  // "RFK2" (RFK1 had a 64-bit secret)
 constexpr size_t kMaxBlob = 1 << 20;
 
 }  // namespace
+
+size_t max_key_bytes() {
+  static const size_t limit = [] {
+    constexpr int64_t kDefault = 64 << 10;
+    auto v = env_int("RDMAFLOW_MAX_KEY_BYTES", kDefault);
+    if (!v.is_ok() || *v < 64 || *v > (int64_t{1} << 30)) {
+      RDMAFLOW_LOG_WARN("RDMAFLOW_MAX_KEY_BYTES must be a byte count in 64..2^30; using {}",
+                        kDefault);
+      return static_cast<size_t>(kDefault);
+    }
+    return static_cast<size_t>(*v);
+  }();
+  return limit;
+}
 
 std::vector<uint8_t> RemoteKey::serialize() const {
   ByteWriter w(56 + backend.size() + blob.size());
@@ -23,6 +39,9 @@ Result<RemoteKey> RemoteKey::deserialize(std::span<const uint8_t> bytes) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, "decode remote key", -1,
                           why + " (" + std::to_string(bytes.size()) + " bytes given)");
   };
+  if (bytes.size() > max_key_bytes()) {
+    return bad("key exceeds RDMAFLOW_MAX_KEY_BYTES=" + std::to_string(max_key_bytes()));
+  }
   ByteReader r(bytes);
   uint32_t magic = 0;
   uint8_t name_len = 0;

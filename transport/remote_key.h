@@ -47,6 +47,10 @@ struct RemoteKey {
   }
 };
 
+// RDMAFLOW_MAX_KEY_BYTES (read once): deserialize() refuses a longer key before
+// looking inside it.
+size_t max_key_bytes();
+
 // The checks every channel makes before using `key` for [offset, offset + len):
 // it was made by `backend` (kInvalidArgument otherwise) and covers the range
 // (kOutOfRange), naming `op` and `peer`.

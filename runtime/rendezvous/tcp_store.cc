@@ -113,6 +113,7 @@ struct TcpStoreServer::Impl {
   std::thread thread;
   HostPort address;
   int expected_clients = 0;
+  wire::Limits limits = wire::limits_from_env();
 
   // Touched only on the server thread.
   std::unordered_map<std::string, Bytes> data;
@@ -204,11 +205,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_header() {
     uint32_t len = 0;
     std::memcpy(&len, header_, 4);
-    if (len > wire::kMaxFrameBytes) {
+    if (std::string why = wire::check_frame_length(len, server_.limits); !why.empty()) {
       // We cannot find the next frame boundary without reading it all: refuse and close.
-      reject("frame of " + std::to_string(len) + " bytes exceeds the limit of " +
-                 std::to_string(wire::kMaxFrameBytes),
-             /*close_after=*/true);
+      reject(why, /*close_after=*/true);
       return;
     }
     body_.clear();
@@ -232,50 +231,29 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void handle() {
-    ByteReader r(body_);
-    auto op = r.u8();
-    if (!op) return reject("empty request");
-    switch (static_cast<wire::Op>(*op)) {
-      case wire::Op::kSet: {
-        auto key = r.str(wire::kMaxKeyBytes);
-        auto value = key ? r.str(wire::kMaxFrameBytes) : std::nullopt;
-        if (!key || !value || r.left() != 0) return reject("malformed set request");
-        server_.data[*key] = to_bytes(*value);
+    auto parsed = wire::parse_request(body_, server_.limits);
+    if (!parsed) return reject(parsed.status().reason());
+    wire::Request& q = *parsed;
+    switch (q.op) {
+      case wire::Op::kSet:
+        server_.data[q.keys[0]] = std::move(q.value);
         reply(wire::Reply::kOk, {});
         server_.wake_waiters();
         return;
-      }
-      case wire::Op::kGet: {
-        auto timeout = r.u32();
-        auto key = timeout ? r.str(wire::kMaxKeyBytes) : std::nullopt;
-        if (!key || r.left() != 0) return reject("malformed get request");
-        park(/*is_get=*/true, {*key}, Millis(*timeout));
+      case wire::Op::kGet:
+        park(/*is_get=*/true, std::move(q.keys), Millis(q.timeout_ms));
         return;
-      }
-      case wire::Op::kWait: {
-        auto timeout = r.u32();
-        auto n = timeout ? r.u32() : std::nullopt;
-        if (!n || *n > wire::kMaxWaitKeys) return reject("malformed wait request");
-        std::vector<std::string> keys;
-        for (uint32_t i = 0; i < *n; ++i) {
-          auto key = r.str(wire::kMaxKeyBytes);
-          if (!key) return reject("malformed wait request (key " + std::to_string(i) + ")");
-          keys.push_back(std::move(*key));
-        }
-        if (r.left() != 0) return reject("malformed wait request (trailing bytes)");
-        park(/*is_get=*/false, std::move(keys), Millis(*timeout));
+      case wire::Op::kWait:
+        park(/*is_get=*/false, std::move(q.keys), Millis(q.timeout_ms));
         return;
-      }
       case wire::Op::kAdd: {
-        auto key = r.str(wire::kMaxKeyBytes);
-        auto delta = key ? r.i64() : std::nullopt;
-        if (!delta || r.left() != 0) return reject("malformed add request");
-        auto it = server_.data.find(*key);
+        const std::string& key = q.keys[0];
+        auto it = server_.data.find(key);
         Bytes updated;
-        auto sum = apply_counter_delta(*key, it == server_.data.end() ? nullptr : &it->second,
-                                       *delta, &updated);
+        auto sum = apply_counter_delta(key, it == server_.data.end() ? nullptr : &it->second,
+                                       q.delta, &updated);
         if (!sum.is_ok()) return reject(sum.status().reason());
-        server_.data[*key] = std::move(updated);
+        server_.data[key] = std::move(updated);
         ByteWriter w;
         w.i64(*sum);
         reply(wire::Reply::kOk, w.body());
@@ -283,22 +261,19 @@ class Session : public std::enable_shared_from_this<Session> {
         return;
       }
       case wire::Op::kBye: {
-        auto rank = r.i32();
-        if (!rank || r.left() != 0) return reject("malformed goodbye request");
-        if (*rank < 0 || *rank >= server_.expected_clients) {
-          return reject("goodbye from rank " + std::to_string(*rank) + " outside world of " +
+        if (q.rank < 0 || q.rank >= server_.expected_clients) {
+          return reject("goodbye from rank " + std::to_string(q.rank) + " outside world of " +
                         std::to_string(server_.expected_clients));
         }
         {
           std::lock_guard<std::mutex> lock(server_.mu);
-          server_.goodbyes.insert(*rank);
+          server_.goodbyes.insert(q.rank);
         }
         server_.cv.notify_all();
         reply(wire::Reply::kOk, {});
         return;
       }
     }
-    reject("unknown operation " + std::to_string(*op));
   }
 
   bool keys_present() const {
@@ -534,6 +509,7 @@ void TcpStoreServer::stop() {
 struct TcpStore::Impl {
   HostPort address;
   std::string where;  // "rendezvous host:port"
+  wire::Limits limits = wire::limits_from_env();
   std::vector<tcp::endpoint> endpoints;
   std::mutex mu;  // one request in flight
   asio::io_context ioc;
@@ -636,7 +612,7 @@ struct TcpStore::Impl {
     if (ec) return io_failed("waiting for the reply", ec);
     uint32_t len = 0;
     std::memcpy(&len, header, 4);
-    if (len == 0 || len > wire::kMaxFrameBytes) {
+    if (len == 0 || !wire::check_frame_length(len, limits).empty()) {
       drop();
       return RDMAFLOW_ERROR(
           Code::kProtocolError, op, 0,
@@ -654,7 +630,7 @@ struct TcpStore::Impl {
   }
 
   // A full call: frame out, reply status checked; returns the kOk payload.
-  Result<Bytes> call(const ByteWriter& request, const std::string& op, Millis timeout,
+  Result<Bytes> call(const wire::Request& request, const std::string& op, Millis timeout,
                      bool server_waits) {
     std::lock_guard<std::mutex> lock(mu);
     const auto start = Clock::now();
@@ -662,12 +638,14 @@ struct TcpStore::Impl {
     // A waiting request is answered by the server at its own deadline; leave the
     // reply a moment to travel before giving up on the server.
     const auto reply_deadline = server_waits ? deadline + Millis(1000) : deadline;
-    Bytes frame = request.frame();
+    ByteWriter w;
+    w.out() = wire::encode_request(request);
+    Bytes frame = w.frame();
     if (server_waits) {
       // The timeout field follows the op byte; send the time left after connecting.
       if (!connected) RDMAFLOW_RETURN_IF_ERROR(connect_until(deadline, op, timeout));
       uint32_t left = clamp_ms(remaining(deadline));
-      std::memcpy(frame.data() + 5, &left, 4);
+      std::memcpy(frame.data() + 4 + wire::kTimeoutOffset, &left, 4);
     }
     RDMAFLOW_ASSIGN_OR_RETURN(Bytes body, roundtrip(frame, deadline, reply_deadline, op, timeout));
     ByteReader r(body);
@@ -720,34 +698,44 @@ std::string TcpStore::describe() const {
 }
 
 namespace {
-Status check_key(const std::string& key, const std::string& op) {
-  if (key.size() > wire::kMaxKeyBytes) {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
-                          "key of " + std::to_string(key.size()) + " bytes exceeds the limit of " +
-                              std::to_string(wire::kMaxKeyBytes));
+Status check_key(const std::string& key, const std::string& op, const wire::Limits& limits) {
+  const uint32_t limit = limits.max_key;
+  if (key.size() > limit) {
+    return RDMAFLOW_ERROR(
+        Code::kInvalidArgument, op, -1,
+        "key of " + std::to_string(key.size()) +
+            " bytes exceeds RDMAFLOW_STORE_MAX_KEY_BYTES=" + std::to_string(limit));
   }
   return Status::ok();
+}
+
+wire::Request request(wire::Op op, std::vector<std::string> keys) {
+  wire::Request q;
+  q.op = op;
+  q.keys = std::move(keys);
+  return q;
 }
 }  // namespace
 
 Status TcpStore::do_set(const std::string& key, std::span<const uint8_t> value, Millis timeout) {
   const std::string op = "store set " + quoted(key);
-  RDMAFLOW_RETURN_IF_ERROR(check_key(key, op));
-  if (value.size() > wire::kMaxFrameBytes - wire::kMaxKeyBytes - 16) {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
-                          "value of " + std::to_string(value.size()) + " bytes is too large");
+  RDMAFLOW_RETURN_IF_ERROR(check_key(key, op, impl_->limits));
+  const uint32_t limit = impl_->limits.max_frame;
+  if (value.size() + key.size() + 16 > limit) {
+    return RDMAFLOW_ERROR(
+        Code::kInvalidArgument, op, -1,
+        "value of " + std::to_string(value.size()) +
+            " bytes does not fit RDMAFLOW_STORE_MAX_FRAME_BYTES=" + std::to_string(limit));
   }
-  ByteWriter w;
-  w.u8(static_cast<uint8_t>(wire::Op::kSet)).str(key).bytes(value);
-  return impl_->call(w, op, timeout, false).status();
+  wire::Request q = request(wire::Op::kSet, {key});
+  q.value.assign(value.begin(), value.end());
+  return impl_->call(q, op, timeout, false).status();
 }
 
 Result<Bytes> TcpStore::do_get(const std::string& key, Millis timeout) {
   const std::string op = "store get " + quoted(key);
-  RDMAFLOW_RETURN_IF_ERROR(check_key(key, op));
-  ByteWriter w;
-  w.u8(static_cast<uint8_t>(wire::Op::kGet)).u32(0).str(key);
-  return impl_->call(w, op, timeout, true);
+  RDMAFLOW_RETURN_IF_ERROR(check_key(key, op, impl_->limits));
+  return impl_->call(request(wire::Op::kGet, {key}), op, timeout, true);
 }
 
 Status TcpStore::do_wait(const std::vector<std::string>& keys, Millis timeout) {
@@ -757,21 +745,16 @@ Status TcpStore::do_wait(const std::vector<std::string>& keys, Millis timeout) {
                           std::to_string(keys.size()) + " keys exceed the limit of " +
                               std::to_string(wire::kMaxWaitKeys));
   }
-  ByteWriter w;
-  w.u8(static_cast<uint8_t>(wire::Op::kWait)).u32(0).u32(static_cast<uint32_t>(keys.size()));
-  for (const auto& k : keys) {
-    RDMAFLOW_RETURN_IF_ERROR(check_key(k, op));
-    w.str(k);
-  }
-  return impl_->call(w, op, timeout, true).status();
+  for (const auto& k : keys) RDMAFLOW_RETURN_IF_ERROR(check_key(k, op, impl_->limits));
+  return impl_->call(request(wire::Op::kWait, keys), op, timeout, true).status();
 }
 
 Result<int64_t> TcpStore::do_add(const std::string& key, int64_t delta, Millis timeout) {
   const std::string op = "store add " + quoted(key);
-  RDMAFLOW_RETURN_IF_ERROR(check_key(key, op));
-  ByteWriter w;
-  w.u8(static_cast<uint8_t>(wire::Op::kAdd)).str(key).i64(delta);
-  RDMAFLOW_ASSIGN_OR_RETURN(Bytes payload, impl_->call(w, op, timeout, false));
+  RDMAFLOW_RETURN_IF_ERROR(check_key(key, op, impl_->limits));
+  wire::Request q = request(wire::Op::kAdd, {key});
+  q.delta = delta;
+  RDMAFLOW_ASSIGN_OR_RETURN(Bytes payload, impl_->call(q, op, timeout, false));
   ByteReader r(payload);
   auto v = r.i64();
   if (!v || r.left() != 0) {
@@ -782,9 +765,9 @@ Result<int64_t> TcpStore::do_add(const std::string& key, int64_t delta, Millis t
 }
 
 Status TcpStore::goodbye(int rank, std::optional<Millis> timeout) {
-  ByteWriter w;
-  w.u8(static_cast<uint8_t>(wire::Op::kBye)).i32(rank);
-  return impl_->call(w, "store goodbye", timeout.value_or(default_timeout()), false).status();
+  wire::Request q = request(wire::Op::kBye, {});
+  q.rank = rank;
+  return impl_->call(q, "store goodbye", timeout.value_or(default_timeout()), false).status();
 }
 
 }  // namespace rdmaflow

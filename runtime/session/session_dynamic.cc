@@ -66,7 +66,9 @@ Result<DynamicHeader> decode_dynamic_header(std::span<const uint8_t> in) {
     elements *= d;
     h.dims.push_back(static_cast<int64_t>(d));
   }
-  if (elements * dtype_size(h.dtype) != h.bytes) {
+  // Compared by division: elements * size may wrap (2^62 elements of 8 bytes).
+  const uint64_t size = dtype_size(h.dtype);
+  if (h.bytes % size != 0 || h.bytes / size != elements) {
     return bad("payload of " + std::to_string(h.bytes) + " bytes does not match its shape");
   }
   std::vector<uint8_t> key;

@@ -93,6 +93,52 @@ std::string SessionLayout::describe(graph::TransferId t) const {
          std::to_string(s.src_rank) + " -> " + std::to_string(s.dst_rank) + ")";
 }
 
+std::vector<uint8_t> encode_setup_record(const SetupRecord& r) {
+  ByteWriter w;
+  w.u32(static_cast<uint32_t>(r.slots.size()));
+  for (const auto& s : r.slots) w.u32(s.transfer).u32(s.frame).bytes(s.key.serialize());
+  w.u32(static_cast<uint32_t>(r.credits.size()));
+  for (const auto& c : r.credits) w.u32(c.rank).bytes(c.key.serialize());
+  return w.take();
+}
+
+Result<SetupRecord> decode_setup_record(std::span<const uint8_t> in, uint32_t copies) {
+  auto bad = [](const std::string& why) {
+    return RDMAFLOW_ERROR(Code::kProtocolError, "decode setup record", -1, why);
+  };
+  ByteReader r(in);
+  SetupRecord rec;
+  std::span<const uint8_t> kb;
+  auto key = [&](RemoteKey& out, const char* what) -> Status {
+    uint32_t len = 0;
+    if (!r.u32(len) || !r.view(len, kb)) return bad(std::string("truncated ") + what);
+    auto k = RemoteKey::deserialize(kb);
+    if (!k) return bad(std::string(what) + ": " + k.status().reason());
+    out = std::move(*k);
+    return Status::ok();
+  };
+  uint32_t n = 0;
+  if (!r.u32(n)) return bad("truncated");
+  for (uint32_t i = 0; i < n; ++i) {
+    SetupRecord::Slot s;
+    if (!r.u32(s.transfer) || !r.u32(s.frame)) return bad("truncated slot key");
+    if (s.frame >= copies) {
+      return bad("slot key for frame " + std::to_string(s.frame) + " of " + std::to_string(copies));
+    }
+    RDMAFLOW_RETURN_IF_ERROR(key(s.key, "slot key"));
+    rec.slots.push_back(std::move(s));
+  }
+  if (!r.u32(n)) return bad("truncated");
+  for (uint32_t i = 0; i < n; ++i) {
+    SetupRecord::Credit c;
+    if (!r.u32(c.rank)) return bad("truncated credit key");
+    RDMAFLOW_RETURN_IF_ERROR(key(c.key, "credit key"));
+    rec.credits.push_back(std::move(c));
+  }
+  if (!r.done()) return bad("trailing bytes");
+  return rec;
+}
+
 std::string step_text(uint64_t step) {
   return "step " + std::to_string(step);
 }

@@ -17,6 +17,7 @@
 #include "common/bytes.h"
 #include "common/status.h"
 #include "graph/transfer_plan.h"
+#include "transport/remote_key.h"
 
 namespace rdmaflow::session_detail {
 
@@ -48,6 +49,30 @@ struct SessionLayout {
   // "transfer 3 'h2' (rank 0 -> 1)" for error messages.
   std::string describe(graph::TransferId t) const;
 };
+
+// One rank's record in the setup key exchange (session_one_sided.cc): a key for
+// every frame of every receive slot it grants, and the word each rank that sends
+// to it lands credits in. Little endian:
+//   u32 n | n x (u32 transfer | u32 frame | u32 len | RemoteKey) |
+//   u32 m | m x (u32 rank | u32 len | RemoteKey)
+// A record comes from a peer: the decoder checks every count against what is left
+// and every key, and a frame against `copies`.
+struct SetupRecord {
+  struct Slot {
+    uint32_t transfer = 0;
+    uint32_t frame = 0;
+    RemoteKey key;
+  };
+  struct Credit {
+    uint32_t rank = 0;
+    RemoteKey key;
+  };
+  std::vector<Slot> slots;
+  std::vector<Credit> credits;
+};
+std::vector<uint8_t> encode_setup_record(const SetupRecord& r);
+// kProtocolError saying what is malformed.
+Result<SetupRecord> decode_setup_record(std::span<const uint8_t> in, uint32_t copies);
 
 // "step 17" plus, for a transfer, " of transfer 3 'h2'".
 std::string step_text(uint64_t step);

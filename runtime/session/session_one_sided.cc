@@ -197,23 +197,21 @@ Status OneSidedEngine::setup(const SessionLayout& layout, const AllGather& allga
   // What this rank grants: every slot of every transfer it receives (one key
   // per frame) and, to each rank it sends to, the word that rank's credits
   // land in.
-  ByteWriter w;
-  w.u32(static_cast<uint32_t>(layout.recvs.size() * copies));
+  SetupRecord mine;
   for (graph::TransferId t : layout.recvs) {
     const auto& s = layout.spec(t);
     for (uint32_t f = 0; f < copies; ++f) {
       RDMAFLOW_ASSIGN_OR_RETURN(
           RemoteKey key, transport_for(s.src_rank)->export_key(slot_ptr(t, f), s.recv_slot.size));
-      w.u32(t).u32(f).bytes(key.serialize());
+      mine.slots.push_back({static_cast<uint32_t>(t), f, std::move(key)});
     }
   }
-  w.u32(static_cast<uint32_t>(layout.receivers.size()));
   for (int p : layout.receivers) {
     RDMAFLOW_ASSIGN_OR_RETURN(RemoteKey key, transport_for(p)->export_key(
                                                  ctrl + static_cast<size_t>(p) * kCtrlStride, 8));
-    w.u32(static_cast<uint32_t>(p)).bytes(key.serialize());
+    mine.credits.push_back({static_cast<uint32_t>(p), std::move(key)});
   }
-  RDMAFLOW_ASSIGN_OR_RETURN(std::vector<Bytes> all, allgather(w.out()));
+  RDMAFLOW_ASSIGN_OR_RETURN(std::vector<Bytes> all, allgather(encode_setup_record(mine)));
   if (all.size() != static_cast<size_t>(world_)) {
     return RDMAFLOW_ERROR(Code::kProtocolError, op, -1, "key exchange returned the wrong count");
   }
@@ -230,31 +228,21 @@ Status OneSidedEngine::setup(const SessionLayout& layout, const AllGather& allga
   }
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
-    ByteReader r(all[static_cast<size_t>(p)]);
-    auto bad = [&](const std::string& why) {
-      return RDMAFLOW_ERROR(Code::kProtocolError, op, p, "malformed setup record: " + why);
-    };
-    uint32_t n = 0;
-    if (!r.u32(n)) return bad("truncated");
-    for (uint32_t i = 0; i < n; ++i) {
-      uint32_t t = 0, f = 0;
-      std::vector<uint8_t> kb;
-      if (!r.u32(t) || !r.u32(f) || !r.bytes(kb) || f >= copies) return bad("slot key");
-      auto it = out_.find(t);
-      if (it == out_.end() || layout.spec(t).dst_rank != p) continue;  // not ours to write
-      auto key = RemoteKey::deserialize(kb);
-      if (!key) return bad(key.status().reason());
-      it->second.slot_keys[f] = std::move(*key);
+    auto record = decode_setup_record(all[static_cast<size_t>(p)], copies);
+    if (!record) {
+      return RDMAFLOW_ERROR(Code::kProtocolError, op, p,
+                            "malformed setup record from rank " + std::to_string(p) + ": " +
+                                record.status().reason());
     }
-    if (!r.u32(n)) return bad("truncated");
-    for (uint32_t i = 0; i < n; ++i) {
-      uint32_t who = 0;
-      std::vector<uint8_t> kb;
-      if (!r.u32(who) || !r.bytes(kb)) return bad("credit key");
-      if (static_cast<int>(who) != rank_) continue;
-      auto key = RemoteKey::deserialize(kb);
-      if (!key) return bad(key.status().reason());
-      core_->peers[static_cast<size_t>(p)].credit_key = std::move(*key);
+    for (auto& s : record->slots) {
+      auto it = out_.find(s.transfer);
+      if (it == out_.end() || layout.spec(s.transfer).dst_rank != p) continue;  // not ours
+      it->second.slot_keys[s.frame] = std::move(s.key);
+    }
+    for (auto& c : record->credits) {
+      if (static_cast<int>(c.rank) == rank_) {
+        core_->peers[static_cast<size_t>(p)].credit_key = std::move(c.key);
+      }
     }
   }
   for (const auto& [t, o] : out_) {

@@ -478,5 +478,52 @@ TEST(TcpStore, MalformedRequestsGetAnErrorAndNeverCrashTheServer) {
   EXPECT_GE(server.rejected(), cases.size() + 1);
 }
 
+// The store's limits lowered through their knobs (docs/configuration.md, "Limits
+// on what peers send"): a server in its own process refuses a long key (the
+// connection stays usable) and an oversized frame (then closes), each reply naming
+// the knob; a client with the same limits refuses locally.
+TEST(TcpStore, LimitsFromTheEnvironmentAreEnforced) {
+  ::setenv("RDMAFLOW_STORE_MAX_FRAME_BYTES", "1024", 1);
+  ::setenv("RDMAFLOW_STORE_MAX_KEY_BYTES", "16", 1);
+  ServerProcess server;  // reads them when it starts
+  auto client = connect_or_die(server.address());
+  ::unsetenv("RDMAFLOW_STORE_MAX_FRAME_BYTES");
+  ::unsetenv("RDMAFLOW_STORE_MAX_KEY_BYTES");
+  ASSERT_GT(server.port(), 0);
+  ASSERT_NE(client, nullptr);
+
+  int fd = raw_connect(server.port());
+  ASSERT_GE(fd, 0);
+  // Sends a set of `key` = `value`; the reply's status and text ("" for kOk).
+  auto set = [fd](const std::string& key, const std::string& value) {
+    ByteWriter w;
+    w.u8(static_cast<uint8_t>(wire::Op::kSet)).str(key).str(value);
+    auto reply = send_all(fd, frame_of(w.body())) ? read_reply(fd) : std::nullopt;
+    if (!reply || reply->empty()) return std::make_pair(-1, std::string("no reply"));
+    return std::make_pair(int{(*reply)[0]}, std::string(reply->begin() + 1, reply->end()));
+  };
+  const int error = static_cast<int>(wire::Reply::kError);
+  auto [status, text] = set(std::string(32, 'k'), "v");
+  EXPECT_EQ(status, error);
+  EXPECT_TRUE(contains(text, "RDMAFLOW_STORE_MAX_KEY_BYTES=16")) << text;
+  EXPECT_EQ(set("ok", "v").first, static_cast<int>(wire::Reply::kOk));  // still usable
+  // 2 KiB: far below the built-in 64 MiB, over the knob.
+  std::tie(status, text) = set("big", std::string(2048, 'v'));
+  EXPECT_EQ(status, error);
+  EXPECT_TRUE(contains(text, "RDMAFLOW_STORE_MAX_FRAME_BYTES=1024")) << text;
+  EXPECT_FALSE(read_reply(fd).has_value());  // closed
+  ::close(fd);
+
+  Status st = client->set("a-key-longer-than-16", to_bytes("v"), 1000ms);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_TRUE(contains(st.reason(), "RDMAFLOW_STORE_MAX_KEY_BYTES=16")) << st.reason();
+  st = client->set("k", Bytes(4096, 1), 1000ms);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument);
+  EXPECT_TRUE(contains(st.reason(), "RDMAFLOW_STORE_MAX_FRAME_BYTES=1024")) << st.reason();
+  client.reset();
+  EXPECT_EQ(server.stop(), 0);
+  EXPECT_GE(server.rejected(), 2u);
+}
+
 }  // namespace
 }  // namespace rdmaflow

@@ -334,6 +334,14 @@ inline Status RawPeerTarget::start(const BackendRow& b, int rank, int world, Exc
   return ex.allgather(join2(address, key_bytes(key))).status();
 }
 
+// The raw peer's side of RawPeerTarget::start(): the target's address and key.
+inline Result<std::pair<std::string, RemoteKey>> raw_target_of(Exchange& ex) {
+  RDMAFLOW_ASSIGN_OR_RETURN(auto all, ex.allgather(""));
+  auto [addr, key_text] = split2(all[0]);
+  RDMAFLOW_ASSIGN_OR_RETURN(RemoteKey key, parse_key(key_text));
+  return std::make_pair(addr, key);
+}
+
 inline Result<std::shared_ptr<Channel>> RawPeerTarget::accept_failed(int claimed) {
   RDMAFLOW_ASSIGN_OR_RETURN(auto ch, node.transport->accept(claimed, kOpTimeout));
   auto n = ch->inbox().wait_notify(kOpTimeout);

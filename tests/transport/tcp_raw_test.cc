@@ -45,9 +45,9 @@ TEST(TcpConformance, MalformedFramesFromARawSocketAreRefused) {
       RF_ASSERT_OK(ex.barrier());
       return 0;
     }
-    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(""));
-    auto [addr, key_text] = split2(all[0]);
-    RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(key_text));
+    RF_ASSIGN_OR_FAIL(auto target, raw_target_of(ex));
+    const std::string& addr = target.first;
+    const RemoteKey& key = target.second;
     // A connection whose handshake is garbage is dropped by the listener.
     {
       RawConn c;
@@ -140,6 +140,84 @@ TEST(TcpConformance, MalformedFramesFromARawSocketAreRefused) {
     RF_ASSERT_OK(ex.barrier());
     return 0;
   });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// The limits on what a peer may send (docs/configuration.md, "Limits on what peers
+// send"), lowered through their knobs: a raw peer sending one frame over
+// each fails its channel with an error naming the peer and the knob, and memory
+// stays untouched.
+TEST(TcpConformance, PeerLimitsFromTheEnvironmentAreEnforced) {
+  using namespace rdmaflow::tcp;
+  ::setenv("RDMAFLOW_MAX_FRAME_BYTES", "4096", 1);
+  ::setenv("RDMAFLOW_MAX_MESSAGE_BYTES", "4096", 1);
+  ::setenv("RDMAFLOW_MAX_PEER_QUEUED", "16", 1);
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    if (rank == 0) {
+      RawPeerTarget target;
+      RF_ASSERT_OK(target.start(kTcp, rank, world, ex));
+      const std::pair<int, const char*> cases[] = {{21, "RDMAFLOW_MAX_FRAME_BYTES=4096"},
+                                                   {22, "RDMAFLOW_MAX_MESSAGE_BYTES=4096"},
+                                                   {23, "RDMAFLOW_MAX_PEER_QUEUED=16"}};
+      for (const auto& [claimed, knob] : cases) {
+        RF_ASSIGN_OR_FAIL(auto ch, target.accept_failed(claimed));
+        const std::string e = ch->error().to_string();
+        EXPECT_NE(e.find(knob), std::string::npos) << e;
+        EXPECT_NE(e.find("peer rank " + std::to_string(claimed)), std::string::npos) << e;
+      }
+      EXPECT_EQ(std::memcmp(target.region.p, target.expected.p, target.region.size), 0)
+          << "a refused frame changed memory";
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    }
+    RF_ASSIGN_OR_FAIL(auto target, raw_target_of(ex));
+    const std::string& addr = target.first;
+    const RemoteKey& key = target.second;
+    auto attack = [&](int claimed, const std::vector<uint8_t>& bytes) -> int {
+      RawConn c;
+      RF_ASSERT_OK(c.open(addr));
+      RF_ASSERT(c.hello(claimed));
+      RF_ASSERT(c.send(bytes.data(), bytes.size()));
+      RF_ASSERT(c.eof_within(Millis(10000)));  // the receiver hung up
+      return 0;
+    };
+    auto frame = [](const FrameHeader& h, size_t payload) {
+      std::vector<uint8_t> bytes(sizeof(h) + payload, 0x42);
+      std::memcpy(bytes.data(), &h, sizeof(h));
+      return bytes;
+    };
+    // A write chunk of 8 KiB, within the grant and the built-in limit, over the knob's.
+    FrameHeader w;
+    w.type = static_cast<uint8_t>(FrameType::kWrite);
+    w.flags = kFlagFirst | kFlagLast;
+    w.key_id = key.key_id;
+    w.secret = key.secret;
+    w.length = w.total = 8192;
+    RF_ASSERT(attack(21, frame(w, 8192)) == 0);
+    FrameHeader m;
+    m.type = static_cast<uint8_t>(FrameType::kMessage);
+    m.length = 8192;
+    RF_ASSERT(attack(22, frame(m, 8192)) == 0);
+    // 1000 reads of the whole 64 KiB grant, never reading a response: the
+    // responses queue up on the receiver until the cap fails the channel.
+    std::vector<uint8_t> reads;
+    for (int i = 0; i < 1000; ++i) {
+      FrameHeader q;
+      q.type = static_cast<uint8_t>(FrameType::kReadRequest);
+      q.op_id = static_cast<uint64_t>(i) + 1;
+      q.key_id = key.key_id;
+      q.secret = key.secret;
+      q.value = key.length;
+      auto f = frame(q, 0);
+      reads.insert(reads.end(), f.begin(), f.end());
+    }
+    RF_ASSERT(attack(23, reads) == 0);
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  ::unsetenv("RDMAFLOW_MAX_FRAME_BYTES");
+  ::unsetenv("RDMAFLOW_MAX_MESSAGE_BYTES");
+  ::unsetenv("RDMAFLOW_MAX_PEER_QUEUED");
   RF_EXPECT_RUN_OK(r);
 }
 

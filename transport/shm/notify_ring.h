@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "common/status.h"
 #include "transport/remote_key.h"
@@ -60,6 +61,34 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free &&
                   std::atomic<uint32_t>::is_always_lock_free,
               "ring counters are shared between processes");
 static_assert(sizeof(RingHeader) == 256, "four cache lines");
+
+// The consumer's checks on what the producer wrote (pure: the consumer, ucx_recv.cc,
+// and the fuzz target, fuzz/fuzz_notify_ring.cc, run the same code).
+//
+// The entries published after `head`, or nullopt when `tail` is not within
+// `slots` after it (a producer that is broken or hostile).
+inline std::optional<uint64_t> ring_published(uint64_t tail, uint64_t head, uint32_t slots) {
+  const uint64_t n = tail - head;
+  if (n > slots) return std::nullopt;
+  return n;
+}
+
+// A ring entry may run ahead of the receiver's sequence by the ordered messages
+// still on their way; anything further is not a number this peer could have sent.
+constexpr uint64_t kMaxSeqAhead = uint64_t{1} << 32;
+
+enum class EntryOrder : uint8_t {
+  kNext,   // the consumer's next sequence number: deliver it
+  kLater,  // an ordered message before it is still on its way: wait for it
+  kBad,    // behind, too far ahead, or a number already taken by a held message
+};
+// Entry sequence number `seq` against the consumer's `next`; `held` says whether
+// a message with that number already waits.
+inline EntryOrder entry_order(uint64_t seq, uint64_t next, bool held) {
+  if (seq == next) return EntryOrder::kNext;
+  if (seq < next || seq - next > kMaxSeqAhead || held) return EntryOrder::kBad;
+  return EntryOrder::kLater;
+}
 
 // A mapping of one ring (the owner's, or a peer's fetched with pidfd_getfd).
 class NotifyRing {

@@ -48,8 +48,8 @@ TcpChannel::TcpChannel(std::shared_ptr<IoLoop> loop, std::shared_ptr<GrantTable>
       self_(self_rank),
       peer_(peer_rank),
       options_(options) {
-  if (options_.chunk_bytes == 0 || options_.chunk_bytes > kMaxChunkPayload) {
-    options_.chunk_bytes = 1 << 20;
+  if (options_.chunk_bytes == 0 || options_.chunk_bytes > options_.limits.max_frame) {
+    options_.chunk_bytes = std::min<uint64_t>(1 << 20, options_.limits.max_frame);
   }
   rx_.stage = std::make_unique<uint8_t[]>(kStageBytes);
   inbox_.set_peer(peer_);

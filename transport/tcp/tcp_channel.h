@@ -39,6 +39,7 @@
 #include "transport/common/grant_table.h"
 #include "transport/common/op_table.h"
 #include "transport/common/sticky_error.h"
+#include "transport/tcp/tcp_frame.h"
 #include "transport/tcp/tcp_progress.h"
 #include "transport/tcp/tcp_wire.h"
 
@@ -49,6 +50,10 @@ struct TcpOptions {
   int64_t drive_us = 2000;            // RDMAFLOW_TCP_WAIT_POLL: how long a waiter drives; 0 = never
   uint64_t stripe_min = 1ull << 20;   // RDMAFLOW_TCP_STRIPE_MIN: writes this big are striped
   uint64_t zerocopy_min = 0;          // RDMAFLOW_TCP_ZEROCOPY: MSG_ZEROCOPY from this size; 0 = off
+  FrameLimits limits;                 // RDMAFLOW_MAX_FRAME_BYTES, RDMAFLOW_MAX_MESSAGE_BYTES
+  // RDMAFLOW_MAX_PEER_QUEUED: replies (ACKs, refusals, served reads) the peer may
+  // leave queued here by not reading them; one more fails the channel.
+  uint64_t max_peer_queued = uint64_t{1} << 18;
 };
 
 class TcpChannel final : public Channel,
@@ -237,6 +242,10 @@ class TcpChannel final : public Channel,
   bool protocol_error(const std::string& why);
   // Fails the channel: the peer presented a wrong secret for a live grant.
   bool forged_key(const Status& why);
+  // (mu_) True when the peer has left as many replies queued as it may
+  // (RDMAFLOW_MAX_PEER_QUEUED); the receive path then fails the channel (queue_full()).
+  bool peer_queue_full_locked() const;
+  bool queue_full();
   uint8_t* discard_buffer();
 
   std::shared_ptr<IoLoop> loop_;

@@ -7,12 +7,12 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 
 #include "common/log.h"
 #include "transport/tcp/tcp_channel.h"
 #include "transport/tcp/tcp_channel_internal.h"
+#include "transport/tcp/tcp_frame.h"
 
 namespace rdmaflow::tcp {
 
@@ -118,6 +118,20 @@ bool TcpChannel::release_lease(Clock::time_point now, Clock::duration after) {
 uint8_t* TcpChannel::discard_buffer() {
   if (!rx_.discard) rx_.discard = std::make_unique<uint8_t[]>(kDiscardBytes);
   return rx_.discard.get();
+}
+
+bool TcpChannel::peer_queue_full_locked() const {
+  const uint64_t queued = (ctrl_.size() - ctrl_head_) + (pending_.size() - pending_user_ops_);
+  return queued >= options_.max_peer_queued;
+}
+
+bool TcpChannel::queue_full() {
+  fail(RDMAFLOW_ERROR(Code::kResourceExhausted, "receive", peer_,
+                      "peer rank " + std::to_string(peer_) + " left " +
+                          std::to_string(options_.max_peer_queued) +
+                          " replies queued without reading them (RDMAFLOW_MAX_PEER_QUEUED=" +
+                          std::to_string(options_.max_peer_queued) + ")"));
+  return false;
 }
 
 bool TcpChannel::protocol_error(const std::string& why) {
@@ -288,34 +302,19 @@ bool TcpChannel::parse_staged() {
 
 bool TcpChannel::on_header() {
   const FrameHeader& h = rx_.hdr;
-  if (h.magic != kFrameMagic) {
-    char buf[16];
-    std::snprintf(buf, sizeof(buf), "0x%08x", h.magic);
-    return protocol_error(std::string("bad magic ") + buf);
+  if (std::string why = check_frame_header(h, options_.limits); !why.empty()) {
+    return protocol_error(why);
   }
   auto type = static_cast<FrameType>(h.type);
   rx_.op = nullptr;
   switch (type) {
     case FrameType::kWrite: {
-      if (h.length > kMaxChunkPayload) {
-        return protocol_error("write chunk of " + std::to_string(h.length) + " bytes");
-      }
       if (rx_.has_poisoned && rx_.poisoned_op != h.op_id) rx_.has_poisoned = false;
       uint8_t* dst = nullptr;
       rx_.refusal = Status::ok();
       rx_.gen = grants_->generation();  // before resolving: a revoke after it is seen
       if (!rx_.has_poisoned) {
-        if (h.flags & kFlagFirst) {
-          // Check the whole write up front so a refused write writes nothing (a
-          // share of a striped write: the whole striped write, which each share checks).
-          const uint64_t from = (h.flags & kFlagShare) ? h.value : h.offset;
-          rx_.refusal = grants_->resolve(h.key_id, h.secret, from, h.total, &dst,
-                                         "write (remote side)", peer_);
-        }
-        if (rx_.refusal.is_ok()) {
-          rx_.refusal = grants_->resolve(h.key_id, h.secret, h.offset, h.length, &dst,
-                                         "write (remote side)", peer_);
-        }
+        rx_.refusal = resolve_write_target(*grants_, h, peer_, &dst);
         if (rx_.refusal.code() == Code::kUnauthenticated) return forged_key(rx_.refusal);
       }
       begin_payload(h.length, rx_.refusal.is_ok() && !rx_.has_poisoned ? dst : nullptr);
@@ -325,19 +324,13 @@ bool TcpChannel::on_header() {
     case FrameType::kWriteAck:
     case FrameType::kWriteNack:
     case FrameType::kReadNack: {
-      uint64_t limit = type == FrameType::kWriteAck ? 0 : kMaxReasonBytes;
-      if (h.length > limit) {
-        return protocol_error("reply frame with " + std::to_string(h.length) + " payload bytes");
-      }
       rx_.bytes.resize(h.length);
       begin_payload(h.length, rx_.bytes.data());
       break;
     }
     case FrameType::kReadRequest: {
-      if (h.length != 0 || h.value > kMaxReadRequest) {
-        return protocol_error("read request for " + std::to_string(h.value) + " bytes");
-      }
       uint8_t* src = nullptr;
+      bool full = false;
       const uint64_t gen = grants_->generation();  // before resolving: a revoke after it is seen
       Status st = grants_->resolve(h.key_id, h.secret, h.offset, h.value, &src,
                                    "read (remote side)", peer_);
@@ -345,7 +338,9 @@ bool TcpChannel::on_header() {
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (failed_) return false;
-        if (st.is_ok()) {
+        if (peer_queue_full_locked()) {
+          full = true;  // fails the channel below, outside the lock
+        } else if (st.is_ok()) {
           Op* op = new_op_locked(Op::kServeRead, nullptr, Millis(0));
           op->header.type = static_cast<uint8_t>(FrameType::kReadResponse);
           op->header.op_id = h.op_id;
@@ -366,13 +361,11 @@ bool TcpChannel::on_header() {
           enqueue_ctrl_locked(nack, std::move(reason));
         }
       }
+      if (full) return queue_full();
       begin_payload(0, nullptr);
       break;
     }
     case FrameType::kReadResponse: {
-      if (h.length > kMaxChunkPayload) {
-        return protocol_error("read response chunk of " + std::to_string(h.length) + " bytes");
-      }
       uint8_t* dst = nullptr;
       bool mismatch = false;
       {
@@ -397,15 +390,10 @@ bool TcpChannel::on_header() {
       break;
     }
     case FrameType::kMessage: {
-      if (h.length > kMaxMessageBytes) {
-        return protocol_error("message of " + std::to_string(h.length) + " bytes");
-      }
       rx_.bytes.resize(h.length);
       begin_payload(h.length, rx_.bytes.data());
       break;
     }
-    default:
-      return protocol_error("unknown frame type " + std::to_string(h.type));
   }
   if (rx_.remaining == 0) {
     rx_.in_payload = false;
@@ -421,6 +409,7 @@ bool TcpChannel::on_payload_done() {
   const bool last = (h.flags & kFlagLast) != 0;
   DoneList done;
   bool notify = false;
+  bool full = false;
   std::string violation;
   switch (type) {
     case FrameType::kWrite: {
@@ -430,6 +419,10 @@ bool TcpChannel::on_payload_done() {
       }
       std::lock_guard<std::mutex> lock(mu_);
       if (failed_) return false;
+      if ((last || !rx_.refusal.is_ok()) && peer_queue_full_locked()) {
+        full = true;
+        break;
+      }
       if (!rx_.refusal.is_ok()) {
         FrameHeader nack;
         nack.type = static_cast<uint8_t>(FrameType::kWriteNack);
@@ -512,6 +505,7 @@ bool TcpChannel::on_payload_done() {
       break;
   }
   if (!violation.empty()) return protocol_error(violation);
+  if (full) return queue_full();
   // The notify goes to the inbox only now that every byte is in memory; the
   // ACK queued above goes out when the receive turn ends.
   if (notify) inbox_.push_notify(h.value);

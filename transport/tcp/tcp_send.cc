@@ -98,12 +98,12 @@ void TcpChannel::read_now(void* dst, size_t len, const RemoteKey& src, uint64_t 
 }
 
 void TcpChannel::send_message_now(std::vector<uint8_t> bytes, Callback done, Millis timeout) {
-  if (bytes.size() > kMaxMessageBytes) {
-    return complete_soon(
-        std::move(done),
-        RDMAFLOW_ERROR(Code::kInvalidArgument, "send message", peer_,
-                       "message of " + std::to_string(bytes.size()) +
-                           " bytes exceeds the limit of " + std::to_string(kMaxMessageBytes)));
+  if (bytes.size() > options_.limits.max_message) {
+    return complete_soon(std::move(done),
+                         RDMAFLOW_ERROR(Code::kInvalidArgument, "send message", peer_,
+                                        "message of " + std::to_string(bytes.size()) +
+                                            " bytes exceeds RDMAFLOW_MAX_MESSAGE_BYTES=" +
+                                            std::to_string(options_.limits.max_message)));
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (!error_.ok()) {

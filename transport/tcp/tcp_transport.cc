@@ -55,6 +55,12 @@ Result<std::unique_ptr<Transport>> TcpTransport::create(const TransportConfig& c
   o.channel.chunk_bytes = static_cast<uint64_t>(
       std::clamp<int64_t>(env_or("RDMAFLOW_TCP_CHUNK", static_cast<int64_t>(o.channel.chunk_bytes)),
                           4096, static_cast<int64_t>(kMaxChunkPayload)));
+  o.channel.limits = frame_limits_from_env();
+  // Never send a chunk this rank would refuse (the limit is meant to be job-wide).
+  o.channel.chunk_bytes = std::min(o.channel.chunk_bytes, o.channel.limits.max_frame);
+  o.channel.max_peer_queued = static_cast<uint64_t>(std::clamp<int64_t>(
+      env_or("RDMAFLOW_MAX_PEER_QUEUED", static_cast<int64_t>(o.channel.max_peer_queued)), 1,
+      int64_t{1} << 30));
   o.busy_poll_us = std::max<int64_t>(0, env_or("RDMAFLOW_TCP_BUSY_POLL", 0));
   o.channel.drive_us = std::max<int64_t>(0, env_or("RDMAFLOW_TCP_WAIT_POLL", 2000));
   o.streams =

@@ -94,6 +94,18 @@ Result<Options> load_options() {
     return bad_knob("RDMAFLOW_UCX_NOTIFY_RING_SLOTS", std::to_string(ring_slots),
                     "between 1 and 1048576");
   }
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t max_queued, env_int("RDMAFLOW_MAX_PEER_QUEUED",
+                                                        static_cast<int64_t>(o.max_peer_queued)));
+  if (max_queued < 1) {
+    return bad_knob("RDMAFLOW_MAX_PEER_QUEUED", std::to_string(max_queued), ">= 1");
+  }
+  o.max_peer_queued = static_cast<uint64_t>(max_queued);
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t max_message, env_int("RDMAFLOW_MAX_MESSAGE_BYTES",
+                                                         static_cast<int64_t>(o.max_message)));
+  if (max_message < 1) {
+    return bad_knob("RDMAFLOW_MAX_MESSAGE_BYTES", std::to_string(max_message), ">= 1");
+  }
+  o.max_message = static_cast<uint64_t>(max_message);
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t wait_spin, env_int("RDMAFLOW_UCX_WAIT_SPIN_US", 50));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t progress_spin, env_int("RDMAFLOW_UCX_PROGRESS_SPIN_US", 20));
   if (eager < 0) return bad_knob("RDMAFLOW_UCX_EAGER_MAX", std::to_string(eager), ">= 0");

@@ -68,7 +68,10 @@ struct Options {
   bool direct = true;         // same-host peers: memcpy through shared pages (shm/shared_pages.h)
   bool notify_ring = true;    // direct channels: notifies go through a ring (shm/notify_ring.h)
   uint32_t ring_slots = 1024;
-  bool busy_poll = false;    // waiters drive progress until their deadline
+  // RDMAFLOW_MAX_PEER_QUEUED: out-of-order messages a peer may leave waiting here.
+  uint64_t max_peer_queued = uint64_t{1} << 18;
+  uint64_t max_message = uint64_t{64} << 20;  // RDMAFLOW_MAX_MESSAGE_BYTES
+  bool busy_poll = false;                     // waiters drive progress until their deadline
   bool wait_block = true;    // after spinning, a waiter sleeps on the worker's event fd itself
   uint32_t spin_yield = 16;  // spinning waiters call sched_yield every this many polls (0: never)
   Clock::duration wait_spin = std::chrono::microseconds(50);      // ... or this long

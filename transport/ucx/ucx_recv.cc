@@ -26,10 +26,6 @@ std::string text(const void* data, size_t length, bool rndv) {
   return std::string(static_cast<const char*>(data), std::min(length, kMaxReason));
 }
 
-// A ring entry may run ahead of the receiver's sequence by the ordered AMs still
-// on their way; anything further is not a sequence number this peer could have sent.
-constexpr uint64_t kMaxSeqAhead = uint64_t{1} << 32;
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -38,6 +34,10 @@ constexpr uint64_t kMaxSeqAhead = uint64_t{1} << 32;
 ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
                                const ucp_am_recv_param_t* param) {
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  if (std::string why = check_am(h, length, rndv, core_->options().max_message); !why.empty()) {
+    protocol_error(why);
+    return UCS_OK;
+  }
   const auto type = static_cast<MsgType>(h.type);
   if (auth_acceptor_ != nullptr) {
     // Nothing but the proof passes before the proof: no byte of an unauthenticated
@@ -67,10 +67,6 @@ ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
       return on_read_resp(h, data, length, param);
     default:
       break;
-  }
-  if (rndv) {
-    protocol_error("unexpected rendezvous data for message type " + std::to_string(h.type));
-    return UCS_OK;
   }
   switch (type) {
     case MsgType::kHelloAck:
@@ -137,24 +133,16 @@ ucs_status_t UcxChannel::on_am(const AmHeader& h, void* data, size_t length,
     case MsgType::kKeyReply:
       on_key_reply(h, data, length);
       break;
-    case MsgType::kRevoke: {
-      if (length % 8 != 0) {
-        protocol_error("malformed revocation list");
-        break;
-      }
-      std::vector<uint64_t> ids(length / 8);
-      if (length > 0) std::memcpy(ids.data(), data, length);
-      revoked(h.id, ids);
+    case MsgType::kRevoke:
+      revoked(h.id, parse_revocations({static_cast<const uint8_t*>(data), length}));
       break;
-    }
     case MsgType::kRevokeAck:
       core_->on_revoke_ack(h.id, id_);
       break;
     case MsgType::kRingWake:
       break;  // this pass polls the ring (from a writer without our eventfd)
     default:
-      protocol_error("unknown message type " + std::to_string(h.type));
-      break;
+      break;  // kHello: only a listener's (ucx_core.cc); check_am() refused unknown types
   }
   return UCS_OK;
 }
@@ -167,6 +155,15 @@ ucs_status_t UcxChannel::on_ordered(const AmHeader& h, void* data, size_t length
     return UCS_OK;
   }
   const bool held = h.seq != rx_next_;
+  if (held && rx_held_.size() >= core_->options().max_peer_queued) {
+    // Out-of-order messages wait for the ones before them; a peer that never sends
+    // those would make the wait list grow without bound.
+    protocol_error(
+        "sequence number " + std::to_string(h.seq) + " while " + std::to_string(rx_held_.size()) +
+        " messages wait for number " + std::to_string(rx_next_) +
+        " (RDMAFLOW_MAX_PEER_QUEUED=" + std::to_string(core_->options().max_peer_queued) + ")");
+    return UCS_OK;
+  }
   RxItem local;
   RxItem* item = (held || rndv) ? new RxItem() : &local;
   item->ch = this;
@@ -186,12 +183,6 @@ ucs_status_t UcxChannel::on_ordered(const AmHeader& h, void* data, size_t length
     case MsgType::kNotify: {
       item->has_notify = (h.flags & kFlagNotify) != 0;
       item->notify = h.value;
-      if (item->type == MsgType::kWrite && length != h.length) {
-        if (item != &local) delete item;
-        protocol_error("write carries " + std::to_string(length) + " bytes, header says " +
-                       std::to_string(h.length));
-        return UCS_OK;
-      }
       uint8_t* target = nullptr;
       Status st =
           core_->grants().resolve(h.key_id, h.secret, h.offset, h.length, &target, "write", peer_);
@@ -355,15 +346,11 @@ void UcxChannel::on_key_reply(const AmHeader& h, const void* data, size_t length
     e.addr = h.value;
     e.length = h.length;
     e.state = KeyEntry::State::kValid;
-    DirectInfo info;
-    if (length == sizeof(info)) {
-      std::memcpy(&info, data, sizeof(info));
-      if (info.magic == DirectInfo::kMagic && info.region != 0 && info.length > 0 &&
-          info.base + info.length > info.base && map_region(info)) {
-        e.region = info.region;
-      }
-      if (info.magic == DirectInfo::kMagic && info.ring_fd >= 0 && tx_ring_ == nullptr &&
-          !tx_ring_tried_ && core_->options().notify_ring) {
+    if (auto direct = parse_direct_info({static_cast<const uint8_t*>(data), length})) {
+      const DirectInfo& info = *direct;
+      if (region_usable(info) && map_region(info)) e.region = info.region;
+      if (info.ring_fd >= 0 && tx_ring_ == nullptr && !tx_ring_tried_ &&
+          core_->options().notify_ring) {
         tx_ring_tried_ = true;
         auto ring = shm::NotifyRing::map_peer(pidfd_, info.ring_fd, info.ring_slots, info.wake_fd);
         if (ring.is_ok()) {
@@ -532,7 +519,7 @@ bool UcxChannel::poll_ring() {
   if (tail == rx_head_) return false;
   const std::shared_ptr<shm::NotifyRing> ring = rx_ring_;  // fail() may drop ours meanwhile
   shm::RingHeader* h = ring->header();
-  if (tail - rx_head_ > ring->slots()) {
+  if (!shm::ring_published(tail, rx_head_, ring->slots())) {
     ring_error("tail " + std::to_string(tail) + " is not within the " +
                std::to_string(ring->slots()) + " slots after head " + std::to_string(rx_head_));
     return true;
@@ -544,8 +531,9 @@ bool UcxChannel::poll_ring() {
   while (rx_head_ != tail && !failed()) {
     shm::RingSlot s;
     std::memcpy(&s, ring->slot(rx_head_), sizeof(s));  // checked as copied
-    if (s.seq != rx_next_) {
-      if (s.seq < rx_next_ || s.seq - rx_next_ > kMaxSeqAhead || rx_held_.count(s.seq)) {
+    const shm::EntryOrder order = shm::entry_order(s.seq, rx_next_, rx_held_.count(s.seq) > 0);
+    if (order != shm::EntryOrder::kNext) {
+      if (order == shm::EntryOrder::kBad) {
         ring_error("sequence number " + std::to_string(s.seq) + " (expected " +
                    std::to_string(rx_next_) + ")");
         return true;
@@ -581,11 +569,11 @@ bool UcxChannel::ring_deliverable() const {
   if (rx_ring_ == nullptr || failed()) return false;
   const uint64_t tail = rx_ring_->header()->tail.load(std::memory_order_seq_cst);
   if (tail == rx_head_) return false;
-  if (tail - rx_head_ > rx_ring_->slots()) return true;  // poll_ring reports it
+  if (!shm::ring_published(tail, rx_head_, rx_ring_->slots())) return true;  // poll_ring reports it
   shm::RingSlot s;
   std::memcpy(&s, rx_ring_->slot(rx_head_), sizeof(s));
   // An entry waiting for an earlier ordered AM is not: that AM wakes us when it comes.
-  return !(s.seq > rx_next_ && s.seq - rx_next_ <= kMaxSeqAhead && !rx_held_.count(s.seq));
+  return shm::entry_order(s.seq, rx_next_, rx_held_.count(s.seq) > 0) != shm::EntryOrder::kLater;
 }
 
 }  // namespace rdmaflow::ucx

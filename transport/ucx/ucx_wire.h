@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -115,6 +116,71 @@ inline bool parse_refusals(std::span<const uint8_t> in, std::vector<Refusal>& ou
     out.push_back(std::move(r));
   }
   return true;
+}
+
+// The decoders below take everything from the peer as untrusted. They are pure,
+// so the receive path (ucx_recv.cc) and the fuzz target (fuzz/fuzz_ucx_am.cc)
+// run the same code.
+
+// Empty when an active message with header `h` and `length` data bytes (`rndv`:
+// announced, still to be pulled) may be acted on, else what is wrong with it. A
+// message longer than `max_message` (RDMAFLOW_MAX_MESSAGE_BYTES) is refused before
+// anything is allocated for it. What a message carries is checked by its handler
+// (grants, sequence, op ids).
+inline std::string check_am(const AmHeader& h, size_t length, bool rndv, uint64_t max_message) {
+  switch (static_cast<MsgType>(h.type)) {
+    case MsgType::kMessage:
+      if (length > max_message) {
+        return "message of " + std::to_string(length) +
+               " bytes exceeds RDMAFLOW_MAX_MESSAGE_BYTES=" + std::to_string(max_message);
+      }
+      return {};
+    case MsgType::kWrite:
+      if (length != h.length) {
+        return "write carries " + std::to_string(length) + " bytes, header says " +
+               std::to_string(h.length);
+      }
+      return {};
+    case MsgType::kNotify:
+    case MsgType::kBye:
+    case MsgType::kReadResp:
+      return {};  // may come by rendezvous
+    case MsgType::kHello:
+    case MsgType::kHelloAck:
+    case MsgType::kAck:
+    case MsgType::kReadReq:
+    case MsgType::kKeyQuery:
+    case MsgType::kKeyReply:
+    case MsgType::kRevoke:
+    case MsgType::kRevokeAck:
+    case MsgType::kRingWake:
+      if (rndv) return "unexpected rendezvous data for message type " + std::to_string(h.type);
+      if (static_cast<MsgType>(h.type) == MsgType::kRevoke && length % 8 != 0) {
+        return "malformed revocation list";
+      }
+      return {};
+  }
+  return "unknown message type " + std::to_string(h.type);
+}
+
+// kRevoke data: the revoked key ids (check_am() checked the length).
+inline std::vector<uint64_t> parse_revocations(std::span<const uint8_t> in) {
+  std::vector<uint64_t> ids(in.size() / 8);
+  if (!ids.empty()) std::memcpy(ids.data(), in.data(), ids.size() * 8);
+  return ids;
+}
+
+// kKeyReply data of a direct channel: the DirectInfo when it is one (right size
+// and magic). `region_usable()` says whether its region may be mapped.
+inline std::optional<DirectInfo> parse_direct_info(std::span<const uint8_t> in) {
+  DirectInfo info;
+  if (in.size() != sizeof(info)) return std::nullopt;
+  std::memcpy(&info, in.data(), sizeof(info));
+  if (info.magic != DirectInfo::kMagic) return std::nullopt;
+  return info;
+}
+inline bool region_usable(const DirectInfo& info) {
+  return info.region != 0 && info.length > 0 && info.base + info.length > info.base;
 }
 
 }  // namespace rdmaflow::ucx

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of the ONNX loader's fuzzer (graph/fuzz/onnx-seeds/).
+"""Writes the seed corpus of the ONNX loader's fuzzer (fuzz/seeds/onnx_loader/).
 
 Small models (a few hundred bytes each, so libFuzzer's -max_len keeps them
 whole) that reach every path of the loader: dynamic and bound dimensions,
 initializers inline and in typed fields, constants folded by shape inference,
 a residual join, an op of another domain. Run with python3-onnx:
-    graph/fuzz/make_onnx_seeds.py graph/fuzz/onnx-seeds
+    fuzz/make_onnx_seeds.py fuzz/seeds/onnx_loader
 """
 import os
 import sys

@@ -1,7 +1,7 @@
 // libFuzzer target: the graph, placement and plan loaders must return an error
 // for anything malformed, never crash, hang or leak; whatever loads must
 // round-trip and plan to a plan that passes check_plan.
-// Built and run by scripts/fuzz-graph.sh (clang, -DRDMAFLOW_FUZZ=ON).
+// Built and run by scripts/fuzz.sh (clang, -DRDMAFLOW_FUZZ=ON).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

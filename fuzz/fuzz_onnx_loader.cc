@@ -2,7 +2,7 @@
 // malformed, never crash, hang or allocate without bound; whatever loads must
 // partition into pipeline stages, with and without the backward pass, and
 // plan to a plan that passes check_plan.
-// Built and run by scripts/fuzz-graph.sh (clang, -DRDMAFLOW_FUZZ=ON), beside
+// Built and run by scripts/fuzz.sh (clang, -DRDMAFLOW_FUZZ=ON), beside
 // fuzz_graph_loader.
 #include <cstddef>
 #include <cstdint>
