@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
     out["placement"] = layout->place(ranks);
   }
   if (link_seconds > 0 && ranks > 1 && (!layout || layout->hosts.size() > 1)) {
-    Result<rdmaflow::bench::LinkRate> link = rdmaflow::bench::LinkRate{};
+    rdmaflow::Result<rdmaflow::bench::LinkRate> link = rdmaflow::bench::LinkRate{};
     if (layout) {
       link = e2e::measure_link(*layout, link_seconds);
     } else {

@@ -154,6 +154,7 @@ inline std::string check_am(const AmHeader& h, size_t length, bool rndv, uint64_
     case MsgType::kRevoke:
     case MsgType::kRevokeAck:
     case MsgType::kRingWake:
+    case MsgType::kAuthProof:
       if (rndv) return "unexpected rendezvous data for message type " + std::to_string(h.type);
       if (static_cast<MsgType>(h.type) == MsgType::kRevoke && length % 8 != 0) {
         return "malformed revocation list";
