@@ -71,6 +71,32 @@ long ms(Clock::duration d) {
   std::_Exit(3);
 }
 
+// Runs `one(i)` (call or step i) until --calls or --seconds, timing each: the
+// line the test reads on success, failed() on the first error. `what` names
+// the unit ("calls", "steps").
+template <typename One>
+void run_loop(const Options& o, int me, const char* what, One&& one) {
+  std::printf("fault_check rank %d: running\n", me);
+  std::fflush(stdout);
+  const auto start = Clock::now();
+  auto last_good = start;
+  Clock::duration longest{};
+  long done = 0;
+  while ((o.calls == 0 || done < o.calls) &&
+         Clock::now() - start < std::chrono::duration<double>(o.seconds)) {
+    const auto t0 = Clock::now();
+    Status st = one(done);
+    const auto t1 = Clock::now();
+    if (!st.is_ok()) failed(o, me, st, done, t1 - last_good);
+    longest = std::max(longest, t1 - t0);
+    last_good = t1;
+    ++done;
+  }
+  std::printf("fault_check rank %d: ok: %ld %s of %zu floats in %ld ms, the longest %ld ms\n", me,
+              done, what, o.count, ms(Clock::now() - start), ms(longest));
+  std::fflush(stdout);
+}
+
 // Rank 0 writes "ping" to rank 1, which answers with "pong": one transfer
 // each way per step.
 Result<graph::TransferPlan> ping_pong_plan(size_t count) {
@@ -99,12 +125,6 @@ int run_session(const Options& o, Bootstrap& b) {
   auto created = Session::create(*plan, b, so);
   if (!created) return fail(created.status().to_string());
   Session& s = **created;
-  std::printf("fault_check rank %d: running\n", me);
-  std::fflush(stdout);
-  const auto start = Clock::now();
-  auto last_good = start;
-  Clock::duration longest{};
-  long done = 0;
   const char* mine = me == 0 ? "ping" : "pong";
   const char* theirs = me == 0 ? "pong" : "ping";
   auto step = [&](uint64_t st) -> Status {
@@ -123,20 +143,8 @@ int run_session(const Options& o, Bootstrap& b) {
     if (me == 1) RDMAFLOW_RETURN_IF_ERROR(send());
     return s.end_step(st);
   };
-  while ((o.calls == 0 || done < o.calls) &&
-         Clock::now() - start < std::chrono::duration<double>(o.seconds)) {
-    const auto t0 = Clock::now();
-    Status st = step(static_cast<uint64_t>(done));
-    const auto t1 = Clock::now();
-    if (!st.is_ok()) failed(o, me, st, done, t1 - last_good);
-    longest = std::max(longest, t1 - t0);
-    last_good = t1;
-    ++done;
-  }
-  if (Status st = s.finish(); !st.is_ok()) failed(o, me, st, done, Clock::now() - last_good);
-  std::printf("fault_check rank %d: ok: %ld steps of %zu floats in %ld ms, the longest %ld ms\n",
-              me, done, o.count, ms(Clock::now() - start), ms(longest));
-  std::fflush(stdout);
+  run_loop(o, me, "steps", [&](long i) { return step(static_cast<uint64_t>(i)); });
+  if (Status st = s.finish(); !st.is_ok()) failed(o, me, st, 0, Clock::duration{});
   return 0;
 }
 
@@ -170,29 +178,9 @@ int run(const Options& o) {
   CallOptions call;
   call.algorithm = o.algo;
   if (o.timeout_ms > 0) call.timeout = Millis(o.timeout_ms);
-  std::printf("fault_check rank %d: running\n", me);
-  std::fflush(stdout);
-
-  const auto start = Clock::now();
-  auto last_good = start;
-  Clock::duration longest{};
-  long done = 0;
-  while ((o.calls == 0 || done < o.calls) &&
-         Clock::now() - start < std::chrono::duration<double>(o.seconds)) {
-    const auto t0 = Clock::now();
-    Status st =
-        comm.allreduce(in.data(), out.data(), o.count, DataType::kF32, ReduceOp::kSum, call);
-    const auto t1 = Clock::now();
-    if (!st.is_ok()) {
-      std::printf(
-          "fault_check rank %d: failed: peer %d, %ld calls, %ld ms after the last good one: %s\n",
-          me, st.peer(), done, ms(t1 - last_good), st.to_string().c_str());
-      std::fflush(stdout);
-      // Stay a while: a survivor that left at once could be the failed peer
-      // the slower survivors see first, rather than the rank that died.
-      std::this_thread::sleep_for(Millis(o.linger_ms));
-      std::_Exit(3);
-    }
+  run_loop(o, me, "calls", [&](long done) -> Status {
+    RDMAFLOW_RETURN_IF_ERROR(
+        comm.allreduce(in.data(), out.data(), o.count, DataType::kF32, ReduceOp::kSum, call));
     for (size_t i = 0; i < o.count; i += 4093) {
       if (out[i] != expect) {
         std::printf("fault_check rank %d: wrong sum at %zu after %ld calls: %g, expected %g\n", me,
@@ -201,13 +189,8 @@ int run(const Options& o) {
         std::_Exit(1);
       }
     }
-    longest = std::max(longest, t1 - t0);
-    last_good = t1;
-    ++done;
-  }
-  std::printf("fault_check rank %d: ok: %ld calls of %zu floats in %ld ms, the longest %ld ms\n",
-              me, done, o.count, ms(Clock::now() - start), ms(longest));
-  std::fflush(stdout);
+    return Status::ok();
+  });
   created->reset();
   if (Status st = b.barrier(); !st.is_ok()) return fail(st.to_string());
   selected->selection->shutdown();
