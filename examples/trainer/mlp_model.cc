@@ -197,22 +197,24 @@ Result<MlpGraph> build_mlp(const MlpConfig& c, MlpMode mode, int ranks, int serv
   // Updates, next to the variables.
   for (const std::string& v : m.variables) {
     const int l = std::stoi(v.substr(1));
-    const graph::Tensor& var = f.graph.tensor(*f.graph.find_tensor(v));
+    // A copy: adding tensors below may move the graph's tensors (a reference
+    // into them would dangle).
+    const auto shape = f.graph.tensor(*f.graph.find_tensor(v)).shape;
     const auto& g = grads[v];
     std::string grad = g.front();
     Attributes sgd{{"learning_rate", c.learning_rate}};
     if (mode == MlpMode::kParameterServer) {
       grad = "sum_g_" + v;
-      RDMAFLOW_RETURN_IF_ERROR(b.tensor(grad, F32, var.shape));
+      RDMAFLOW_RETURN_IF_ERROR(b.tensor(grad, F32, shape));
       RDMAFLOW_RETURN_IF_ERROR(b.op("aggregate_" + v, "AddN", g, {grad}, var_rank(l)));
       sgd["scale"] = 1.0 / static_cast<double>(workers);
     } else if (mode == MlpMode::kDataParallel) {
       grad = "avg_g_" + v;
-      RDMAFLOW_RETURN_IF_ERROR(b.tensor(grad, F32, var.shape));
+      RDMAFLOW_RETURN_IF_ERROR(b.tensor(grad, F32, shape));
       RDMAFLOW_RETURN_IF_ERROR(
           b.op("allreduce_" + v, "AllReduce", g, {grad}, 0, {{"reduction", std::string("avg")}}));
     }
-    RDMAFLOW_RETURN_IF_ERROR(b.tensor(v + "_new", F32, var.shape));
+    RDMAFLOW_RETURN_IF_ERROR(b.tensor(v + "_new", F32, shape));
     RDMAFLOW_RETURN_IF_ERROR(
         b.op("sgd_" + v, "ApplySGD", {v, grad}, {v + "_new"}, var_rank(l), sgd));
   }
