@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <optional>
 #include <thread>
 
 #include "tests/collectives/coll_util.h"
@@ -26,6 +27,31 @@ bool reduces(CollectiveKind k) {
 
 const DataType kTypes[] = {DataType::kF32, DataType::kF64, DataType::kF16, DataType::kBF16,
                            DataType::kI32, DataType::kI64, DataType::kU8};
+
+// SIGKILLs `victim` through the parent `after` from now, from a thread of its
+// own, so that the caller is inside a collective when it dies.
+class DelayedKill {
+ public:
+  DelayedKill(Exchange& ex, int victim, Millis after = Millis(300))
+      : thread_([this, &ex, victim, after] {
+          std::this_thread::sleep_for(after);
+          EXPECT_TRUE(ex.kill(victim).is_ok());
+          killed_at_ = std::chrono::steady_clock::now().time_since_epoch().count();
+        }) {}
+  ~DelayedKill() {
+    if (thread_.joinable()) thread_.join();
+  }
+  // Waits for the kill; how long before `t` it happened.
+  std::chrono::steady_clock::duration before(std::chrono::steady_clock::time_point t) {
+    thread_.join();
+    return t - std::chrono::steady_clock::time_point(
+                   std::chrono::steady_clock::duration(killed_at_.load()));
+  }
+
+ private:
+  std::atomic<int64_t> killed_at_{0};
+  std::thread thread_;
+};
 
 // Every algorithm at every world size 1..8, with counts 0, 1, < world, odd and
 // a few pieces' worth; types and reductions rotate so each appears everywhere.
@@ -254,28 +280,17 @@ TEST_P(Collectives, KilledRankIsNamedByEverySurvivor) {
         CallOptions o;
         o.algorithm = Algorithm::kRing;
         o.timeout = Millis(20000);
-        std::atomic<int64_t> killed_at{0};
-        std::thread killer;
-        if (rank == 0) {
-          killer = std::thread([&] {
-            std::this_thread::sleep_for(Millis(300));
-            EXPECT_TRUE(ex.kill(2).is_ok());
-            killed_at = std::chrono::steady_clock::now().time_since_epoch().count();
-          });
-        }
+        std::optional<DelayedKill> killer;
+        if (rank == 0) killer.emplace(ex, 2);
         Status st;
         while (st.is_ok()) {
           st = node.comm->allreduce(in.data(), out.data(), in.size(), DataType::kF32,
                                     ReduceOp::kSum, o);
         }
         const auto failed_at = std::chrono::steady_clock::now();
-        if (killer.joinable()) {
-          killer.join();
-          const auto since_kill =
-              failed_at - std::chrono::steady_clock::time_point(
-                              std::chrono::steady_clock::duration(killed_at.load()));
+        if (killer) {
           // Well within the 20 s timeout: the dead peer is noticed, not waited out.
-          EXPECT_LT(since_kill, std::chrono::milliseconds(5000)) << st.to_string();
+          EXPECT_LT(killer->before(failed_at), std::chrono::milliseconds(5000)) << st.to_string();
         }
         EXPECT_EQ(st.peer(), 2) << "rank " << rank << ": " << st.to_string();
         EXPECT_NE(st.to_string().find("allreduce[ring]"), std::string::npos) << st.to_string();
@@ -416,12 +431,7 @@ TEST_P(Collectives, PeerKilledMidAllreduceFailsTheSurvivor) {
             if (!st.is_ok()) pause();
           }
         }
-        std::atomic<int64_t> killed_at{0};
-        std::thread killer([&] {
-          std::this_thread::sleep_for(Millis(300));
-          EXPECT_TRUE(ex.kill(1).is_ok());
-          killed_at = std::chrono::steady_clock::now().time_since_epoch().count();
-        });
+        DelayedKill killer(ex, 1);
         Status st;
         int calls = 0;
         while (st.is_ok()) {
@@ -429,15 +439,11 @@ TEST_P(Collectives, PeerKilledMidAllreduceFailsTheSurvivor) {
                                     ReduceOp::kSum, o);
           if (st.is_ok()) ++calls;
         }
-        const auto failed_at = std::chrono::steady_clock::now();
-        killer.join();
+        EXPECT_LT(killer.before(std::chrono::steady_clock::now()), std::chrono::milliseconds(5000))
+            << st.to_string();
         EXPECT_GT(calls, 0);
         EXPECT_NE(st.to_string().find("allreduce"), std::string::npos) << st.to_string();
         EXPECT_EQ(st.peer(), 1) << st.to_string();
-        const auto since_kill =
-            failed_at - std::chrono::steady_clock::time_point(
-                            std::chrono::steady_clock::duration(killed_at.load()));
-        EXPECT_LT(since_kill, std::chrono::milliseconds(5000)) << st.to_string();
         if (backend().backend == "ucx") {
           EXPECT_EQ(node.comm->stats().direct_peers, 1);
         }
