@@ -587,6 +587,16 @@ Status OneSidedEngine::begin_step(uint64_t step) {
   return Status::ok();
 }
 
+bool OneSidedEngine::wait_for_credit(Lock& lock, int peer, int64_t need) {
+  const Peer& p = core_->peers[static_cast<size_t>(peer)];
+  if (p.credited >= need) return true;
+  ++core_->stats.credit_stalls;
+  const auto t0 = Clock::now();
+  const bool ok = wait(lock, t0 + timeout_, peer, [&] { return p.credited >= need; });
+  core_->stats.credit_wait_ms += ms_between(t0, Clock::now());
+  return ok;
+}
+
 Result<SessionBuffer> OneSidedEngine::overflow_buffer(size_t output_index, uint64_t step,
                                                       size_t bytes) {
   const uint32_t f = layout_->frame_of(step);
@@ -598,11 +608,7 @@ Result<SessionBuffer> OneSidedEngine::overflow_buffer(size_t output_index, uint6
     for (graph::TransferId t : buffer.transfers) {
       const int p = layout_->spec(t).dst_rank;
       Lock lock(core_->mu);
-      const auto t0 = Clock::now();
-      bool ok = wait(lock, t0 + timeout_, p,
-                     [&] { return core_->peers[static_cast<size_t>(p)].credited >= need; });
-      core_->stats.credit_wait_ms += ms_between(t0, Clock::now());
-      if (!ok) {
+      if (!wait_for_credit(lock, p, need)) {
         const Status& err = core_->peers[static_cast<size_t>(p)].error;
         if (!err.is_ok()) return err;
         return RDMAFLOW_ERROR(Code::kTimeout, "allocate output", p,
@@ -651,10 +657,7 @@ Status OneSidedEngine::send(graph::TransferId t, uint64_t step, const void* payl
   // this write replaces.
   if (step >= *core_->first_step + layout_->copies) {
     const int64_t need = static_cast<int64_t>(step - layout_->copies);
-    const auto t0 = Clock::now();
-    bool ok = wait(lock, t0 + timeout_, o.peer, [&] { return peer.credited >= need; });
-    core_->stats.credit_wait_ms += ms_between(t0, Clock::now());
-    if (!ok) {
+    if (!wait_for_credit(lock, o.peer, need)) {
       if (!peer.error.is_ok()) return peer.error.with_op("send " + layout_->describe(t));
       return RDMAFLOW_ERROR(Code::kTimeout, "send", o.peer,
                             layout_->describe(t) + " " + step_text(step) +
@@ -786,6 +789,7 @@ void OneSidedEngine::add_stats(SessionStats& stats) const {
   stats.writes += s.writes;
   stats.reads += s.reads;
   stats.credits_sent += s.credits_sent;
+  stats.credit_stalls += s.credit_stalls;
   stats.recv_wait_ms += s.recv_wait_ms;
   stats.credit_wait_ms += s.credit_wait_ms;
 }

@@ -138,6 +138,10 @@ class OneSidedEngine final : public Session::Engine {
   // a failure of `peer` is known; returns the lock held.
   template <typename Pred>
   bool wait(Lock& lock, Deadline deadline, int peer, Pred ready);
+  // Waits until `peer` has released step `need` (its credit), counting the
+  // stall and its time when it had not yet. Core::mu held; false on timeout
+  // or a failure of `peer`.
+  bool wait_for_credit(Lock& lock, int peer, int64_t need);
   void progress_loop();
   Callback op_callback(uint32_t frame, Pending who, uint64_t bytes_on_success);
   uint8_t* slot_ptr(graph::TransferId t, uint32_t frame) const;
