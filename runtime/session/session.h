@@ -124,8 +124,8 @@ struct SessionStats {
   uint64_t staging_copies = 0;  // sends whose producer did not use output_buffer()
   uint64_t credits_sent = 0;
   uint64_t credit_stalls = 0;  // sends (and output buffers) that had to wait for a credit
-  double recv_wait_ms = 0;    // executor time spent waiting in recv()
-  double credit_wait_ms = 0;  // executor time spent waiting for a peer's credit
+  double recv_wait_ms = 0;     // executor time spent waiting in recv()
+  double credit_wait_ms = 0;   // executor time spent waiting for a peer's credit
 };
 
 class Session {
