@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "collectives/algorithms/registry.h"
+#include "collectives/collective_trace.h"
 #include "collectives/communicator_internal.h"
 #include "collectives/compressed.h"
 #include "collectives/executor.h"
@@ -229,6 +230,7 @@ void Communicator::abort(const std::string& reason) {
     is_broken_.store(true, std::memory_order_release);
   }
   fabric_->abort(std::move(why));
+  trace::flush_on_error();
 }
 
 FabricStats Communicator::stats() const {
@@ -567,6 +569,8 @@ Status Communicator::prepare_codec(Call& call, const CallOptions& options, uint6
 }
 
 Status Communicator::execute_call(Call& call, Lane& lane) {
+  const trace::Span span(trace::kCollective, collective_name(call.args.kind),
+                          call_args(call.args, call.algo, world_));
   if (is_broken_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(broken_mu_);
     return RDMAFLOW_ERROR(Code::kCancelled, *call.what, broken_.peer(),
@@ -621,6 +625,7 @@ Status Communicator::execute_program(const Program& program, int lane, const std
                                      Clock::time_point deadline) {
   Status st = execute(*fabric_, program, lane, deadline, what);
   if (!st.is_ok()) {
+    trace::flush_on_error();
     std::lock_guard<std::mutex> lock(broken_mu_);
     if (broken_.is_ok()) broken_ = st;
     is_broken_.store(true, std::memory_order_release);

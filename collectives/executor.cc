@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/collective_trace.h"
 #include "collectives/reduce_kernels.h"
 #include "transport/shm/memory_channel.h"
 
@@ -190,11 +191,16 @@ class Run {
   // credit of its slot, a receive its piece's notify); false when it must wait.
   bool start(uint32_t i) {
     const Item& it = items_[i];
+    if (it.kind == ItemKind::kSend) return start_send(i, it);
+    if (it.kind == ItemKind::kRecv) return start_recv(i, it);
+    run_local(it);
+    finish(i);
+    return true;
+  }
+
+  void run_local(const Item& it) {
+    const trace::Span span(trace::kCollective, item_name(it), piece_args(it, es_));
     switch (it.kind) {
-      case ItemKind::kSend:
-        return start_send(i, it);
-      case ItemKind::kRecv:
-        return start_recv(i, it);
       case ItemKind::kCopy:
         std::memmove(it.dst, it.src, it.elems * es_);
         break;
@@ -204,9 +210,10 @@ class Run {
       case ItemKind::kReduce:
         reduce_buffers(program_.type(), program_.op(), it.dst, it.dst, it.src, it.elems);
         break;
+      case ItemKind::kSend:
+      case ItemKind::kRecv:
+        break;  // start() runs them
     }
-    finish(i);
-    return true;
   }
 
   bool start_send(uint32_t i, const Item& it) {
@@ -215,6 +222,7 @@ class Run {
         !fabric_.credit_arrived(it.peer, lane_, seq - cfg_.slots)) {
       return false;
     }
+    const trace::Span span(trace::kCollective, item_name(it), piece_args(it, es_));
     Fabric::Peer& peer = fabric_.peer(it.peer);
     const size_t bytes = it.elems * es_;
     if (peer.direct) {
@@ -270,6 +278,7 @@ class Run {
   bool start_recv(uint32_t i, const Item& it) {
     const uint64_t seq = scratch_.recv_base[it.peer] + it.ordinal;
     if (!fabric_.data_arrived(it.peer, lane_, seq)) return false;
+    const trace::Span span(trace::kCollective, item_name(it), piece_args(it, es_));
     Fabric::Peer& peer = fabric_.peer(it.peer);
     const std::byte* slot = peer.local + fabric_.slot_offset(lane_, seq);
     if (it.reduce) {
@@ -555,6 +564,7 @@ Status execute(Fabric& fabric, const Program& program, int lane, Clock::time_poi
                const std::string& what) {
   if (program.items().empty()) return Status::ok();
   if (Status st = fabric.detached_error(); !st.is_ok()) return st.with_op(what);
+  const trace::Span span(trace::kCollective, "program", program_args(program, what));
   return Run(fabric, program, lane, deadline, what).execute();
 }
 

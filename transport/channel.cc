@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "transport/channel_trace.h"
+
 namespace rdmaflow {
 
 void Inbox::push_notify(uint64_t value) {
@@ -226,6 +228,7 @@ Status CompletionGroup::wait(Millis timeout, const std::string& what) {
 
 void attach_wait_driver(const Callback& done, const std::shared_ptr<WaitDriver>& driver) {
   if (!driver) return;
+  if (const auto* t = done.target<TracedOp>()) return attach_wait_driver(t->inner, driver);
   if (const auto* c = done.target<Completion::Signal>()) {
     std::lock_guard<std::mutex> lock(c->s->mu);
     c->s->driver = driver;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/trace.h"
 #include "examples/trainer/variable_init.h"
 
 namespace rdmaflow::exec {
@@ -172,6 +173,8 @@ void Executor::capture(graph::TensorId t) {
 
 Status Executor::run_op(const Scheduled& s, uint64_t step) {
   const graph::Op& op = graph_.op(s.op);
+  const trace::Span span(trace::kOp, op.name,
+                         {.step = static_cast<int64_t>(step), .label_key = "type", .label = op.type});
   const auto t0 = Clock::now();
   double* bucket = &profile_.compute_ms;
   if (s.kind == graph::OpKind::kSend) {
@@ -252,6 +255,7 @@ Status Executor::run_op(const Scheduled& s, uint64_t step) {
 }
 
 Status Executor::run_step(uint64_t step) {
+  const trace::Span span(trace::kOp, "executor step", {.step = static_cast<int64_t>(step)});
   profile_ = StepProfile{};
   const auto t0 = Clock::now();
   if (session_) {

@@ -6,9 +6,11 @@
 
 #include "common/env.h"
 #include "common/log.h"
+#include "common/trace.h"
 #include "runtime/rendezvous/launcher_rendezvous.h"
 #include "runtime/rendezvous/tcp_store.h"
 #include "runtime/rendezvous/tcp_store_protocol.h"
+#include "runtime/rendezvous/trace_clock.h"
 
 namespace rdmaflow {
 
@@ -195,6 +197,7 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::create(BootstrapOptions options) {
   // in join() fails, there is no goodbye to say and no server to keep alive.
   RDMAFLOW_RETURN_IF_ERROR(b->join(b->timeout_));
   b->finalized_ = false;
+  if (trace::enabled()) align_trace_clock(*b->internal_, rank, world);
   RDMAFLOW_LOG_INFO("bootstrap ready: rank {} of {}{} in {:.1f} ms", rank, world,
                     world > 1 ? " via rendezvous " + b->rendezvous_ : std::string(),
                     ms_since(start));

@@ -10,6 +10,7 @@
 #include "runtime/session/session_engine.h"
 #include "runtime/session/session_layout.h"
 #include "runtime/session/session_one_sided.h"
+#include "runtime/session/session_trace.h"
 #ifdef RDMAFLOW_HAVE_GRPC
 #include "runtime/session/session_grpc.h"
 #endif
@@ -277,6 +278,7 @@ Status Session::begin_step(uint64_t step) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, "begin step", -1,
                           step_text(step) + " does not follow " + step_text(*last_step_));
   }
+  step_began_ns_ = trace::stamp();
   RDMAFLOW_RETURN_IF_ERROR(engine_->begin_step(step));
   step_ = step;
   recvs_done_ = 0;
@@ -361,6 +363,7 @@ Status Session::send(graph::TransferId t, uint64_t step, const SendSource& sourc
     return RDMAFLOW_ERROR(Code::kInternal, "send", spec->dst_rank,
                           layout_->describe(t) + " has no output buffer");
   }
+  const trace::Span span(trace::kSession, "send", transfer_args(*spec, step, bytes, true));
   if (source.data && source.data != dst->data) {
     std::memcpy(dst->data, source.data, bytes);
     ++staging_copies_;
@@ -382,7 +385,7 @@ Status Session::send(const std::string& tensor, int dst_rank, uint64_t step,
 Result<RecvView> Session::recv(graph::TransferId t, uint64_t step) {
   RDMAFLOW_RETURN_IF_ERROR(check_step(step, "recv"));
   RDMAFLOW_ASSIGN_OR_RETURN(const graph::TransferSpec* spec, transfer_spec(t, false, "recv"));
-  (void)spec;
+  const trace::Span span(trace::kSession, "recv", transfer_args(*spec, step, spec->bytes, false));
   RDMAFLOW_ASSIGN_OR_RETURN(RecvView view, engine_->recv(t, step));
   received_step_[t] = step + 1;
   const auto& order = layout_->recv_order;
@@ -405,6 +408,7 @@ Result<RecvView> Session::recv(const std::string& tensor, int src_rank, uint64_t
 Status Session::end_step(uint64_t step) {
   RDMAFLOW_RETURN_IF_ERROR(check_step(step, "end step"));
   Status st = engine_->end_step(step);
+  trace::finish(trace::kSession, "step", step_began_ns_, {.step = static_cast<int64_t>(step)});
   last_step_ = step;
   step_.reset();
   return st;

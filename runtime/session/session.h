@@ -217,6 +217,7 @@ class Session {
   std::string transport_name_;
   std::optional<uint64_t> step_;  // the step between begin_step and end_step
   std::optional<uint64_t> last_step_;
+  int64_t step_began_ns_ = 0;  // the trace's step span (common/trace.h), when tracing
   // Schedule-order check of send(): by transfer id, 1 + the step of its last
   // completed recv (0: none), and how many of layout_->recv_order completed in
   // the current step.

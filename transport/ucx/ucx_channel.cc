@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/log.h"
+#include "transport/channel_trace.h"
 
 namespace rdmaflow::ucx {
 
@@ -45,6 +46,7 @@ Status UcxChannel::check_key(const RemoteKey& key, uint64_t offset, uint64_t len
 
 void UcxChannel::write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                        std::optional<uint64_t> notify, Callback done, Millis timeout) {
+  trace_op(done, "write", *this, len);
   Op* op = issue(OpKind::kWrite, std::move(done), timeout);
   Status st = check_key(dst, dst_offset, len, "write");
   if (st.is_ok() && src == nullptr && len > 0) {
@@ -73,6 +75,7 @@ void UcxChannel::write(const void* src, size_t len, const RemoteKey& dst, uint64
 
 void UcxChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset,
                       Callback done, Millis timeout) {
+  trace_op(done, "read", *this, len);
   Op* op = issue(OpKind::kRead, std::move(done), timeout);
   Status st = check_key(src, src_offset, len, "read");
   if (st.is_ok() && dst == nullptr && len > 0) {
@@ -98,6 +101,7 @@ void UcxChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t src_
 }
 
 void UcxChannel::send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) {
+  trace_op(done, "message", *this, bytes.size());
   Op* op = issue(OpKind::kMessage, std::move(done), timeout);
   op->bytes = std::move(bytes);
   core_->submit(op);

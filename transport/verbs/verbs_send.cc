@@ -7,6 +7,7 @@
 
 #include "common/env.h"
 #include "common/log.h"
+#include "transport/channel_trace.h"
 #include "transport/verbs/verbs_channel.h"
 #include "transport/verbs/verbs_channel_internal.h"
 
@@ -65,6 +66,7 @@ Result<uint32_t> VerbsChannel::check_key(const char* op, const RemoteKey& key, u
 
 void VerbsChannel::write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                          std::optional<uint64_t> notify, Callback done, Millis timeout) {
+  trace_op(done, "write", *this, len);
   const char* name = "write";
   if (!error_.ok()) return reject(std::move(done), error_.for_op(name));
   auto rkey = check_key(name, dst, dst_offset, len);
@@ -108,6 +110,7 @@ void VerbsChannel::write(const void* src, size_t len, const RemoteKey& dst, uint
 
 void VerbsChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset,
                         Callback done, Millis timeout) {
+  trace_op(done, "read", *this, len);
   const char* name = "read";
   if (!error_.ok()) return reject(std::move(done), error_.for_op(name));
   auto rkey = check_key(name, src, src_offset, len);
@@ -144,6 +147,7 @@ void VerbsChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t sr
 }
 
 void VerbsChannel::send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) {
+  trace_op(done, "message", *this, bytes.size());
   const char* name = "send message";
   if (!error_.ok()) return reject(std::move(done), error_.for_op(name));
   if (bytes.size() > kMaxMessageBytes) {
