@@ -228,8 +228,11 @@ void Tracer::flush() {
   }
   // A process that never joined a job and traced nothing (a launcher) leaves no file.
   if (rank < 0 && events.empty()) return;
-  std::stable_sort(events.begin(), events.end(),
-                   [](const Event& a, const Event& b) { return a.start_ns < b.start_ns; });
+  // By start, the enclosing span first on a tie: what viewers need to nest
+  // complete events (a span is recorded when it ends, so inner ones come first).
+  std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
+    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.dur_ns > b.dur_ns;
+  });
   const std::string tmp = path + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "w");
   if (f == nullptr) {
