@@ -570,7 +570,7 @@ Status Communicator::prepare_codec(Call& call, const CallOptions& options, uint6
 
 Status Communicator::execute_call(Call& call, Lane& lane) {
   const trace::Span span(trace::kCollective, collective_name(call.args.kind),
-                          call_args(call.args, call.algo, world_));
+                         call_args(call.args, call.algo, world_));
   if (is_broken_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(broken_mu_);
     return RDMAFLOW_ERROR(Code::kCancelled, *call.what, broken_.peer(),

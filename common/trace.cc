@@ -27,7 +27,7 @@ bool g_enabled = false;
 namespace {
 
 constexpr int64_t kDefaultEvents = int64_t{1} << 18;
-constexpr int64_t kMaxEvents = int64_t{1} << 26;  // ~11 GiB: beyond that a typo, not a wish
+constexpr int64_t kMaxEvents = int64_t{1} << 26;  // 10 GiB: beyond that a typo, not a wish
 
 // One finished span, fixed size so the ring's memory is known up front.
 // Plain data without initializers: the ring is allocated, not constructed, so
@@ -46,6 +46,7 @@ struct Event {
   char name[48];
   char label[40];
 };
+static_assert(sizeof(Event) == 160, "docs/configuration.md gives RDMAFLOW_TRACE_EVENTS' cost");
 
 void copy_text(char* dst, size_t cap, std::string_view s) {
   const size_t n = std::min(cap - 1, s.size());
@@ -69,8 +70,8 @@ class Tracer {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) {
-      warn(std::string("RDMAFLOW_TRACE=") + dir + ": cannot create the directory (" +
-           ec.message() + "); tracing is off");
+      warn(std::string("RDMAFLOW_TRACE=") + dir + ": cannot create the directory (" + ec.message() +
+           "); tracing is off");
       return nullptr;
     }
     if (::access(dir, W_OK | X_OK) != 0) {
@@ -126,7 +127,9 @@ class Tracer {
   Tracer(std::string dir, size_t cap)
       : dir_(std::move(dir)), cap_(cap), ring_(new (std::nothrow) Event[cap]) {}
 
-  static void warn(const std::string& what) { std::fprintf(stderr, "rdmaflow: %s\n", what.c_str()); }
+  static void warn(const std::string& what) {
+    std::fprintf(stderr, "rdmaflow: %s\n", what.c_str());
+  }
 
   static int64_t events_knob() {
     const char* v = std::getenv("RDMAFLOW_TRACE_EVENTS");
@@ -154,7 +157,7 @@ class Tracer {
   std::atomic<uint64_t> ids_{0};
   std::mutex flush_mu_;  // one flush at a time (exit and an error path may meet)
   std::mutex mu_;
-  uint64_t total_ = 0;                      // events ever added; the ring holds the last cap_
+  uint64_t total_ = 0;                       // events ever added; the ring holds the last cap_
   std::map<uint32_t, std::string> threads_;  // tid -> name, for the viewer's rows
   int rank_ = -1;
   int world_ = 0;
@@ -250,7 +253,8 @@ void Tracer::flush() {
                rank, world, static_cast<int>(::getpid()), static_cast<long long>(offset),
                static_cast<long long>(rtt), cap_, static_cast<unsigned long long>(total),
                static_cast<unsigned long long>(dropped));
-  const std::string process = rank >= 0 ? "rank " + std::to_string(rank) : "pid " + std::to_string(pid);
+  const std::string process =
+      rank >= 0 ? "rank " + std::to_string(rank) : "pid " + std::to_string(pid);
   std::fprintf(f,
                "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,"
                "\"args\":{\"name\":%s}}",
@@ -259,7 +263,8 @@ void Tracer::flush() {
     std::fprintf(f,
                  ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%u,"
                  "\"args\":{\"name\":%s}}",
-                 pid, tid, json_text(name.empty() ? "thread " + std::to_string(tid) : name).c_str());
+                 pid, tid,
+                 json_text(name.empty() ? "thread " + std::to_string(tid) : name).c_str());
   }
   for (const Event& e : events) {
     const std::string name = json_text(e.name);

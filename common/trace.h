@@ -10,7 +10,7 @@
 // With tracing off, a hook costs one branch on a bool read once at start-up;
 // nothing is allocated, copied or formatted. With it on, a finished span is
 // copied into a ring buffer of RDMAFLOW_TRACE_EVENTS entries (default 1<<18,
-// ~170 bytes each) under a short lock; when it is full the oldest events are
+// 160 bytes each) under a short lock; when it is full the oldest events are
 // dropped and counted, so memory stays bounded however long the job runs. The
 // buffer is written at exit (atexit), on errors (flush_on_error(), at most once
 // a second) and by flush().

@@ -15,6 +15,8 @@ PACKAGES=(
   libgloo-dev libopenmpi-dev openmpi-bin libpmix-dev
   clang libclang-rt-14-dev clang-format
   iproute2 python3
+  # pictures for the docs: a merged timeline trace (scripts/trace-plot.py)
+  python3-matplotlib
   # the Python package and torch.distributed backend (python/): Debian's torch
   python3-dev python3-torch libtorch-dev pybind11-dev python3-pytest python3-numpy
   python3-torchvision

@@ -173,8 +173,9 @@ void Executor::capture(graph::TensorId t) {
 
 Status Executor::run_op(const Scheduled& s, uint64_t step) {
   const graph::Op& op = graph_.op(s.op);
-  const trace::Span span(trace::kOp, op.name,
-                         {.step = static_cast<int64_t>(step), .label_key = "type", .label = op.type});
+  const trace::Span span(
+      trace::kOp, op.name,
+      {.step = static_cast<int64_t>(step), .label_key = "type", .label = op.type});
   const auto t0 = Clock::now();
   double* bucket = &profile_.compute_ms;
   if (s.kind == graph::OpKind::kSend) {

@@ -74,9 +74,10 @@ void align_trace_clock(Store& store, int rank, int world) {
   const std::string prefix = "trace-clock/" + std::to_string(joins.fetch_add(1)) + "/";
   Status st = rank == 0 ? serve(store, prefix, world) : measure(store, prefix, rank);
   if (!st.is_ok()) {
-    RDMAFLOW_LOG_WARN("trace clock not aligned with rank 0 ({}); is RDMAFLOW_TRACE set on every "
-                      "rank? This rank's trace keeps its own clock",
-                      st.to_string());
+    RDMAFLOW_LOG_WARN(
+        "trace clock not aligned with rank 0 ({}); is RDMAFLOW_TRACE set on every "
+        "rank? This rank's trace keeps its own clock",
+        st.to_string());
   }
 }
 
