@@ -54,8 +54,16 @@ void copy_text(char* dst, size_t cap, std::string_view s) {
   dst[n] = '\0';
 }
 
+// Bumped in a forked child, whose threads' cached ids and names are stale.
+std::atomic<int> g_generation{0};
+
 uint32_t thread_id() {
-  thread_local const uint32_t tid = static_cast<uint32_t>(::syscall(SYS_gettid));
+  thread_local int generation = -1;
+  thread_local uint32_t tid = 0;
+  if (generation != g_generation.load(std::memory_order_relaxed)) {
+    generation = g_generation.load(std::memory_order_relaxed);
+    tid = static_cast<uint32_t>(::syscall(SYS_gettid));
+  }
   return tid;
 }
 
@@ -91,10 +99,10 @@ class Tracer {
 
   void add(const Event& e) {
     const uint32_t tid = e.tid;
-    thread_local bool named = false;
+    thread_local int named = -1;  // the generation this thread's name was taken in
     std::lock_guard<std::mutex> lock(mu_);
-    if (!named) {
-      named = true;
+    if (named != g_generation.load(std::memory_order_relaxed)) {
+      named = g_generation.load(std::memory_order_relaxed);
       char buf[32] = {};
       if (pthread_getname_np(pthread_self(), buf, sizeof(buf)) != 0) buf[0] = '\0';
       threads_[tid] = buf;
@@ -122,6 +130,26 @@ class Tracer {
   }
 
   void flush();
+
+  // fork() without exec (test harnesses, launchers): the child starts an empty
+  // trace of its own, and never inherits a lock some other thread held.
+  void before_fork() {
+    flush_mu_.lock();
+    mu_.lock();
+  }
+  void after_fork_in_parent() {
+    mu_.unlock();
+    flush_mu_.unlock();
+  }
+  void after_fork_in_child() {
+    g_generation.fetch_add(1);
+    total_ = 0;
+    threads_.clear();
+    rank_ = -1;
+    written_.clear();
+    mu_.unlock();
+    flush_mu_.unlock();
+  }
 
  private:
   Tracer(std::string dir, size_t cap)
@@ -171,6 +199,8 @@ Tracer* const g_tracer = [] {
   if (t != nullptr) {
     detail::g_enabled = true;
     std::atexit([] { g_tracer->flush(); });
+    pthread_atfork([] { g_tracer->before_fork(); }, [] { g_tracer->after_fork_in_parent(); },
+                   [] { g_tracer->after_fork_in_child(); });
   }
   return t;
 }();
@@ -309,41 +339,64 @@ int64_t now_ns() {
       .count();
 }
 
-void record(const char* cat, std::string_view name, int64_t start_ns, int64_t end_ns,
-            const Args& args, bool async) {
-  if (!enabled()) return;
-  Event e;
+namespace {
+
+void fill(Event& e, const char* cat, std::string_view name, const Args& args) {
   e.cat = cat;
   e.label_key = args.label_key;
-  e.start_ns = start_ns;
-  e.dur_ns = std::max<int64_t>(0, end_ns - start_ns);
   e.bytes = args.bytes;
   e.step = args.step;
   e.peers = args.peers;
-  e.id = async ? g_tracer->next_id() : 0;
+  e.id = 0;
   e.peer = args.peer;
   e.tid = thread_id();
   copy_text(e.name, sizeof(e.name), name);
   copy_text(e.label, sizeof(e.label), args.label);
+}
+
+// This thread's open spans, innermost last. Scoped spans end in reverse order
+// of their start, so a stack of slots stands in for an allocation per span.
+// Allocated on a thread's first span: nothing per thread with tracing off.
+struct OpenSpans {
+  static constexpr int kMaxDepth = 64;  // deeper spans are left out
+  Event slots[kMaxDepth];
+  int depth = 0;
+};
+
+OpenSpans& open_spans() {
+  thread_local std::unique_ptr<OpenSpans> spans;
+  if (!spans) spans = std::make_unique<OpenSpans>();
+  return *spans;
+}
+
+}  // namespace
+
+void record(const char* cat, std::string_view name, int64_t start_ns, int64_t end_ns,
+            const Args& args, bool async) {
+  if (!enabled()) return;
+  Event e;
+  fill(e, cat, name, args);
+  e.start_ns = start_ns;
+  e.dur_ns = std::max<int64_t>(0, end_ns - start_ns);
+  if (async) e.id = g_tracer->next_id();
   g_tracer->add(e);
 }
 
-struct Span::Open {
-  const char* cat;
-  int64_t start_ns;
-  Args args;
-  std::string name;
-  std::string label;
-};
-
 void Span::begin(const char* cat, std::string_view name, const Args& args) {
-  open_ = new Open{cat, now_ns(), args, std::string(name), std::string(args.label)};
-  open_->args.label = open_->label;
+  OpenSpans& spans = open_spans();
+  if (spans.depth == OpenSpans::kMaxDepth) return;
+  Event& e = spans.slots[spans.depth++];
+  fill(e, cat, name, args);
+  e.start_ns = now_ns();
+  open_ = &e;
 }
 
 void Span::end() {
-  record(open_->cat, open_->name, open_->start_ns, now_ns(), open_->args);
-  delete open_;
+  Event& e = *static_cast<Event*>(open_);
+  e.dur_ns = std::max<int64_t>(0, now_ns() - e.start_ns);
+  g_tracer->add(e);
+  OpenSpans& spans = open_spans();
+  spans.depth = static_cast<int>(&e - spans.slots);  // pops it
   open_ = nullptr;
 }
 

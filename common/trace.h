@@ -86,8 +86,9 @@ class Span {
   void begin(const char* cat, std::string_view name, const Args& args);
   void end();
 
-  struct Open;            // what begin() saw, copied (the caller's strings may die)
-  Open* open_ = nullptr;  // owned, freed by end(); null with tracing off: the only state then
+  // This thread's slot for the span (trace.cc), holding copies of what begin()
+  // saw; null with tracing off, the only state then.
+  void* open_ = nullptr;
 };
 
 // This process's rank and world (bootstrap), for the file name and metadata.
