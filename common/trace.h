@@ -7,8 +7,9 @@
 //
 //   const trace::Span span(trace::kCollective, "allreduce", {.peer = -1, .bytes = n});
 //
-// With tracing off, a hook costs one branch on a bool read once at start-up;
-// nothing is allocated, copied or formatted. With it on, a finished span is
+// With tracing off, a hook costs one branch on a bool read once at start-up
+// (and the small Args built from values at hand); nothing is allocated, copied
+// or formatted. With it on, a finished span is
 // copied into a ring buffer of RDMAFLOW_TRACE_EVENTS entries (default 1<<18,
 // 160 bytes each) under a short lock; when it is full the oldest events are
 // dropped and counted, so memory stays bounded however long the job runs. The
@@ -99,8 +100,9 @@ void set_clock_offset(int64_t offset_ns, int64_t rtt_ns);
 
 // Writes the buffer to the file now (replacing an earlier write).
 void flush();
-// flush() after a failure (a channel's sticky error, a failed collective,
-// abort), at most once a second so an error storm does not become an I/O storm.
+// flush() after a failure (a channel operation that completed with an error, a
+// failed collective, abort), at most once a second so that an error storm does
+// not become an I/O storm.
 void flush_on_error();
 
 // The file this process writes ("" when tracing is off).

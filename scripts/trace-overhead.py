@@ -75,14 +75,20 @@ def main():
                 for k, v in figures.items():
                     results[name].setdefault(k, []).append(v)
             print(f"round {rnd + 1}/{args.rounds} done", flush=True)
-    print(f"{'median over ' + str(args.rounds) + ' rounds':44} {'reference':>10} {'trace off':>10} "
-          f"{'ratio':>6} {'trace on':>10} {'ratio':>6}")
+    # Ratios are taken round by round (the three configurations of a round ran
+    # back to back) and their median printed, with the spread over the rounds.
+    print(f"{'median over ' + str(args.rounds) + ' rounds':40} {'reference':>9} {'off':>9} "
+          f"{'on':>9}   {'off/ref (min-max)':>20}   {'on/ref (min-max)':>20}")
     for key in results["ref"]:
-        ref = statistics.median(results["ref"][key])
-        off = statistics.median(results["off"][key])
-        on = statistics.median(results["on"][key])
-        print(f"{key:44} {ref:10.2f} {off:10.2f} {off / ref:6.2f} {on:10.2f} {on / ref:6.2f}")
+        ref, off, on = (results[c][key] for c in ("ref", "off", "on"))
+        r_off = [o / r for o, r in zip(off, ref)]
+        r_on = [o / r for o, r in zip(on, ref)]
 
+        def spread(r):
+            return f"{statistics.median(r):5.2f} ({min(r):4.2f}-{max(r):4.2f})"
+
+        print(f"{key:40} {statistics.median(ref):9.2f} {statistics.median(off):9.2f} "
+              f"{statistics.median(on):9.2f}   {spread(r_off):>20}   {spread(r_on):>20}")
 
 if __name__ == "__main__":
     main()

@@ -83,6 +83,11 @@ pid_t start_mpirun(const LaunchSpec& spec, const std::string& exe, const std::st
                                                            {"RDMAFLOW_E2E_OUT", out_path}};
   if (!spec.transport.empty()) vars.emplace_back("RDMAFLOW_TRANSPORT", spec.transport);
   vars.insert(vars.end(), spec.env.begin(), spec.env.end());
+  // The timeline trace reaches the ranks on other hosts too (docs/observability.md).
+  if (const char* v = std::getenv("RDMAFLOW_TRACE")) vars.emplace_back("RDMAFLOW_TRACE", v);
+  if (const char* v = std::getenv("RDMAFLOW_TRACE_EVENTS")) {
+    vars.emplace_back("RDMAFLOW_TRACE_EVENTS", v);
+  }
   for (const auto& v : vars) args.insert(args.end(), {"-x", v.first});
   args.insert(args.end(), {exe, "--e2e-worker"});
   pid_t pid = ::fork();
