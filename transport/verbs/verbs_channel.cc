@@ -123,6 +123,10 @@ Hello VerbsChannel::local_hello() const {
 
 Status VerbsChannel::set_peer(const Hello& peer) {
   std::lock_guard<std::mutex> lock(mu_);
+  return set_peer_locked(peer);
+}
+
+Status VerbsChannel::set_peer_locked(const Hello& peer) {
   peer_ = peer;
   peer_rank_ = peer.rank;
   inbox_.set_peer(peer.rank);
@@ -156,6 +160,43 @@ void VerbsChannel::mark_connected() {
     pump_locked(out);
   }
   run_tasks(out);
+}
+
+// ---------------------------------------------------------------- authentication
+
+void VerbsChannel::expect_proof(std::unique_ptr<auth::Acceptor> acceptor, std::string who,
+                                std::function<void()> on_authenticated) {
+  std::lock_guard<std::mutex> lock(mu_);
+  acceptor_ = std::move(acceptor);
+  who_ = std::move(who);
+  on_authenticated_ = std::move(on_authenticated);
+}
+
+void VerbsChannel::queue_proof(std::span<const uint8_t> proof) {
+  std::lock_guard<std::mutex> lock(mu_);
+  control_out_.push_front({MsgType::kAuth, AuthProof::encode(proof, local_hello())});
+}
+
+Status VerbsChannel::set_remote_access(bool allow) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return set_remote_access_locked(allow);
+}
+
+Status VerbsChannel::set_remote_access_locked(bool allow) {
+  if (qp_ == nullptr) return Status::ok();
+  ibv_qp_attr attr{};
+  attr.qp_access_flags = allow ? (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ) : 0;
+  if (int rc = ibv_modify_qp(qp_, &attr, IBV_QP_ACCESS_FLAGS); rc != 0) {
+    return RDMAFLOW_ERROR(Code::kConnectionFailed, "accept", peer_rank_,
+                          std::string("ibv_modify_qp(remote access ") + (allow ? "on" : "off") +
+                              ") failed: " + std::strerror(rc));
+  }
+  return Status::ok();
+}
+
+bool VerbsChannel::ready_to_accept() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return acceptor_ == nullptr && connected_ && cm_established_ && error_.ok();
 }
 
 int VerbsChannel::peer_rank() const {
@@ -196,7 +237,7 @@ void VerbsChannel::fail_locked(Status error, Tasks& out) {
   release_recv_reservation_locked();
   // Tell the peer, as a TCP close would: its operations fail now with
   // RDMA_CM_EVENT_DISCONNECTED instead of waiting for their own timeouts.
-  if (connected_ && !closed_ && id_ != nullptr) {
+  if ((connected_ || acceptor_ != nullptr) && !closed_ && id_ != nullptr) {
     closed_ = true;
     // The passive side can fail on a message that overtook the RTU; the CM
     // sends no DREQ before it is ESTABLISHED (rdma_disconnect still returns

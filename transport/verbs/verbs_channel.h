@@ -23,6 +23,13 @@
 // RC completes work requests in order, so once a later operation on the channel
 // has completed, the timed-out one is finished too.
 //
+// Authentication (verbs_wire.h): the acceptor's channel is created with a
+// pending auth::Acceptor and its queue pair allows no remote access; the first
+// message from the peer must be the proof (type 6), and until it checked the
+// channel reads nothing else and the NIC refuses every RDMA write and read, so
+// nothing an unauthenticated peer sends reaches registered memory. The
+// connector's proof is the first message it queues.
+//
 // A failed work completion, a disconnect or a protocol violation makes the
 // error sticky: the QP is moved to the error state (no late DMA touches memory
 // of operations already reported) and every pending operation fails with it.
@@ -44,6 +51,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/handshake.h"
 #include "transport/channel.h"
 #include "transport/common/op_table.h"
 #include "transport/common/sticky_error.h"
@@ -70,6 +78,19 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   Status set_peer(const Hello& peer);
   // The QP is ready to send (RTS and the peer's hello known); posts what waits.
   void mark_connected();
+
+  // --- authentication ---
+  // Acceptor side, before rdma_accept: the peer must prove the job secret with
+  // its first message; `on_authenticated` runs on the progress thread once it did.
+  void expect_proof(std::unique_ptr<auth::Acceptor> acceptor, std::string who,
+                    std::function<void()> on_authenticated);
+  // Connector side: the proof (and our Hello) go out before anything else.
+  void queue_proof(std::span<const uint8_t> proof);
+  // Allows or refuses RDMA writes and reads from the peer on the queue pair
+  // (the acceptor refuses them until the proof checked).
+  Status set_remote_access(bool allow);
+  // The acceptor's channel is ready to hand out: authenticated and ESTABLISHED.
+  bool ready_to_accept() const;
 
   // --- Channel ---
   int peer_rank() const override;
@@ -171,6 +192,10 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   // Makes sure a KeyCheck for `claim` is on its way (or answered).
   void request_key_check_locked(const KeyClaim& claim);
   void on_control_locked(const MsgHeader& h, std::span<const uint8_t> payload, Tasks& out);
+  // The acceptor's first receive: the proof, or the reason the peer is refused.
+  Status on_proof_locked(const ibv_wc& wc, std::span<const uint8_t> bytes, Tasks& out);
+  Status set_peer_locked(const Hello& peer);
+  Status set_remote_access_locked(bool allow);
   bool post_locked(ibv_send_wr* wr, const char* what, Tasks& out);
   void on_send_wc_locked(const ibv_wc& wc, Tasks& out);
   // Exactly once per op (later calls do nothing): queues its callback.
@@ -198,6 +223,11 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   uint32_t send_buf_count_ = 0;
 
   mutable std::mutex mu_;
+  // Acceptor side until the peer's proof checked (then null); `who_` names the
+  // peer by address in the refusal.
+  std::unique_ptr<auth::Acceptor> acceptor_;
+  std::string who_;
+  std::function<void()> on_authenticated_;
   Hello peer_;
   int peer_rank_ = -1;
   bool recv_reserved_ = false;
