@@ -1,7 +1,9 @@
 // The verbs backend against peers that are not rdmaflow: a raw RDMA CM client
-// whose connect request carries junk or a lying hello, and whose SENDs carry
-// malformed messages. Every one is refused with the reason, memory is left
-// untouched, and the listener keeps serving real peers. Also: connections over
+// whose connect request carries junk, whose handshake lies or fails, whose SENDs
+// carry malformed messages, and which tries RDMA writes and reads with a genuine
+// key without having proved the job secret. Every one is refused with the
+// reason, memory is left untouched, and the listener keeps serving real peers.
+// Also: connections over
 // an IPv6 address of the RDMA netdev. Both need a device (docs/soft-roce.md;
 // scripts/softroce-vm runs them in a guest) and skip with the reason without.
 #include <arpa/inet.h>
@@ -15,6 +17,8 @@
 #include <vector>
 
 #include "tests/transport/conformance_util.h"
+#include "common/handshake.h"
+#include "common/job_secret.h"
 #include "tests/verbs/raw_verbs_peer.h"
 #include "transport/verbs/verbs_wire.h"
 
@@ -42,6 +46,41 @@ std::vector<uint8_t> message(verbs::MsgType type, size_t payload) {
   return m;
 }
 
+// The connector's half of the job handshake, done by hand (verbs_wire.h): the
+// hello for the connect request, then the first SEND, answering the listener's
+// challenge with `hello` (a verbs Hello's bytes, possibly lying) behind the proof.
+struct RawAuth {
+  auth::Connector connector;
+  explicit RawAuth(JobSecret secret) : connector(std::move(secret), "verbs") {}
+  RawAuth() : RawAuth(load_job_secret().value()) {}
+
+  std::vector<uint8_t> hello() {
+    auto h = connector.hello();
+    return h.is_ok() ? std::vector<uint8_t>(h->begin(), h->end()) : std::vector<uint8_t>();
+  }
+  Result<std::vector<uint8_t>> first_message(const RawVerbsPeer& p,
+                                             const std::vector<uint8_t>& hello) {
+    const auto& got = p.accept_data();
+    if (got.size() < auth::kChallengeBytes) {
+      return RDMAFLOW_ERROR(Code::kProtocolError, "raw auth", -1, "the accept carries no challenge");
+    }
+    RDMAFLOW_ASSIGN_OR_RETURN(
+        auth::Proof proof,
+        connector.answer(std::span<const uint8_t>(got).first(auth::kChallengeBytes), "listener"));
+    return with_header(verbs::MsgType::kAuth, proof, hello);
+  }
+  static std::vector<uint8_t> with_header(verbs::MsgType type, std::span<const uint8_t> proof,
+                                          const std::vector<uint8_t>& hello) {
+    std::vector<uint8_t> m(verbs::kMsgHeaderSize);
+    verbs::MsgHeader h;
+    h.type = type;
+    h.encode(m.data());
+    m.insert(m.end(), proof.begin(), proof.end());
+    m.insert(m.end(), hello.begin(), hello.end());
+    return m;
+  }
+};
+
 TEST(VerbsRawPeer, MalformedHellosAndMessagesAreRefused) {
   auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
     if (rank == 0) {  // the listener under attack
@@ -67,28 +106,43 @@ TEST(VerbsRawPeer, MalformedHellosAndMessagesAreRefused) {
     RF_ASSIGN_OR_FAIL(auto all, ex.allgather(""));
     auto [addr, key_text] = split2(all[0]);
     RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(key_text));
-    // Connect requests whose private data is not a hello are rejected with the reason.
-    auto refused = [&](std::vector<uint8_t> pdata, const std::string& reason) -> int {
+    // Connect requests whose private data is not the job handshake's hello (junk,
+    // nothing, an older rdmaflow's verbs hello) are rejected with the reason.
+    auto refused = [&](std::vector<uint8_t> pdata) -> int {
       RawVerbsPeer p;
       Status st = p.connect(addr, pdata, kOpTimeout);
       EXPECT_EQ(st.code(), Code::kConnectionFailed) << st.to_string();
-      EXPECT_NE(st.reason().find(reason), std::string::npos) << st.to_string();
+      EXPECT_NE(st.reason().find("did not start with the rdmaflow handshake"), std::string::npos)
+          << st.to_string();
       return 0;
     };
-    refused(std::vector<uint8_t>(16, 0x7f), "not an rdmaflow verbs transport");
-    refused({}, "not an rdmaflow verbs transport");
+    refused(std::vector<uint8_t>(16, 0x7f));
+    refused({});
+    refused(hello_claiming(1));
+    // An authenticated peer whose Hello (behind its proof) is refused loses the connection.
+    auto lying = [&](const std::vector<uint8_t>& hello) -> int {
+      RawVerbsPeer p;
+      RawAuth a;
+      RF_ASSERT_OK(p.connect(addr, a.hello(), kOpTimeout));
+      RF_ASSIGN_OR_FAIL(auto first, a.first_message(p, hello));
+      RF_ASSERT_OK(p.send(first, kOpTimeout));
+      EXPECT_TRUE(p.disconnected_within(kOpTimeout)) << "rank 0 kept a peer with a bad hello";
+      return 0;
+    };
     auto old = hello_claiming(1);
     old[4] = 9;  // version 9
-    refused(old, "hello version 9");
-    auto negative = hello_claiming(-5);
-    refused(negative, "negative rank");
+    RF_ASSERT(lying(old) == 0);
+    RF_ASSERT(lying(hello_claiming(-5)) == 0);  // negative rank
     auto no_credits = hello_claiming(1);
     no_credits[12] = 1;  // one credit
-    refused(no_credits, "receive credits");
-    // A valid hello, then a message the listener cannot parse: the channel fails.
+    RF_ASSERT(lying(no_credits) == 0);
+    // A valid handshake and hello, then a message the listener cannot parse: the channel fails.
     auto attack = [&](int claimed, const std::vector<uint8_t>& bytes) -> int {
       RawVerbsPeer p;
-      RF_ASSERT_OK(p.connect(addr, hello_claiming(claimed), kOpTimeout));
+      RawAuth a;
+      RF_ASSERT_OK(p.connect(addr, a.hello(), kOpTimeout));
+      RF_ASSIGN_OR_FAIL(auto first, a.first_message(p, hello_claiming(claimed)));
+      RF_ASSERT_OK(p.send(first, kOpTimeout));
       RF_ASSERT_OK(p.send(bytes, kOpTimeout));
       EXPECT_TRUE(p.disconnected_within(kOpTimeout)) << "rank 0 kept a channel that sent garbage";
       return 0;
@@ -104,6 +158,61 @@ TEST(VerbsRawPeer, MalformedHellosAndMessagesAreRefused) {
     src.p[0] = 1;
     RF_ASSERT_OK(node.local(src));
     RF_ASSERT_OK(write_sync(*ch, src.p, 1, key, 200, 7));
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// A peer that skips rdmaflow's checks and holds a genuine key (learned out of
+// band): without proving the job secret, its RDMA writes and reads are refused
+// by the NIC (the listener's queue pair allows no remote access before the
+// proof), a forged proof loses the connection, and no byte of the granted
+// region changes.
+TEST(VerbsRawPeer, PeersThatDoNotProveTheJobSecretReachNoMemory) {
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    if (rank == 0) {
+      RawPeerTarget target;
+      RF_ASSERT_OK(target.start(kVerbs, rank, world, ex));
+      RF_ASSERT_OK(ex.barrier());  // the raw peer is done
+      auto stray = target.node.transport->accept(1, Millis(200));
+      EXPECT_FALSE(stray.is_ok()) << "a peer that did not prove the job secret got a channel";
+      EXPECT_EQ(std::memcmp(target.region.p, target.expected.p, target.region.size), 0)
+          << "an unauthenticated peer changed memory";
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    }
+    Node node;
+    RF_ASSERT_OK(node.create(kVerbs, rank, world, ex));
+    RF_ASSIGN_OR_FAIL(auto target, raw_target_of(ex));
+    auto [addr, key] = target;
+    uint32_t rkey = 0;
+    RF_ASSERT(key.blob.size() == 4);
+    std::memcpy(&rkey, key.blob.data(), 4);
+    const JobSecret wrong{SecretSource::kEnv,
+                          std::vector<uint8_t>(32, static_cast<uint8_t>('w')), "a wrong secret"};
+    // Right after the accept, before any proof: the write and the read fail.
+    for (const bool write : {true, false}) {
+      RawVerbsPeer p;
+      RawAuth a(wrong);
+      RF_ASSERT_OK(p.connect(addr, a.hello(), kOpTimeout));
+      Status st = p.rdma(write, key.addr, rkey, 256, kOpTimeout);
+      EXPECT_FALSE(st.is_ok()) << (write ? "an RDMA write" : "an RDMA read")
+                               << " before the proof succeeded";
+    }
+    // A forged proof (with a valid hello behind it): the connection is dropped,
+    // and a write after it fails.
+    {
+      RawVerbsPeer p;
+      RawAuth a(wrong);
+      RF_ASSERT_OK(p.connect(addr, a.hello(), kOpTimeout));
+      const std::vector<uint8_t> forged(auth::kProofBytes, 0x33);
+      RF_ASSERT_OK(p.send(RawAuth::with_header(verbs::MsgType::kAuth, forged, hello_claiming(1)),
+                          kOpTimeout));
+      EXPECT_TRUE(p.disconnected_within(kOpTimeout)) << "rank 0 kept a peer with a forged proof";
+      EXPECT_FALSE(p.rdma(true, key.addr, rkey, 256, Millis(3000)).is_ok());
+    }
+    RF_ASSERT_OK(ex.barrier());
     RF_ASSERT_OK(ex.barrier());
     return 0;
   });

@@ -31,8 +31,16 @@ class RawVerbsPeer {
   Status connect(const std::string& address, std::span<const uint8_t> private_data,
                  std::chrono::milliseconds timeout);
 
+  // The private data of the listener's accept (its handshake challenge and Hello).
+  const std::vector<uint8_t>& accept_data() const { return accept_data_; }
+
   // One SEND of `bytes` on the established queue pair, waited for.
   Status send(std::span<const uint8_t> bytes, std::chrono::milliseconds timeout);
+
+  // One RDMA WRITE (or READ) of `len` bytes at `addr` with `rkey`, waited for:
+  // what a peer that skips rdmaflow's checks does with a key it learned.
+  Status rdma(bool write, uint64_t addr, uint32_t rkey, uint32_t len,
+              std::chrono::milliseconds timeout);
 
   // True once the listener's side disconnected (or the QP failed) within `timeout`.
   bool disconnected_within(std::chrono::milliseconds timeout);
@@ -44,6 +52,9 @@ class RawVerbsPeer {
   rdma_cm_id* id_ = nullptr;
   ibv_pd* pd_ = nullptr;
   ibv_cq* cq_ = nullptr;
+  Status wait_send(uint64_t wr_id, std::chrono::milliseconds timeout);
+
+  std::vector<uint8_t> accept_data_;
   std::vector<uint8_t> buf_;  // one send buffer, then the receive buffers
   ibv_mr* mr_ = nullptr;
   bool qp_ = false;

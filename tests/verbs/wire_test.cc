@@ -130,7 +130,8 @@ TEST(MsgHeader, RefusesMalformed) {
 
 TEST(MsgHeader, ControlTypesAreSingleFragment) {
   uint8_t buf[kMsgHeaderSize];
-  for (MsgType t : {MsgType::kKeyCheck, MsgType::kKeyVerdict, MsgType::kKeyRevoked}) {
+  for (MsgType t :
+       {MsgType::kKeyCheck, MsgType::kKeyVerdict, MsgType::kKeyRevoked, MsgType::kAuth}) {
     MsgHeader h;
     h.type = t;
     h.encode(buf);
@@ -141,9 +142,32 @@ TEST(MsgHeader, ControlTypesAreSingleFragment) {
     h.encode(buf);
     EXPECT_FALSE(MsgHeader::decode(std::span<const uint8_t>(buf, sizeof(buf)), 0).is_ok());
   }
-  buf[0] = 6;
+  buf[0] = 7;
   buf[1] = 1;
   EXPECT_FALSE(MsgHeader::decode(std::span<const uint8_t>(buf, sizeof(buf)), 0).is_ok());
+}
+
+TEST(AuthProof, RoundTripsAndRefusesAnythingButProofAndHello) {
+  Hello h;
+  h.rank = 3;
+  h.credits = 8;
+  h.msg_size = 4096;
+  h.ring_slots = 8;
+  h.ring_rkey = 9;
+  h.ring_addr = 0x1000;
+  std::vector<uint8_t> proof(kProofSize, 0xab);
+  auto bytes = AuthProof::encode(proof, h);
+  ASSERT_EQ(bytes.size(), kAuthProofSize);
+  EXPECT_LE(bytes.size() + kMsgHeaderSize, kMinMsgSize);
+  auto d = AuthProof::decode(bytes, -1);
+  ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+  EXPECT_TRUE(std::equal(proof.begin(), proof.end(), d->proof.begin(), d->proof.end()));
+  EXPECT_EQ(d->hello.rank, 3);
+  EXPECT_EQ(d->hello.ring_addr, 0x1000u);
+  bytes.push_back(0);
+  EXPECT_EQ(AuthProof::decode(bytes, -1).status().code(), Code::kProtocolError);
+  bytes.resize(kProofSize);
+  EXPECT_EQ(AuthProof::decode(bytes, -1).status().code(), Code::kProtocolError);
 }
 
 TEST(KeyMessages, CheckRoundTrips) {

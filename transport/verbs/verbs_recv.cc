@@ -154,6 +154,10 @@ void VerbsChannel::on_control_locked(const MsgHeader& h, std::span<const uint8_t
                     [&](const auto& e) { return e.first.key_id == r->key_id && e.second.valid; });
       return;
     }
+    case MsgType::kAuth:
+      return fail_locked(RDMAFLOW_ERROR(Code::kProtocolError, "receive message", peer_rank_,
+                                        "a handshake proof after the handshake"),
+                         out);
     default:
       return;
   }
