@@ -197,6 +197,8 @@ TEST(VerbsRawPeer, PeersThatDoNotProveTheJobSecretReachNoMemory) {
       RawAuth a(wrong);
       RF_ASSERT_OK(p.connect(addr, a.hello(), kOpTimeout));
       Status st = p.rdma(write, key.addr, rkey, 256, kOpTimeout);
+      std::printf("an RDMA %s before the proof: %s\n", write ? "write" : "read",
+                  st.to_string().c_str());
       EXPECT_FALSE(st.is_ok()) << (write ? "an RDMA write" : "an RDMA read")
                                << " before the proof succeeded";
     }

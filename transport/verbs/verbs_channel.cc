@@ -196,7 +196,9 @@ Status VerbsChannel::set_remote_access_locked(bool allow) {
 
 bool VerbsChannel::ready_to_accept() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return acceptor_ == nullptr && connected_ && cm_established_ && error_.ok();
+  // A channel that failed after the proof is handed out too: its first wait
+  // reports the failure, naming the (authenticated) peer.
+  return acceptor_ == nullptr && connected_ && cm_established_;
 }
 
 int VerbsChannel::peer_rank() const {
@@ -270,10 +272,14 @@ void VerbsChannel::on_disconnected(const std::string& event) {
   Tasks out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    fail_locked(
-        RDMAFLOW_ERROR(Code::kPeerFailed, "channel", peer_rank_,
-                       "peer rank " + std::to_string(peer_rank_) + " disconnected (" + event + ")"),
-        out);
+    fail_locked(acceptor_ != nullptr
+                    ? RDMAFLOW_ERROR(Code::kUnauthenticated, "accept", -1,
+                                     "refused " + who_ + ": it left (" + event +
+                                         ") before proving the job secret")
+                    : RDMAFLOW_ERROR(Code::kPeerFailed, "channel", peer_rank_,
+                                     "peer rank " + std::to_string(peer_rank_) + " disconnected (" +
+                                         event + ")"),
+                out);
     if (!closed_ && id_ != nullptr) {
       closed_ = true;
       rdma_disconnect(id_);  // completes the disconnect handshake; errors are moot now
