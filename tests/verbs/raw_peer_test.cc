@@ -221,6 +221,118 @@ TEST(VerbsRawPeer, PeersThatDoNotProveTheJobSecretReachNoMemory) {
   RF_EXPECT_RUN_OK(r);
 }
 
+// Grant windows (RDMAFLOW_IB_GRANT_PROTECTION=window): a peer that proved the
+// job secret and got the target's verdict on a genuine key, then skips every
+// other check, reaches exactly the grant. The NIC refuses a write past the
+// grant's end and a read before its start (both inside the registered slab),
+// any access with the slab's own rkey, and the grant's window once the grant is
+// revoked; only the writes inside the grant land.
+TEST(VerbsRawPeer, GrantWindowsConfineAPeerToItsGrant) {
+  constexpr size_t kSlab = 64 << 10;
+  constexpr size_t kAt = 16 << 10;  // the grant: [kAt, kAt + kLen) of the slab
+  constexpr size_t kLen = 4 << 10;
+  ::setenv("RDMAFLOW_IB_GRANT_PROTECTION", "window", 1);
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.create(kVerbs, rank, world, ex));
+    if (rank == 0) {
+      RF_ASSIGN_OR_FAIL(std::string addr, node.transport->listen());
+      Buffer slab(kSlab);
+      std::memset(slab.p, 0, slab.size);
+      RF_ASSERT_OK(node.transport->register_memory(slab.p, slab.size).status());
+      RF_ASSIGN_OR_FAIL(RemoteKey grant, node.transport->export_key(slab.p + kAt, kLen));
+      RF_ASSERT_OK(ex.allgather(join2(addr, key_bytes(grant))));
+      RF_ASSERT_OK(ex.barrier());  // a peer wrote through its window
+      RF_ASSERT_OK(node.transport->revoke_key(grant));
+      RF_ASSERT_OK(ex.barrier());  // it tried again after the revoke
+      RF_ASSERT_OK(ex.barrier());
+      for (size_t i = 0; i < kSlab; ++i) {
+        const uint8_t want = (i >= kAt && i < kAt + kLen) ? 0x5a : 0;
+        if (slab.p[i] != want) {
+          ADD_FAILURE() << "byte " << i << " of the slab is " << int(slab.p[i]) << ", expected "
+                        << int(want) << " (the grant is [" << kAt << ", " << kAt + kLen << "))";
+          break;
+        }
+      }
+      return 0;
+    }
+    RF_ASSIGN_OR_FAIL(auto target, raw_target_of(ex));
+    auto [addr, key] = target;
+    uint32_t slab_rkey = 0;
+    RF_ASSERT(key.blob.size() == 4);
+    std::memcpy(&slab_rkey, key.blob.data(), 4);
+    // Connects, proves the secret, presents the key: the window's rkey.
+    auto open = [&, addr = addr, key = key](RawVerbsPeer& p) -> Result<uint32_t> {
+      RawAuth a;
+      RDMAFLOW_RETURN_IF_ERROR(p.connect(addr, a.hello(), kOpTimeout));
+      RDMAFLOW_ASSIGN_OR_RETURN(auto first, a.first_message(p, hello_claiming(1)));
+      RDMAFLOW_RETURN_IF_ERROR(p.send(first, kOpTimeout));
+      verbs::KeyCheck check{1, {key.key_id, key.secret, key.addr, key.length, slab_rkey}};
+      std::vector<uint8_t> msg(verbs::kMsgHeaderSize);
+      verbs::MsgHeader h;
+      h.type = verbs::MsgType::kKeyCheck;
+      h.encode(msg.data());
+      auto body = check.encode();
+      msg.insert(msg.end(), body.begin(), body.end());
+      RDMAFLOW_RETURN_IF_ERROR(p.send(msg, kOpTimeout));
+      RDMAFLOW_ASSIGN_OR_RETURN(auto reply, p.recv(kOpTimeout));
+      auto std_reply = std::span<const uint8_t>(reply);
+      RDMAFLOW_ASSIGN_OR_RETURN(auto rh, verbs::MsgHeader::decode(std_reply, 0));
+      if (rh.type != verbs::MsgType::kKeyVerdict) {
+        return RDMAFLOW_ERROR(Code::kProtocolError, "raw key check", 0, "no verdict");
+      }
+      RDMAFLOW_ASSIGN_OR_RETURN(auto v, verbs::KeyVerdict::decode(
+                                            std_reply.subspan(verbs::kMsgHeaderSize), 0));
+      if (v.code != Code::kOk || v.rkey == 0 || v.rkey == slab_rkey) {
+        return RDMAFLOW_ERROR(Code::kProtocolError, "raw key check", 0,
+                              "verdict " + std::to_string(int(v.code)) + " rkey " +
+                                  std::to_string(v.rkey) + ": " + v.reason);
+      }
+      return v.rkey;
+    };
+    auto report = [](const char* what, const Status& st) {
+      std::printf("%s: %s\n", what, st.is_ok() ? "ok" : st.to_string().c_str());
+    };
+    {
+      RawVerbsPeer p;
+      RF_ASSIGN_OR_FAIL(uint32_t window, open(p));
+      RF_ASSERT_OK(p.rdma(true, key.addr, window, kLen, kOpTimeout));  // the whole grant
+      Status past = p.rdma(true, key.addr + kLen, window, 256, kOpTimeout);
+      report("a write past the grant's end, inside the slab", past);
+      EXPECT_FALSE(past.is_ok()) << "the window let a write past the grant through";
+    }
+    {
+      RawVerbsPeer p;
+      RF_ASSIGN_OR_FAIL(uint32_t window, open(p));
+      Status before = p.rdma(false, key.addr - 256, window, 256, kOpTimeout);
+      report("a read before the grant's start, inside the slab", before);
+      EXPECT_FALSE(before.is_ok()) << "the window let a read outside the grant through";
+    }
+    {
+      RawVerbsPeer p;
+      RF_ASSIGN_OR_FAIL(uint32_t window, open(p));
+      (void)window;
+      Status slab = p.rdma(true, key.addr, slab_rkey, 256, kOpTimeout, 0x66);
+      report("a write with the slab's rkey", slab);
+      EXPECT_FALSE(slab.is_ok()) << "the slab's rkey opened memory";
+    }
+    {
+      RawVerbsPeer p;
+      RF_ASSIGN_OR_FAIL(uint32_t window, open(p));
+      RF_ASSERT_OK(p.rdma(true, key.addr, window, 256, kOpTimeout));
+      RF_ASSERT_OK(ex.barrier());  // rank 0 revokes the grant
+      RF_ASSERT_OK(ex.barrier());
+      Status revoked = p.rdma(true, key.addr, window, 256, kOpTimeout, 0x77);
+      report("a write through the window of a revoked grant", revoked);
+      EXPECT_FALSE(revoked.is_ok()) << "a revoked grant's window still opened memory";
+    }
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  ::unsetenv("RDMAFLOW_IB_GRANT_PROTECTION");
+  RF_EXPECT_RUN_OK(r);
+}
+
 // A global (not link-local) IPv6 address on the netdev of an RDMA port, or "".
 std::string rdma_netdev_ipv6() {
   namespace fs = std::filesystem;

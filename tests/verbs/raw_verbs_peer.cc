@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -149,10 +150,11 @@ Status RawVerbsPeer::send(std::span<const uint8_t> bytes, Millis timeout) {
   return wait_send(kSendWrId, timeout);
 }
 
-Status RawVerbsPeer::rdma(bool write, uint64_t addr, uint32_t rkey, uint32_t len, Millis timeout) {
+Status RawVerbsPeer::rdma(bool write, uint64_t addr, uint32_t rkey, uint32_t len, Millis timeout,
+                          uint8_t fill) {
   if (!qp_) return failed("RDMA before connect");
   if (len > kBufferSize) return failed("RDMA of more than one buffer");
-  std::memset(buf_.data(), 0x5a, len);
+  std::memset(buf_.data(), fill, len);
   ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), len, mr_->lkey};
   ibv_send_wr wr{};
   ibv_send_wr* bad = nullptr;
@@ -174,13 +176,45 @@ Status RawVerbsPeer::wait_send(uint64_t wr_id, Millis timeout) {
     int n = ibv_poll_cq(cq_, 1, &wc);
     if (n < 0) return failed("ibv_poll_cq failed");
     if (n == 0) continue;
-    if (wc.wr_id != wr_id) continue;  // something the listener sent us
+    if (wc.wr_id != wr_id) {  // something the listener sent us: kept for recv()
+      if (wc.wr_id >= 100) received_.push_back(wc);
+      continue;
+    }
     if (wc.status != IBV_WC_SUCCESS) {
       return failed(std::string("work request completed with ") + ibv_wc_status_str(wc.status));
     }
     return Status::ok();
   }
   return RDMAFLOW_ERROR(Code::kTimeout, "raw verbs peer", -1, "work request not completed in time");
+}
+
+Result<std::vector<uint8_t>> RawVerbsPeer::recv(Millis timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (received_.empty() && Clock::now() < deadline) {
+    ibv_wc wc{};
+    int n = ibv_poll_cq(cq_, 1, &wc);
+    if (n < 0) return failed("ibv_poll_cq failed");
+    if (n == 1 && wc.wr_id >= 100) received_.push_back(wc);
+  }
+  if (received_.empty()) {
+    return RDMAFLOW_ERROR(Code::kTimeout, "raw verbs peer", -1, "no message in time");
+  }
+  ibv_wc wc = received_.front();
+  received_.pop_front();
+  if (wc.status != IBV_WC_SUCCESS) {
+    return failed(std::string("receive completed with ") + ibv_wc_status_str(wc.status));
+  }
+  const size_t i = wc.wr_id - 100;
+  uint8_t* p = buf_.data() + kBufferSize * (i + 1);
+  std::vector<uint8_t> out(p, p + std::min<size_t>(wc.byte_len, kBufferSize));
+  ibv_sge sge{reinterpret_cast<uintptr_t>(p), static_cast<uint32_t>(kBufferSize), mr_->lkey};
+  ibv_recv_wr wr{};
+  ibv_recv_wr* bad = nullptr;
+  wr.wr_id = wc.wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  if (ibv_post_recv(id_->qp, &wr, &bad) != 0) return failed("ibv_post_recv failed");
+  return out;
 }
 
 bool RawVerbsPeer::disconnected_within(Millis timeout) {

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <span>
 #include <string>
 #include <vector>
@@ -40,7 +41,10 @@ class RawVerbsPeer {
   // One RDMA WRITE (or READ) of `len` bytes at `addr` with `rkey`, waited for:
   // what a peer that skips rdmaflow's checks does with a key it learned.
   Status rdma(bool write, uint64_t addr, uint32_t rkey, uint32_t len,
-              std::chrono::milliseconds timeout);
+              std::chrono::milliseconds timeout, uint8_t fill = 0x5a);
+
+  // The next message the listener SENT (its bytes), waited for.
+  Result<std::vector<uint8_t>> recv(std::chrono::milliseconds timeout);
 
   // True once the listener's side disconnected (or the QP failed) within `timeout`.
   bool disconnected_within(std::chrono::milliseconds timeout);
@@ -55,6 +59,7 @@ class RawVerbsPeer {
   Status wait_send(uint64_t wr_id, std::chrono::milliseconds timeout);
 
   std::vector<uint8_t> accept_data_;
+  std::deque<ibv_wc> received_;  // receive completions polled while waiting for a send
   std::vector<uint8_t> buf_;  // one send buffer, then the receive buffers
   ibv_mr* mr_ = nullptr;
   bool qp_ = false;

@@ -197,7 +197,7 @@ TEST(KeyMessages, ClaimsCompareByEveryField) {
 }
 
 TEST(KeyMessages, VerdictRoundTripsAndTruncates) {
-  KeyVerdict v{9, Code::kOutOfRange, "claims too much"};
+  KeyVerdict v{9, Code::kOutOfRange, 0, "claims too much"};
   auto d = KeyVerdict::decode(v.encode(), 1);
   ASSERT_TRUE(d.is_ok());
   EXPECT_EQ(d->request, 9u);
@@ -209,12 +209,14 @@ TEST(KeyMessages, VerdictRoundTripsAndTruncates) {
   d = KeyVerdict::decode(bytes, 1);
   ASSERT_TRUE(d.is_ok());
   EXPECT_EQ(d->reason.size(), kMaxVerdictReason);
-  KeyVerdict ok{1, Code::kOk, ""};
-  ASSERT_TRUE(KeyVerdict::decode(ok.encode(), 1).is_ok());
+  KeyVerdict ok{1, Code::kOk, 0xabcdef12, ""};
+  auto got = KeyVerdict::decode(ok.encode(), 1);
+  ASSERT_TRUE(got.is_ok());
+  EXPECT_EQ(got->rkey, 0xabcdef12u) << "the window's rkey travels with the verdict";
   bytes = ok.encode();
   bytes[8] = 200;  // not a Code
   EXPECT_FALSE(KeyVerdict::decode(bytes, 1).is_ok());
-  EXPECT_FALSE(KeyVerdict::decode(std::span<const uint8_t>(bytes.data(), 8), 1).is_ok());
+  EXPECT_FALSE(KeyVerdict::decode(std::span<const uint8_t>(bytes.data(), 12), 1).is_ok());
 }
 
 TEST(KeyMessages, RevokedRoundTrips) {

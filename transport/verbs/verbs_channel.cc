@@ -360,6 +360,7 @@ void VerbsChannel::destroy_resources() {
   closed_ = true;
   error_.set(RDMAFLOW_ERROR(Code::kCancelled, "channel", peer_rank_, "the transport shut down"));
   release_recv_reservation_locked();
+  drop_windows_locked(std::nullopt);  // before the queue pair they are bound on
   if (id_ != nullptr && qp_ != nullptr) rdma_destroy_qp(id_);
   qp_ = nullptr;
   if (send_cq_ != nullptr) ibv_destroy_cq(send_cq_);

@@ -17,6 +17,13 @@
 // refused key fails its operations with kNotFound / kOutOfRange and the
 // channel carries on. revoke_key() on the target drops the verdict (KeyRevoked).
 //
+// Grant windows (RDMAFLOW_IB_GRANT_PROTECTION, config.h; grant_windows.cc): when
+// the target vouches for a key it binds a type 2 memory window over the grant on
+// this queue pair (ahead of the verdict, which carries the window's rkey) and the
+// initiator uses that rkey; the slab's own rkey opens nothing. Revoking the grant
+// (or deregistering its memory) deallocates the window: from then on the NIC
+// refuses the key, and an access still in flight breaks the channel.
+//
 // Timeouts (the shared deadline sweep, transport/common/op_table.h): an
 // operation not yet posted is withdrawn with kTimeout. A posted one is reported
 // as kTimeout too, but a work request cannot be recalled: it may still execute.
@@ -166,10 +173,22 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   struct KeyState {
     bool valid = false;    // the target vouched for it
     uint64_t request = 0;  // the KeyCheck awaiting a verdict
+    uint32_t rkey = 0;     // the window the target bound for it (0: the key's own rkey)
   };
+  // A message to SEND, or (bind) a memory window to bind ahead of the verdict.
   struct Control {
     MsgType type;
     std::vector<uint8_t> payload;
+    ibv_mw* bind = nullptr;
+    ibv_mw_bind_info bind_info{};
+    uint32_t bind_rkey = 0;
+  };
+  // A memory window this channel's peer may use for one grant (the target's side).
+  struct Window {
+    ibv_mw* mw = nullptr;
+    uint32_t rkey = 0;
+    uint64_t addr = 0;
+    uint64_t length = 0;
   };
 
   explicit VerbsChannel(std::shared_ptr<VerbsCore> core);
@@ -195,6 +214,14 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   // The acceptor's first receive: the proof, or the reason the peer is refused.
   Status on_proof_locked(const ibv_wc& wc, std::span<const uint8_t> bytes, Tasks& out);
   Status set_peer_locked(const Hello& peer);
+  // Grant windows (grant_windows.cc): the window for a vouched-for claim, bound
+  // (queued ahead of the verdict) if there is none yet; its rkey.
+  Result<uint32_t> window_for_locked(const KeyClaim& claim);
+  void post_bind_locked(const Control& c, Tasks& out);
+  // Deallocates the window of `key_id` (nullopt: every window), binds not yet posted included.
+  void drop_windows_locked(std::optional<uint64_t> key_id);
+  // The rkey an item's RDMA operation presents: the window's, else the key's own.
+  uint32_t remote_rkey_locked(const WorkItem& item) const;
   Status set_remote_access_locked(bool allow);
   bool post_locked(ibv_send_wr* wr, const char* what, Tasks& out);
   void on_send_wc_locked(const ibv_wc& wc, Tasks& out);
@@ -247,6 +274,7 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   // which hold the ops: it is destroyed (it owns nothing) before they are.
   OpLedger<Op> pending_;
   std::map<KeyClaim, KeyState> keys_;
+  std::unordered_map<uint64_t, Window> windows_;  // by key id
   std::unordered_map<uint64_t, KeyClaim> key_requests_;
   uint64_t next_key_request_ = 1;
   std::deque<Control> control_out_;  // posted ahead of the queue

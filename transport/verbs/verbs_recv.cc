@@ -113,7 +113,16 @@ void VerbsChannel::on_control_locked(const MsgHeader& h, std::span<const uint8_t
         // A forged secret: no verdict to test guesses against, the channel fails.
         return fail_locked(forged_secret_failure("verbs", verdict, peer_rank_), out);
       }
-      KeyVerdict v{check->request, verdict.code(), verdict.reason()};
+      KeyVerdict v{check->request, verdict.code(), 0, verdict.reason()};
+      if (verdict.is_ok() && core_->grant_windows()) {
+        auto rkey = window_for_locked(check->claim);  // its bind goes out first
+        if (rkey.is_ok()) {
+          v.rkey = *rkey;
+        } else {
+          v.code = rkey.status().code();
+          v.reason = rkey.status().reason();
+        }
+      }
       control_out_.push_back({MsgType::kKeyVerdict, v.encode()});
       return;
     }
@@ -131,7 +140,10 @@ void VerbsChannel::on_control_locked(const MsgHeader& h, std::span<const uint8_t
       key_requests_.erase(req);
       auto state = keys_.find(claim);
       if (v->code == Code::kOk) {
-        if (state != keys_.end() && state->second.request == v->request) state->second.valid = true;
+        if (state != keys_.end() && state->second.request == v->request) {
+          state->second.valid = true;
+          state->second.rkey = v->rkey;
+        }
         return;
       }
       if (state != keys_.end() && state->second.request == v->request) keys_.erase(state);

@@ -149,13 +149,14 @@ Result<KeyCheck> KeyCheck::decode(std::span<const uint8_t> payload, int peer) {
 
 std::vector<uint8_t> KeyVerdict::encode() const {
   ByteWriter w;
-  w.u64(request).u8(static_cast<uint8_t>(code));
+  w.u64(request).u8(static_cast<uint8_t>(code)).u32(rkey);
   w.raw(reason.data(), std::min(reason.size(), kMaxVerdictReason));
   return w.take();
 }
 
 Result<KeyVerdict> KeyVerdict::decode(std::span<const uint8_t> payload, int peer) {
-  if (payload.size() < 9 || payload.size() > 9 + kMaxVerdictReason) {
+  constexpr size_t kHead = 13;
+  if (payload.size() < kHead || payload.size() > kHead + kMaxVerdictReason) {
     return bad_control("key verdict", payload.size(), peer);
   }
   KeyVerdict v;
@@ -165,7 +166,8 @@ Result<KeyVerdict> KeyVerdict::decode(std::span<const uint8_t> payload, int peer
     return bad_control("key verdict", payload.size(), peer);
   }
   v.code = static_cast<Code>(code);
-  v.reason.assign(reinterpret_cast<const char*>(payload.data()) + 9, payload.size() - 9);
+  v.rkey = load_le<uint32_t>(payload.data() + 9);
+  v.reason.assign(reinterpret_cast<const char*>(payload.data()) + kHead, payload.size() - kHead);
   return v;
 }
 

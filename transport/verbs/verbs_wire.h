@@ -106,11 +106,14 @@ struct KeyCheck {
   static Result<KeyCheck> decode(std::span<const uint8_t> payload, int peer);
 };
 
-// u64 request | u8 code (rdmaflow::Code) | reason text (at most kMaxVerdictReason bytes)
+// u64 request | u8 code (rdmaflow::Code) | u32 rkey | reason text (at most
+// kMaxVerdictReason bytes). `rkey`: the memory window the target bound for this
+// grant on this queue pair (use it instead of the key's slab rkey); 0: none.
 inline constexpr size_t kMaxVerdictReason = 200;
 struct KeyVerdict {
   uint64_t request = 0;
   Code code = Code::kOk;
+  uint32_t rkey = 0;
   std::string reason;
   std::vector<uint8_t> encode() const;  // truncates the reason
   static Result<KeyVerdict> decode(std::span<const uint8_t> payload, int peer);
