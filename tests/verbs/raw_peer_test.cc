@@ -16,9 +16,9 @@
 #include <fstream>
 #include <vector>
 
-#include "tests/transport/conformance_util.h"
 #include "common/handshake.h"
 #include "common/job_secret.h"
+#include "tests/transport/conformance_util.h"
 #include "tests/verbs/raw_verbs_peer.h"
 #include "transport/verbs/verbs_wire.h"
 
@@ -62,7 +62,8 @@ struct RawAuth {
                                              const std::vector<uint8_t>& hello) {
     const auto& got = p.accept_data();
     if (got.size() < auth::kChallengeBytes) {
-      return RDMAFLOW_ERROR(Code::kProtocolError, "raw auth", -1, "the accept carries no challenge");
+      return RDMAFLOW_ERROR(Code::kProtocolError, "raw auth", -1,
+                            "the accept carries no challenge");
     }
     RDMAFLOW_ASSIGN_OR_RETURN(
         auth::Proof proof,
@@ -189,8 +190,8 @@ TEST(VerbsRawPeer, PeersThatDoNotProveTheJobSecretReachNoMemory) {
     uint32_t rkey = 0;
     RF_ASSERT(key.blob.size() == 4);
     std::memcpy(&rkey, key.blob.data(), 4);
-    const JobSecret wrong{SecretSource::kEnv,
-                          std::vector<uint8_t>(32, static_cast<uint8_t>('w')), "a wrong secret"};
+    const JobSecret wrong{SecretSource::kEnv, std::vector<uint8_t>(32, static_cast<uint8_t>('w')),
+                          "a wrong secret"};
     // Right after the accept, before any proof: the write and the read fail.
     for (const bool write : {true, false}) {
       RawVerbsPeer p;
@@ -281,8 +282,8 @@ TEST(VerbsRawPeer, GrantWindowsConfineAPeerToItsGrant) {
       if (rh.type != verbs::MsgType::kKeyVerdict) {
         return RDMAFLOW_ERROR(Code::kProtocolError, "raw key check", 0, "no verdict");
       }
-      RDMAFLOW_ASSIGN_OR_RETURN(auto v, verbs::KeyVerdict::decode(
-                                            std_reply.subspan(verbs::kMsgHeaderSize), 0));
+      RDMAFLOW_ASSIGN_OR_RETURN(
+          auto v, verbs::KeyVerdict::decode(std_reply.subspan(verbs::kMsgHeaderSize), 0));
       if (v.code != Code::kOk || v.rkey == 0 || v.rkey == slab_rkey) {
         return RDMAFLOW_ERROR(Code::kProtocolError, "raw key check", 0,
                               "verdict " + std::to_string(int(v.code)) + " rkey " +

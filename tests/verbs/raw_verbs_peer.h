@@ -60,7 +60,7 @@ class RawVerbsPeer {
 
   std::vector<uint8_t> accept_data_;
   std::deque<ibv_wc> received_;  // receive completions polled while waiting for a send
-  std::vector<uint8_t> buf_;  // one send buffer, then the receive buffers
+  std::vector<uint8_t> buf_;     // one send buffer, then the receive buffers
   ibv_mr* mr_ = nullptr;
   bool qp_ = false;
   bool disconnected_ = false;

@@ -36,9 +36,9 @@ Result<VerbsConfig> VerbsConfig::from_env() {
     } else if (*p == "slab") {
       c.grant_protection = GrantProtection::kSlab;
     } else if (*p != "auto") {
-      return RDMAFLOW_ERROR(Code::kInvalidArgument, "read environment", -1,
-                            "RDMAFLOW_IB_GRANT_PROTECTION='" + *p +
-                                "' is not one of auto, window, slab");
+      return RDMAFLOW_ERROR(
+          Code::kInvalidArgument, "read environment", -1,
+          "RDMAFLOW_IB_GRANT_PROTECTION='" + *p + "' is not one of auto, window, slab");
     }
   }
   if (sq) c.sq_depth = *sq;

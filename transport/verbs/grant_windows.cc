@@ -23,9 +23,9 @@ Result<uint32_t> VerbsChannel::window_for_locked(const KeyClaim& claim) {
   }
   ibv_mr* mr = core_->mr_for_window(claim.addr, claim.length);
   if (mr == nullptr) {
-    return RDMAFLOW_ERROR(Code::kNotFound, op, peer_rank_,
-                          "the memory of key id " + std::to_string(claim.key_id) +
-                              " is no longer registered");
+    return RDMAFLOW_ERROR(
+        Code::kNotFound, op, peer_rank_,
+        "the memory of key id " + std::to_string(claim.key_id) + " is no longer registered");
   }
   ibv_mw* mw = ibv_alloc_mw(core_->pd(), IBV_MW_TYPE_2);
   if (mw == nullptr) {

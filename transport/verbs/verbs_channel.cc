@@ -272,13 +272,12 @@ void VerbsChannel::on_disconnected(const std::string& event) {
   Tasks out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    fail_locked(acceptor_ != nullptr
-                    ? RDMAFLOW_ERROR(Code::kUnauthenticated, "accept", -1,
-                                     "refused " + who_ + ": it left (" + event +
-                                         ") before proving the job secret")
-                    : RDMAFLOW_ERROR(Code::kPeerFailed, "channel", peer_rank_,
-                                     "peer rank " + std::to_string(peer_rank_) + " disconnected (" +
-                                         event + ")"),
+    fail_locked(acceptor_ != nullptr ? RDMAFLOW_ERROR(Code::kUnauthenticated, "accept", -1,
+                                                      "refused " + who_ + ": it left (" + event +
+                                                          ") before proving the job secret")
+                                     : RDMAFLOW_ERROR(Code::kPeerFailed, "channel", peer_rank_,
+                                                      "peer rank " + std::to_string(peer_rank_) +
+                                                          " disconnected (" + event + ")"),
                 out);
     if (!closed_ && id_ != nullptr) {
       closed_ = true;

@@ -53,8 +53,8 @@ Result<std::shared_ptr<VerbsCore>> VerbsCore::open(ibv_context* ctx, const Verbs
   }
   core->max_wr_bytes_ = std::min<uint64_t>(pattr.max_msg_sz, uint64_t{1} << 30);
   if (core->max_wr_bytes_ == 0) core->max_wr_bytes_ = uint64_t{1} << 30;
-  const bool has_windows = (da.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0 &&
-                           da.max_mw > 0;
+  const bool has_windows =
+      (da.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0 && da.max_mw > 0;
   switch (config.grant_protection) {
     case VerbsConfig::GrantProtection::kWindow:
       if (!has_windows) {
@@ -158,8 +158,8 @@ Result<RegionId> VerbsCore::register_memory(void* addr, size_t len) {
   RDMAFLOW_ASSIGN_OR_RETURN(RegionId id, grants_.add_region(addr, len));
   // With grant windows the slab itself grants no remote access: its rkey opens
   // nothing, only the windows bound per grant and peer do.
-  const int remote = grant_windows_ ? IBV_ACCESS_MW_BIND
-                                    : IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  const int remote =
+      grant_windows_ ? IBV_ACCESS_MW_BIND : IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
   ibv_mr* mr = ibv_reg_mr(pd_, addr, len, IBV_ACCESS_LOCAL_WRITE | remote);
   if (mr == nullptr) {
     int err = errno;

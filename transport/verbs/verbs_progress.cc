@@ -220,8 +220,9 @@ void VerbsTransport::on_connect_request(rdma_cm_event* ev) {
     return;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  pending_[id] = Pending{ch, Clock::now() + std::min<std::chrono::milliseconds>(
-                                                config_.connect_timeout, auth::handshake_timeout())};
+  pending_[id] =
+      Pending{ch, Clock::now() + std::min<std::chrono::milliseconds>(config_.connect_timeout,
+                                                                     auth::handshake_timeout())};
 }
 
 void VerbsTransport::on_established(rdma_cm_id* id) {

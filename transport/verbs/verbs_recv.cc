@@ -25,10 +25,10 @@ void VerbsChannel::handle_recv(const ibv_wc& wc) {
     } else if (live && buf != nullptr) {
       Status bad;
       if (acceptor_ != nullptr) {
-        bad = on_proof_locked(wc, std::span<const uint8_t>(buf, std::min<size_t>(
-                                                                  wc.byte_len,
-                                                                  core_->recv_buffer_size())),
-                              out);
+        bad = on_proof_locked(
+            wc,
+            std::span<const uint8_t>(buf, std::min<size_t>(wc.byte_len, core_->recv_buffer_size())),
+            out);
       } else if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
         auto dec = decode_imm(ntohl(wc.imm_data), local_credits_, peer_rank_);
         if (!dec.is_ok()) {
@@ -78,8 +78,7 @@ void VerbsChannel::handle_recv(const ibv_wc& wc) {
   run_tasks(out);
 }
 
-Status VerbsChannel::on_proof_locked(const ibv_wc& wc, std::span<const uint8_t> bytes,
-                                     Tasks& out) {
+Status VerbsChannel::on_proof_locked(const ibv_wc& wc, std::span<const uint8_t> bytes, Tasks& out) {
   auto refused = [&](const std::string& why) {
     return RDMAFLOW_ERROR(Code::kUnauthenticated, "accept", -1, "refused " + who_ + ": " + why);
   };

@@ -425,8 +425,9 @@ Result<std::shared_ptr<Channel>> VerbsTransport::connect(int peer_rank, const st
     Status bad;
     if (pdata.size() < auth::kChallengeBytes) {
       bad = RDMAFLOW_ERROR(Code::kUnauthenticated, op, peer_rank,
-                           address + " did not answer with the job handshake (not an rdmaflow "
-                                     "verbs listener, or an older one)");
+                           address +
+                               " did not answer with the job handshake (not an rdmaflow "
+                               "verbs listener, or an older one)");
     } else if (auto p = connector.answer(pdata.first(auth::kChallengeBytes),
                                          "rank " + std::to_string(peer_rank) + " at " + address);
                !p.is_ok()) {
@@ -461,7 +462,7 @@ Result<std::shared_ptr<Channel>> VerbsTransport::connect(int peer_rank, const st
   }
   migrated = true;
   rdma_destroy_event_channel(ec);
-  ch->on_established();  // the active side saw ESTABLISHED above
+  ch->on_established();    // the active side saw ESTABLISHED above
   ch->queue_proof(proof);  // the first message the listener reads
   ch->mark_connected();
   log_path(ch, peer_rank);

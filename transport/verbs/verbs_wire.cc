@@ -69,8 +69,8 @@ std::vector<uint8_t> AuthProof::encode(std::span<const uint8_t> proof, const Hel
 Result<AuthProof> AuthProof::decode(std::span<const uint8_t> payload, int peer) {
   if (payload.size() != kAuthProofSize) {
     return RDMAFLOW_ERROR(Code::kProtocolError, "receive message", peer,
-                          "auth message of " + std::to_string(payload.size()) + " bytes, expected " +
-                              std::to_string(kAuthProofSize));
+                          "auth message of " + std::to_string(payload.size()) +
+                              " bytes, expected " + std::to_string(kAuthProofSize));
   }
   AuthProof out;
   out.proof = payload.first(kProofSize);
@@ -94,8 +94,7 @@ Result<MsgHeader> MsgHeader::decode(std::span<const uint8_t> bytes, int peer) {
   }
   MsgHeader h;
   uint8_t type = bytes[0];
-  if (type < static_cast<uint8_t>(MsgType::kData) ||
-      type > static_cast<uint8_t>(MsgType::kAuth)) {
+  if (type < static_cast<uint8_t>(MsgType::kData) || type > static_cast<uint8_t>(MsgType::kAuth)) {
     return RDMAFLOW_ERROR(Code::kProtocolError, "receive message", peer,
                           "unknown message type " + std::to_string(type));
   }
