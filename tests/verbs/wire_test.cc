@@ -148,13 +148,7 @@ TEST(MsgHeader, ControlTypesAreSingleFragment) {
 }
 
 TEST(AuthProof, RoundTripsAndRefusesAnythingButProofAndHello) {
-  Hello h;
-  h.rank = 3;
-  h.credits = 8;
-  h.msg_size = 4096;
-  h.ring_slots = 8;
-  h.ring_rkey = 9;
-  h.ring_addr = 0x1000;
+  const Hello h = sample();
   std::vector<uint8_t> proof(kProofSize, 0xab);
   auto bytes = AuthProof::encode(proof, h);
   ASSERT_EQ(bytes.size(), kAuthProofSize);
@@ -163,7 +157,7 @@ TEST(AuthProof, RoundTripsAndRefusesAnythingButProofAndHello) {
   ASSERT_TRUE(d.is_ok()) << d.status().to_string();
   EXPECT_TRUE(std::equal(proof.begin(), proof.end(), d->proof.begin(), d->proof.end()));
   EXPECT_EQ(d->hello.rank, 3);
-  EXPECT_EQ(d->hello.ring_addr, 0x1000u);
+  EXPECT_EQ(d->hello.ring_addr, h.ring_addr);
   bytes.push_back(0);
   EXPECT_EQ(AuthProof::decode(bytes, -1).status().code(), Code::kProtocolError);
   bytes.resize(kProofSize);
