@@ -45,9 +45,7 @@ gtest() {
   echo "   ($(($(date +%s) - t0)) s)"
 }
 
-# Except the job-secret row: rdma_cm's setup does not run the job handshake yet
-# (docs/security.md, open in issue #16), so that row skips on verbs by design.
-gtest tests/transport/conformance_test '*/verbs:-*PeersWithoutTheJobSecretAreRefusedAndWriteNothing/verbs'
+gtest tests/transport/conformance_test '*/verbs'
 gtest tests/verbs/verbs_unit_test '*'
 # The no-device check is the host's; here the device exists.
 gtest tests/verbs/verbs_device_test '*-VerbsViability.NoDeviceMeansNotViableWithTheReason'

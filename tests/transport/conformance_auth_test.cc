@@ -34,11 +34,6 @@ bool all_zero(const uint8_t* p, size_t n) {
 // job secret, then with a wrong one (each time with the genuine key in hand); only
 // then rank 1, with the secret, connects and writes.
 TEST_P(Conformance, PeersWithoutTheJobSecretAreRefusedAndWriteNothing) {
-  if (backend().backend == "verbs") {
-    // Open (issue #16): rdma_cm's connection setup does not run the job
-    // handshake yet (docs/security.md, "What it does not protect").
-    GTEST_SKIP() << "verbs connection setup is not authenticated yet (docs/security.md)";
-  }
   auto r = run_ranks(3, [&](int rank, int world, Exchange& ex) {
     use_scratch_host_secret(rank);
     ::setenv("RDMAFLOW_JOB_SECRET", kJobSecret, 1);

@@ -14,7 +14,8 @@ class VerbsConfigTest : public ::testing::Test {
   static void clear() {
     for (const char* v :
          {"RDMAFLOW_IB_DEVICE", "RDMAFLOW_IB_PORT", "RDMAFLOW_IB_GID_INDEX", "RDMAFLOW_IB_SQ_DEPTH",
-          "RDMAFLOW_IB_RECV_CREDITS", "RDMAFLOW_IB_MSG_SIZE", "RDMAFLOW_IB_MAX_PEERS"}) {
+          "RDMAFLOW_IB_RECV_CREDITS", "RDMAFLOW_IB_MSG_SIZE", "RDMAFLOW_IB_MAX_PEERS",
+          "RDMAFLOW_IB_GRANT_PROTECTION"}) {
       unsetenv(v);
     }
   }
@@ -30,6 +31,18 @@ TEST_F(VerbsConfigTest, DefaultsAreAuto) {
   EXPECT_EQ(c->recv_credits, 64u);
   EXPECT_EQ(c->msg_size, 8192u);
   EXPECT_EQ(c->max_peers, 64u);
+}
+
+TEST_F(VerbsConfigTest, GrantProtectionIsAutoWindowOrSlab) {
+  EXPECT_EQ(VerbsConfig::from_env()->grant_protection, VerbsConfig::GrantProtection::kAuto);
+  setenv("RDMAFLOW_IB_GRANT_PROTECTION", "window", 1);
+  EXPECT_EQ(VerbsConfig::from_env()->grant_protection, VerbsConfig::GrantProtection::kWindow);
+  setenv("RDMAFLOW_IB_GRANT_PROTECTION", "slab", 1);
+  EXPECT_EQ(VerbsConfig::from_env()->grant_protection, VerbsConfig::GrantProtection::kSlab);
+  setenv("RDMAFLOW_IB_GRANT_PROTECTION", "mr", 1);
+  auto bad = VerbsConfig::from_env();
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().reason().find("RDMAFLOW_IB_GRANT_PROTECTION"), std::string::npos);
 }
 
 TEST_F(VerbsConfigTest, ReadsEveryKnob) {

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -53,6 +54,10 @@ Result<rdma_cm_event_type> RawVerbsPeer::next_event(Millis timeout, std::string*
   if (rdma_get_cm_event(ec_, &ev) != 0) return failed("rdma_get_cm_event failed");
   rdma_cm_event_type type = ev->event;
   last_status_ = ev->status;
+  if (type == RDMA_CM_EVENT_ESTABLISHED && ev->param.conn.private_data != nullptr) {
+    const auto* p = static_cast<const uint8_t*>(ev->param.conn.private_data);
+    accept_data_.assign(p, p + ev->param.conn.private_data_len);
+  }
   if (reject != nullptr && ev->param.conn.private_data != nullptr &&
       ev->param.conn.private_data_len > 0) {
     const char* text = static_cast<const char*>(ev->param.conn.private_data);
@@ -104,7 +109,7 @@ Status RawVerbsPeer::connect(const std::string& address, std::span<const uint8_t
   // Whatever the listener sends is received and ignored, so that it never
   // waits on receiver-not-ready retries.
   buf_.assign(kBufferSize * (kRecvBuffers + 1), 0);
-  mr_ = ibv_reg_mr(pd_, buf_.data(), buf_.size(), IBV_ACCESS_LOCAL_WRITE);
+  mr_ = ibv_reg_mr(pd_, buf_.data(), buf_.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
   if (mr_ == nullptr) return failed("ibv_reg_mr failed");
   for (int i = 0; i < kRecvBuffers; ++i) {
     ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data() + kBufferSize * (i + 1)),
@@ -142,19 +147,74 @@ Status RawVerbsPeer::send(std::span<const uint8_t> bytes, Millis timeout) {
   wr.opcode = IBV_WR_SEND;
   wr.send_flags = IBV_SEND_SIGNALED;
   if (ibv_post_send(id_->qp, &wr, &bad) != 0) return failed("ibv_post_send failed");
+  return wait_send(kSendWrId, timeout);
+}
+
+Status RawVerbsPeer::rdma(bool write, uint64_t addr, uint32_t rkey, uint32_t len, Millis timeout,
+                          uint8_t fill) {
+  if (!qp_) return failed("RDMA before connect");
+  if (len > kBufferSize) return failed("RDMA of more than one buffer");
+  std::memset(buf_.data(), fill, len);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), len, mr_->lkey};
+  ibv_send_wr wr{};
+  ibv_send_wr* bad = nullptr;
+  wr.wr_id = kSendWrId + 1;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = write ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = addr;
+  wr.wr.rdma.rkey = rkey;
+  if (ibv_post_send(id_->qp, &wr, &bad) != 0) return failed("ibv_post_send failed");
+  return wait_send(wr.wr_id, timeout);
+}
+
+Status RawVerbsPeer::wait_send(uint64_t wr_id, Millis timeout) {
   const auto deadline = Clock::now() + timeout;
   while (Clock::now() < deadline) {
     ibv_wc wc{};
     int n = ibv_poll_cq(cq_, 1, &wc);
     if (n < 0) return failed("ibv_poll_cq failed");
     if (n == 0) continue;
-    if (wc.wr_id != kSendWrId) continue;  // something the listener sent us
+    if (wc.wr_id != wr_id) {  // something the listener sent us: kept for recv()
+      if (wc.wr_id >= 100) received_.push_back(wc);
+      continue;
+    }
     if (wc.status != IBV_WC_SUCCESS) {
-      return failed(std::string("send completed with ") + ibv_wc_status_str(wc.status));
+      return failed(std::string("work request completed with ") + ibv_wc_status_str(wc.status));
     }
     return Status::ok();
   }
-  return RDMAFLOW_ERROR(Code::kTimeout, "raw verbs peer", -1, "send not completed in time");
+  return RDMAFLOW_ERROR(Code::kTimeout, "raw verbs peer", -1, "work request not completed in time");
+}
+
+Result<std::vector<uint8_t>> RawVerbsPeer::recv(Millis timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (received_.empty() && Clock::now() < deadline) {
+    ibv_wc wc{};
+    int n = ibv_poll_cq(cq_, 1, &wc);
+    if (n < 0) return failed("ibv_poll_cq failed");
+    if (n == 1 && wc.wr_id >= 100) received_.push_back(wc);
+  }
+  if (received_.empty()) {
+    return RDMAFLOW_ERROR(Code::kTimeout, "raw verbs peer", -1, "no message in time");
+  }
+  ibv_wc wc = received_.front();
+  received_.pop_front();
+  if (wc.status != IBV_WC_SUCCESS) {
+    return failed(std::string("receive completed with ") + ibv_wc_status_str(wc.status));
+  }
+  const size_t i = wc.wr_id - 100;
+  uint8_t* p = buf_.data() + kBufferSize * (i + 1);
+  std::vector<uint8_t> out(p, p + std::min<size_t>(wc.byte_len, kBufferSize));
+  ibv_sge sge{reinterpret_cast<uintptr_t>(p), static_cast<uint32_t>(kBufferSize), mr_->lkey};
+  ibv_recv_wr wr{};
+  ibv_recv_wr* bad = nullptr;
+  wr.wr_id = wc.wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  if (ibv_post_recv(id_->qp, &wr, &bad) != 0) return failed("ibv_post_recv failed");
+  return out;
 }
 
 bool RawVerbsPeer::disconnected_within(Millis timeout) {

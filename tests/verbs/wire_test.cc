@@ -130,7 +130,8 @@ TEST(MsgHeader, RefusesMalformed) {
 
 TEST(MsgHeader, ControlTypesAreSingleFragment) {
   uint8_t buf[kMsgHeaderSize];
-  for (MsgType t : {MsgType::kKeyCheck, MsgType::kKeyVerdict, MsgType::kKeyRevoked}) {
+  for (MsgType t :
+       {MsgType::kKeyCheck, MsgType::kKeyVerdict, MsgType::kKeyRevoked, MsgType::kAuth}) {
     MsgHeader h;
     h.type = t;
     h.encode(buf);
@@ -141,9 +142,26 @@ TEST(MsgHeader, ControlTypesAreSingleFragment) {
     h.encode(buf);
     EXPECT_FALSE(MsgHeader::decode(std::span<const uint8_t>(buf, sizeof(buf)), 0).is_ok());
   }
-  buf[0] = 6;
+  buf[0] = 7;
   buf[1] = 1;
   EXPECT_FALSE(MsgHeader::decode(std::span<const uint8_t>(buf, sizeof(buf)), 0).is_ok());
+}
+
+TEST(AuthProof, RoundTripsAndRefusesAnythingButProofAndHello) {
+  const Hello h = sample();
+  std::vector<uint8_t> proof(kProofSize, 0xab);
+  auto bytes = AuthProof::encode(proof, h);
+  ASSERT_EQ(bytes.size(), kAuthProofSize);
+  EXPECT_LE(bytes.size() + kMsgHeaderSize, kMinMsgSize);
+  auto d = AuthProof::decode(bytes, -1);
+  ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+  EXPECT_TRUE(std::equal(proof.begin(), proof.end(), d->proof.begin(), d->proof.end()));
+  EXPECT_EQ(d->hello.rank, 3);
+  EXPECT_EQ(d->hello.ring_addr, h.ring_addr);
+  bytes.push_back(0);
+  EXPECT_EQ(AuthProof::decode(bytes, -1).status().code(), Code::kProtocolError);
+  bytes.resize(kProofSize);
+  EXPECT_EQ(AuthProof::decode(bytes, -1).status().code(), Code::kProtocolError);
 }
 
 TEST(KeyMessages, CheckRoundTrips) {
@@ -173,7 +191,7 @@ TEST(KeyMessages, ClaimsCompareByEveryField) {
 }
 
 TEST(KeyMessages, VerdictRoundTripsAndTruncates) {
-  KeyVerdict v{9, Code::kOutOfRange, "claims too much"};
+  KeyVerdict v{9, Code::kOutOfRange, 0, "claims too much"};
   auto d = KeyVerdict::decode(v.encode(), 1);
   ASSERT_TRUE(d.is_ok());
   EXPECT_EQ(d->request, 9u);
@@ -185,12 +203,14 @@ TEST(KeyMessages, VerdictRoundTripsAndTruncates) {
   d = KeyVerdict::decode(bytes, 1);
   ASSERT_TRUE(d.is_ok());
   EXPECT_EQ(d->reason.size(), kMaxVerdictReason);
-  KeyVerdict ok{1, Code::kOk, ""};
-  ASSERT_TRUE(KeyVerdict::decode(ok.encode(), 1).is_ok());
+  KeyVerdict ok{1, Code::kOk, 0xabcdef12, ""};
+  auto got = KeyVerdict::decode(ok.encode(), 1);
+  ASSERT_TRUE(got.is_ok());
+  EXPECT_EQ(got->rkey, 0xabcdef12u) << "the window's rkey travels with the verdict";
   bytes = ok.encode();
   bytes[8] = 200;  // not a Code
   EXPECT_FALSE(KeyVerdict::decode(bytes, 1).is_ok());
-  EXPECT_FALSE(KeyVerdict::decode(std::span<const uint8_t>(bytes.data(), 8), 1).is_ok());
+  EXPECT_FALSE(KeyVerdict::decode(std::span<const uint8_t>(bytes.data(), 12), 1).is_ok());
 }
 
 TEST(KeyMessages, RevokedRoundTrips) {

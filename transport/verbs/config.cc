@@ -30,6 +30,17 @@ Result<VerbsConfig> VerbsConfig::from_env() {
                             bounded("RDMAFLOW_IB_RECV_CREDITS", kMinCreditWindow, 4096));
   RDMAFLOW_ASSIGN_OR_RETURN(auto msg, bounded("RDMAFLOW_IB_MSG_SIZE", 256, kMaxMsgSize));
   RDMAFLOW_ASSIGN_OR_RETURN(auto peers, bounded("RDMAFLOW_IB_MAX_PEERS", 1, 4096));
+  if (auto p = env_string("RDMAFLOW_IB_GRANT_PROTECTION")) {
+    if (*p == "window") {
+      c.grant_protection = GrantProtection::kWindow;
+    } else if (*p == "slab") {
+      c.grant_protection = GrantProtection::kSlab;
+    } else if (*p != "auto") {
+      return RDMAFLOW_ERROR(
+          Code::kInvalidArgument, "read environment", -1,
+          "RDMAFLOW_IB_GRANT_PROTECTION='" + *p + "' is not one of auto, window, slab");
+    }
+  }
   if (sq) c.sq_depth = *sq;
   if (credits) c.recv_credits = *credits;
   if (msg) c.msg_size = *msg;

@@ -19,6 +19,14 @@ struct VerbsConfig {
   uint32_t recv_credits = 64;         // RDMAFLOW_IB_RECV_CREDITS: buffers reserved per peer
   uint32_t msg_size = 8192;           // RDMAFLOW_IB_MSG_SIZE: bytes per receive buffer
   uint32_t max_peers = 64;            // RDMAFLOW_IB_MAX_PEERS: sizes the shared receive queue
+  // RDMAFLOW_IB_GRANT_PROTECTION: how the NIC confines a peer to its grants.
+  //   window  a memory window (type 2) per grant and peer, bound on that peer's
+  //           queue pair when it first presents the key, invalidated on revoke;
+  //           slabs are registered without remote access
+  //   slab    the slab's rkey (rdmaflow's key check only; docs/security.md)
+  //   auto    window where the device supports type 2 windows, else slab
+  enum class GrantProtection { kAuto, kWindow, kSlab };
+  GrantProtection grant_protection = GrantProtection::kAuto;
 
   static Result<VerbsConfig> from_env();
 };

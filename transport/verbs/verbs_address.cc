@@ -77,6 +77,25 @@ std::string format_verbs_address(const VerbsAddress& addr) {
   return std::string(kScheme) + addr.host + ":" + std::to_string(addr.port);
 }
 
+std::string describe_sockaddr(const sockaddr* sa) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  VerbsAddress a;
+  if (sa != nullptr && sa->sa_family == AF_INET) {
+    const auto* s4 = reinterpret_cast<const sockaddr_in*>(sa);
+    inet_ntop(AF_INET, &s4->sin_addr, buf, sizeof buf);
+    a.port = ntohs(s4->sin_port);
+  } else if (sa != nullptr && sa->sa_family == AF_INET6) {
+    const auto* s6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    inet_ntop(AF_INET6, &s6->sin6_addr, buf, sizeof buf);
+    a.port = ntohs(s6->sin6_port);
+    a.ipv6 = true;
+  } else {
+    return "an unknown address";
+  }
+  a.host = buf;
+  return format_verbs_address(a);
+}
+
 Result<socklen_t> to_sockaddr(const VerbsAddress& addr, sockaddr_storage* out) {
   std::memset(out, 0, sizeof(*out));
   if (addr.ipv6) {

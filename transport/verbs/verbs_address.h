@@ -26,6 +26,10 @@ Result<VerbsAddress> parse_verbs_address(std::string_view text);
 
 std::string format_verbs_address(const VerbsAddress& addr);
 
+// "verbs://ip:port" of an rdma_cm peer address (rdma_get_peer_addr), or
+// "an unknown address": how refusals name a peer that has no rank yet.
+std::string describe_sockaddr(const sockaddr* sa);
+
 // Fills a sockaddr_in / sockaddr_in6 for rdma_resolve_addr / rdma_bind_addr.
 Result<socklen_t> to_sockaddr(const VerbsAddress& addr, sockaddr_storage* out);
 

@@ -123,6 +123,10 @@ Hello VerbsChannel::local_hello() const {
 
 Status VerbsChannel::set_peer(const Hello& peer) {
   std::lock_guard<std::mutex> lock(mu_);
+  return set_peer_locked(peer);
+}
+
+Status VerbsChannel::set_peer_locked(const Hello& peer) {
   peer_ = peer;
   peer_rank_ = peer.rank;
   inbox_.set_peer(peer.rank);
@@ -156,6 +160,45 @@ void VerbsChannel::mark_connected() {
     pump_locked(out);
   }
   run_tasks(out);
+}
+
+// ---------------------------------------------------------------- authentication
+
+void VerbsChannel::expect_proof(std::unique_ptr<auth::Acceptor> acceptor, std::string who,
+                                std::function<void()> on_authenticated) {
+  std::lock_guard<std::mutex> lock(mu_);
+  acceptor_ = std::move(acceptor);
+  who_ = std::move(who);
+  on_authenticated_ = std::move(on_authenticated);
+}
+
+void VerbsChannel::queue_proof(std::span<const uint8_t> proof) {
+  std::lock_guard<std::mutex> lock(mu_);
+  control_out_.push_front({MsgType::kAuth, AuthProof::encode(proof, local_hello())});
+}
+
+Status VerbsChannel::set_remote_access(bool allow) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return set_remote_access_locked(allow);
+}
+
+Status VerbsChannel::set_remote_access_locked(bool allow) {
+  if (qp_ == nullptr) return Status::ok();
+  ibv_qp_attr attr{};
+  attr.qp_access_flags = allow ? (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ) : 0;
+  if (int rc = ibv_modify_qp(qp_, &attr, IBV_QP_ACCESS_FLAGS); rc != 0) {
+    return RDMAFLOW_ERROR(Code::kConnectionFailed, "accept", peer_rank_,
+                          std::string("ibv_modify_qp(remote access ") + (allow ? "on" : "off") +
+                              ") failed: " + std::strerror(rc));
+  }
+  return Status::ok();
+}
+
+bool VerbsChannel::ready_to_accept() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  // A channel that failed after the proof is handed out too: its first wait
+  // reports the failure, naming the (authenticated) peer.
+  return acceptor_ == nullptr && connected_ && cm_established_;
 }
 
 int VerbsChannel::peer_rank() const {
@@ -196,7 +239,7 @@ void VerbsChannel::fail_locked(Status error, Tasks& out) {
   release_recv_reservation_locked();
   // Tell the peer, as a TCP close would: its operations fail now with
   // RDMA_CM_EVENT_DISCONNECTED instead of waiting for their own timeouts.
-  if (connected_ && !closed_ && id_ != nullptr) {
+  if ((connected_ || acceptor_ != nullptr) && !closed_ && id_ != nullptr) {
     closed_ = true;
     // The passive side can fail on a message that overtook the RTU; the CM
     // sends no DREQ before it is ESTABLISHED (rdma_disconnect still returns
@@ -229,10 +272,13 @@ void VerbsChannel::on_disconnected(const std::string& event) {
   Tasks out;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    fail_locked(
-        RDMAFLOW_ERROR(Code::kPeerFailed, "channel", peer_rank_,
-                       "peer rank " + std::to_string(peer_rank_) + " disconnected (" + event + ")"),
-        out);
+    fail_locked(acceptor_ != nullptr ? RDMAFLOW_ERROR(Code::kUnauthenticated, "accept", -1,
+                                                      "refused " + who_ + ": it left (" + event +
+                                                          ") before proving the job secret")
+                                     : RDMAFLOW_ERROR(Code::kPeerFailed, "channel", peer_rank_,
+                                                      "peer rank " + std::to_string(peer_rank_) +
+                                                          " disconnected (" + event + ")"),
+                out);
     if (!closed_ && id_ != nullptr) {
       closed_ = true;
       rdma_disconnect(id_);  // completes the disconnect handshake; errors are moot now
@@ -313,6 +359,7 @@ void VerbsChannel::destroy_resources() {
   closed_ = true;
   error_.set(RDMAFLOW_ERROR(Code::kCancelled, "channel", peer_rank_, "the transport shut down"));
   release_recv_reservation_locked();
+  drop_windows_locked(std::nullopt);  // before the queue pair they are bound on
   if (id_ != nullptr && qp_ != nullptr) rdma_destroy_qp(id_);
   qp_ = nullptr;
   if (send_cq_ != nullptr) ibv_destroy_cq(send_cq_);

@@ -17,11 +17,25 @@
 // refused key fails its operations with kNotFound / kOutOfRange and the
 // channel carries on. revoke_key() on the target drops the verdict (KeyRevoked).
 //
+// Grant windows (RDMAFLOW_IB_GRANT_PROTECTION, config.h; grant_windows.cc): when
+// the target vouches for a key it binds a type 2 memory window over the grant on
+// this queue pair (ahead of the verdict, which carries the window's rkey) and the
+// initiator uses that rkey; the slab's own rkey opens nothing. Revoking the grant
+// (or deregistering its memory) deallocates the window: from then on the NIC
+// refuses the key, and an access still in flight breaks the channel.
+//
 // Timeouts (the shared deadline sweep, transport/common/op_table.h): an
 // operation not yet posted is withdrawn with kTimeout. A posted one is reported
 // as kTimeout too, but a work request cannot be recalled: it may still execute.
 // RC completes work requests in order, so once a later operation on the channel
 // has completed, the timed-out one is finished too.
+//
+// Authentication (verbs_wire.h): the acceptor's channel is created with a
+// pending auth::Acceptor and its queue pair allows no remote access; the first
+// message from the peer must be the proof (type 6), and until it checked the
+// channel reads nothing else and the NIC refuses every RDMA write and read, so
+// nothing an unauthenticated peer sends reaches registered memory. The
+// connector's proof is the first message it queues.
 //
 // A failed work completion, a disconnect or a protocol violation makes the
 // error sticky: the QP is moved to the error state (no late DMA touches memory
@@ -44,6 +58,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/handshake.h"
 #include "transport/channel.h"
 #include "transport/common/op_table.h"
 #include "transport/common/sticky_error.h"
@@ -70,6 +85,19 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   Status set_peer(const Hello& peer);
   // The QP is ready to send (RTS and the peer's hello known); posts what waits.
   void mark_connected();
+
+  // --- authentication ---
+  // Acceptor side, before rdma_accept: the peer must prove the job secret with
+  // its first message; `on_authenticated` runs on the progress thread once it did.
+  void expect_proof(std::unique_ptr<auth::Acceptor> acceptor, std::string who,
+                    std::function<void()> on_authenticated);
+  // Connector side: the proof (and our Hello) go out before anything else.
+  void queue_proof(std::span<const uint8_t> proof);
+  // Allows or refuses RDMA writes and reads from the peer on the queue pair
+  // (the acceptor refuses them until the proof checked).
+  Status set_remote_access(bool allow);
+  // The acceptor's channel is ready to hand out: authenticated and ESTABLISHED.
+  bool ready_to_accept() const;
 
   // --- Channel ---
   int peer_rank() const override;
@@ -145,10 +173,22 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   struct KeyState {
     bool valid = false;    // the target vouched for it
     uint64_t request = 0;  // the KeyCheck awaiting a verdict
+    uint32_t rkey = 0;     // the window the target bound for it (0: the key's own rkey)
   };
+  // A message to SEND, or (bind) a memory window to bind ahead of the verdict.
   struct Control {
     MsgType type;
     std::vector<uint8_t> payload;
+    ibv_mw* bind = nullptr;
+    ibv_mw_bind_info bind_info{};
+    uint32_t bind_rkey = 0;
+  };
+  // A memory window this channel's peer may use for one grant (the target's side).
+  struct Window {
+    ibv_mw* mw = nullptr;
+    uint32_t rkey = 0;
+    uint64_t addr = 0;
+    uint64_t length = 0;
   };
 
   explicit VerbsChannel(std::shared_ptr<VerbsCore> core);
@@ -171,6 +211,18 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   // Makes sure a KeyCheck for `claim` is on its way (or answered).
   void request_key_check_locked(const KeyClaim& claim);
   void on_control_locked(const MsgHeader& h, std::span<const uint8_t> payload, Tasks& out);
+  // The acceptor's first receive: the proof, or the reason the peer is refused.
+  Status on_proof_locked(const ibv_wc& wc, std::span<const uint8_t> bytes, Tasks& out);
+  Status set_peer_locked(const Hello& peer);
+  // Grant windows (grant_windows.cc): the window for a vouched-for claim, bound
+  // (queued ahead of the verdict) if there is none yet; its rkey.
+  Result<uint32_t> window_for_locked(const KeyClaim& claim);
+  void post_bind_locked(const Control& c, Tasks& out);
+  // Deallocates the window of `key_id` (nullopt: every window), binds not yet posted included.
+  void drop_windows_locked(std::optional<uint64_t> key_id);
+  // The rkey an item's RDMA operation presents: the window's, else the key's own.
+  uint32_t remote_rkey_locked(const WorkItem& item) const;
+  Status set_remote_access_locked(bool allow);
   bool post_locked(ibv_send_wr* wr, const char* what, Tasks& out);
   void on_send_wc_locked(const ibv_wc& wc, Tasks& out);
   // Exactly once per op (later calls do nothing): queues its callback.
@@ -198,6 +250,11 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   uint32_t send_buf_count_ = 0;
 
   mutable std::mutex mu_;
+  // Acceptor side until the peer's proof checked (then null); `who_` names the
+  // peer by address in the refusal.
+  std::unique_ptr<auth::Acceptor> acceptor_;
+  std::string who_;
+  std::function<void()> on_authenticated_;
   Hello peer_;
   int peer_rank_ = -1;
   bool recv_reserved_ = false;
@@ -217,6 +274,7 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   // which hold the ops: it is destroyed (it owns nothing) before they are.
   OpLedger<Op> pending_;
   std::map<KeyClaim, KeyState> keys_;
+  std::unordered_map<uint64_t, Window> windows_;  // by key id
   std::unordered_map<uint64_t, KeyClaim> key_requests_;
   uint64_t next_key_request_ = 1;
   std::deque<Control> control_out_;  // posted ahead of the queue

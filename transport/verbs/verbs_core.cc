@@ -53,6 +53,24 @@ Result<std::shared_ptr<VerbsCore>> VerbsCore::open(ibv_context* ctx, const Verbs
   }
   core->max_wr_bytes_ = std::min<uint64_t>(pattr.max_msg_sz, uint64_t{1} << 30);
   if (core->max_wr_bytes_ == 0) core->max_wr_bytes_ = uint64_t{1} << 30;
+  const bool has_windows =
+      (da.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0 && da.max_mw > 0;
+  switch (config.grant_protection) {
+    case VerbsConfig::GrantProtection::kWindow:
+      if (!has_windows) {
+        return RDMAFLOW_ERROR(Code::kNotViable, "create verbs transport", -1,
+                              "RDMAFLOW_IB_GRANT_PROTECTION=window, but " + port.device +
+                                  " does not support type 2 memory windows (ibv_devinfo -v: "
+                                  "MEM_WINDOW_TYPE_2B); use slab or auto");
+      }
+      core->grant_windows_ = true;
+      break;
+    case VerbsConfig::GrantProtection::kAuto:
+      core->grant_windows_ = has_windows;
+      break;
+    case VerbsConfig::GrantProtection::kSlab:
+      break;
+  }
 
   // Clamp the configured sizes to what the device offers.
   core->sq_depth_ = std::min<uint32_t>(config.sq_depth, static_cast<uint32_t>(da.max_qp_wr));
@@ -138,8 +156,11 @@ Result<RegionId> VerbsCore::register_memory(void* addr, size_t len) {
     return RDMAFLOW_ERROR(Code::kCancelled, op, -1, "the verbs transport was shut down");
   }
   RDMAFLOW_ASSIGN_OR_RETURN(RegionId id, grants_.add_region(addr, len));
-  ibv_mr* mr = ibv_reg_mr(
-      pd_, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  // With grant windows the slab itself grants no remote access: its rkey opens
+  // nothing, only the windows bound per grant and peer do.
+  const int remote =
+      grant_windows_ ? IBV_ACCESS_MW_BIND : IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  ibv_mr* mr = ibv_reg_mr(pd_, addr, len, IBV_ACCESS_LOCAL_WRITE | remote);
   if (mr == nullptr) {
     int err = errno;
     (void)grants_.remove_region(id);
@@ -153,13 +174,17 @@ Result<RegionId> VerbsCore::register_memory(void* addr, size_t len) {
 Status VerbsCore::deregister_memory(RegionId id) {
   std::unique_lock<std::mutex> lock(mem_mu_);
   RDMAFLOW_ASSIGN_OR_RETURN(std::vector<uint64_t> gone, grants_.remove_region(id));
+  lock.unlock();
+  // First the windows bound to the region (a registration with bound windows
+  // cannot be released), then the registration.
+  for (auto& ch : channels()) {
+    for (uint64_t key_id : gone) ch->announce_revoked(key_id);
+  }
+  lock.lock();
   auto it = mrs_.find(id);
   int rc = it != mrs_.end() && it->second ? ibv_dereg_mr(it->second) : 0;
   if (it != mrs_.end()) mrs_.erase(it);
   lock.unlock();
-  for (auto& ch : channels()) {
-    for (uint64_t key_id : gone) ch->announce_revoked(key_id);
-  }
   if (rc != 0) return verbs_error(Code::kInternal, "deregister memory", "ibv_dereg_mr", rc);
   return Status::ok();
 }
@@ -171,6 +196,14 @@ std::optional<LocalMr> VerbsCore::find_mr(const void* addr, size_t len) const {
   auto it = mrs_.find(*id);
   if (it == mrs_.end()) return std::nullopt;
   return LocalMr{it->second->lkey, it->second->rkey, *id};
+}
+
+ibv_mr* VerbsCore::mr_for_window(uint64_t addr, uint64_t len) const {
+  auto id = grants_.region_of(reinterpret_cast<const void*>(addr), len);
+  if (!id) return nullptr;
+  std::lock_guard<std::mutex> lock(mem_mu_);
+  auto it = mrs_.find(*id);
+  return it == mrs_.end() ? nullptr : it->second;
 }
 
 Result<RemoteKey> VerbsCore::export_key(const void* addr, size_t len) {

@@ -67,12 +67,16 @@ class VerbsCore {
   uint32_t max_rd_atomic() const { return max_rd_atomic_; }
   // Largest byte count one work request moves (the port's max_msg_sz, capped at 1 GiB).
   uint64_t max_wr_bytes() const { return max_wr_bytes_; }
+  // A memory window per grant and peer (RDMAFLOW_IB_GRANT_PROTECTION, config.h).
+  bool grant_windows() const { return grant_windows_; }
 
   // --- registered memory ---
   Result<RegionId> register_memory(void* addr, size_t len);
   Status deregister_memory(RegionId id);
   // The MR holding all of [addr, addr + len), if any.
   std::optional<LocalMr> find_mr(const void* addr, size_t len) const;
+  // The registration a window for [addr, addr + len) binds to (grant windows).
+  ibv_mr* mr_for_window(uint64_t addr, uint64_t len) const;
   Result<RemoteKey> export_key(const void* addr, size_t len);
   // Forgets the grant and tells every channel's peer (KeyRevoked), so their
   // cached verdicts go; an access already in flight may still land.
@@ -134,6 +138,7 @@ class VerbsCore {
   uint32_t srq_capacity_ = 0;
   uint32_t max_rd_atomic_ = 0;
   uint64_t max_wr_bytes_ = 0;
+  bool grant_windows_ = false;
 
   GrantTable grants_{"verbs"};  // regions and grants; each grant's tag is its slab's rkey
   mutable std::mutex mem_mu_;

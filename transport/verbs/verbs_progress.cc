@@ -7,7 +7,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/handshake.h"
 #include "common/log.h"
+#include "transport/verbs/verbs_address.h"
 #include "transport/verbs/verbs_transport.h"
 #include "transport/verbs/verbs_transport_internal.h"
 
@@ -155,9 +157,30 @@ void VerbsTransport::on_connect_request(rdma_cm_event* ev) {
       return;
     }
   }
-  auto hello = Hello::decode(pdata);
-  if (!hello.is_ok()) {
-    refuse(hello.status());
+  // The job handshake (verbs_wire.h): the connector's hello is the private data.
+  const std::string who = "a verbs peer at " + describe_sockaddr(rdma_get_peer_addr(id));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pending_.size() >= static_cast<size_t>(auth::max_pending_handshakes())) {
+      refuse(RDMAFLOW_ERROR(Code::kResourceExhausted, "accept", -1,
+                            "refused " + who + ": " + std::to_string(pending_.size()) +
+                                " connections are already in the handshake "
+                                "(RDMAFLOW_AUTH_PENDING_MAX)"));
+      rdma_destroy_id(id);
+      return;
+    }
+  }
+  auto secret = load_job_secret();
+  if (!secret.is_ok()) {
+    refuse(secret.status());
+    rdma_destroy_id(id);
+    return;
+  }
+  auto acceptor = std::make_unique<auth::Acceptor>(std::move(secret).value(), kAuthLabel);
+  const size_t hello_len = std::min(pdata.size(), auth::kHelloBytes);
+  auto challenge = acceptor->challenge(std::span<const uint8_t>(pdata.data(), hello_len), who);
+  if (!challenge.is_ok()) {
+    refuse(challenge.status().with_op("accept"));
     rdma_destroy_id(id);
     return;
   }
@@ -169,13 +192,11 @@ void VerbsTransport::on_connect_request(rdma_cm_event* ev) {
     return;
   }
   auto ch = std::move(created).value();  // owns id from here
-  if (Status st = ch->set_peer(*hello); !st.is_ok()) {
-    refuse(st);
-    ch->destroy_resources();
-    return;
-  }
+  ch->expect_proof(std::move(acceptor), who, [this, id] { promote_if_ready(id); });
   core_->add_channel(ch);
-  std::vector<uint8_t> mine = ch->local_hello().encode();
+  std::vector<uint8_t> mine(challenge->begin(), challenge->end());
+  const std::vector<uint8_t> hello = ch->local_hello().encode();
+  mine.insert(mine.end(), hello.begin(), hello.end());
   rdma_conn_param param{};
   param.private_data = mine.data();
   param.private_data_len = static_cast<uint8_t>(mine.size());
@@ -184,15 +205,24 @@ void VerbsTransport::on_connect_request(rdma_cm_event* ev) {
   param.initiator_depth = static_cast<uint8_t>(std::min<uint32_t>(rd, peer_responder));
   param.rnr_retry_count = 7;
   if (rdma_accept(id, &param) != 0) {
-    RDMAFLOW_LOG_WARN("verbs: rdma_accept for rank {} failed: {}", hello->rank,
-                      std::strerror(errno));
+    RDMAFLOW_LOG_WARN("verbs: rdma_accept for {} failed: {}", who, std::strerror(errno));
     core_->remove_channel(ch.get());
     ch->destroy_resources();
     return;
   }
-  ch->mark_connected();  // rdma_accept moved the QP to RTS
+  // rdma_accept gave the queue pair rdma_cm's access rights (remote write and
+  // read); none until the peer proved the job secret. (rdma_cm re-applies its
+  // rights while accepting, so this cannot come earlier: a write racing the
+  // accept's reply still needs a valid rkey, which nothing has revealed.)
+  if (Status st = ch->set_remote_access(false); !st.is_ok()) {
+    RDMAFLOW_LOG_WARN("verbs: refusing {}: {}", who, st.to_string());
+    ch->fail(st);
+    return;
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  pending_[id] = Pending{ch, Clock::now() + config_.connect_timeout};
+  pending_[id] =
+      Pending{ch, Clock::now() + std::min<std::chrono::milliseconds>(config_.connect_timeout,
+                                                                     auth::handshake_timeout())};
 }
 
 void VerbsTransport::on_established(rdma_cm_id* id) {
@@ -202,10 +232,21 @@ void VerbsTransport::on_established(rdma_cm_id* id) {
     auto it = pending_.find(id);
     if (it == pending_.end()) return;  // an active-side id migrated after its handshake
     ch = it->second.channel;
+  }
+  ch->on_established();
+  promote_if_ready(id);
+}
+
+void VerbsTransport::promote_if_ready(rdma_cm_id* id) {
+  std::shared_ptr<VerbsChannel> ch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end() || !it->second.channel->ready_to_accept()) return;
+    ch = it->second.channel;
     pending_.erase(it);
     accepted_[ch->peer_rank()].push_back(ch);
   }
-  ch->on_established();
   cv_.notify_all();
   log_path(ch, ch->peer_rank());
 }

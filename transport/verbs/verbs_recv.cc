@@ -24,7 +24,12 @@ void VerbsChannel::handle_recv(const ibv_wc& wc) {
       }
     } else if (live && buf != nullptr) {
       Status bad;
-      if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+      if (acceptor_ != nullptr) {
+        bad = on_proof_locked(
+            wc,
+            std::span<const uint8_t>(buf, std::min<size_t>(wc.byte_len, core_->recv_buffer_size())),
+            out);
+      } else if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
         auto dec = decode_imm(ntohl(wc.imm_data), local_credits_, peer_rank_);
         if (!dec.is_ok()) {
           bad = dec.status();
@@ -73,6 +78,29 @@ void VerbsChannel::handle_recv(const ibv_wc& wc) {
   run_tasks(out);
 }
 
+Status VerbsChannel::on_proof_locked(const ibv_wc& wc, std::span<const uint8_t> bytes, Tasks& out) {
+  auto refused = [&](const std::string& why) {
+    return RDMAFLOW_ERROR(Code::kUnauthenticated, "accept", -1, "refused " + who_ + ": " + why);
+  };
+  if (wc.opcode != IBV_WC_RECV) return refused("it wrote before proving the job secret");
+  auto h = MsgHeader::decode(bytes, -1);
+  if (!h.is_ok() || h->type != MsgType::kAuth) {
+    return refused(
+        "its first message is not the job handshake's proof (not an rdmaflow verbs transport, or "
+        "an older one)");
+  }
+  auto proof = AuthProof::decode(bytes.subspan(kMsgHeaderSize), -1);
+  if (!proof.is_ok()) return refused(proof.status().reason());
+  RDMAFLOW_RETURN_IF_ERROR(acceptor_->verify(proof->proof, who_).with_op("accept"));
+  RDMAFLOW_RETURN_IF_ERROR(set_peer_locked(proof->hello));
+  // Only now may the peer's RDMA writes and reads reach memory.
+  RDMAFLOW_RETURN_IF_ERROR(set_remote_access_locked(true));
+  acceptor_.reset();
+  connected_ = true;
+  if (on_authenticated_) out.push_back(std::move(on_authenticated_));
+  return Status::ok();
+}
+
 void VerbsChannel::on_control_locked(const MsgHeader& h, std::span<const uint8_t> payload,
                                      Tasks& out) {
   switch (h.type) {
@@ -84,7 +112,16 @@ void VerbsChannel::on_control_locked(const MsgHeader& h, std::span<const uint8_t
         // A forged secret: no verdict to test guesses against, the channel fails.
         return fail_locked(forged_secret_failure("verbs", verdict, peer_rank_), out);
       }
-      KeyVerdict v{check->request, verdict.code(), verdict.reason()};
+      KeyVerdict v{check->request, verdict.code(), 0, verdict.reason()};
+      if (verdict.is_ok() && core_->grant_windows()) {
+        auto rkey = window_for_locked(check->claim);  // its bind goes out first
+        if (rkey.is_ok()) {
+          v.rkey = *rkey;
+        } else {
+          v.code = rkey.status().code();
+          v.reason = rkey.status().reason();
+        }
+      }
       control_out_.push_back({MsgType::kKeyVerdict, v.encode()});
       return;
     }
@@ -102,7 +139,10 @@ void VerbsChannel::on_control_locked(const MsgHeader& h, std::span<const uint8_t
       key_requests_.erase(req);
       auto state = keys_.find(claim);
       if (v->code == Code::kOk) {
-        if (state != keys_.end() && state->second.request == v->request) state->second.valid = true;
+        if (state != keys_.end() && state->second.request == v->request) {
+          state->second.valid = true;
+          state->second.rkey = v->rkey;
+        }
         return;
       }
       if (state != keys_.end() && state->second.request == v->request) keys_.erase(state);
@@ -125,6 +165,10 @@ void VerbsChannel::on_control_locked(const MsgHeader& h, std::span<const uint8_t
                     [&](const auto& e) { return e.first.key_id == r->key_id && e.second.valid; });
       return;
     }
+    case MsgType::kAuth:
+      return fail_locked(RDMAFLOW_ERROR(Code::kProtocolError, "receive message", peer_rank_,
+                                        "a handshake proof after the handshake"),
+                         out);
     default:
       return;
   }

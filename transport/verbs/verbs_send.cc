@@ -275,7 +275,7 @@ void VerbsChannel::post_item_locked(WorkItem item, uint32_t slots, Tasks& out) {
   switch (item.kind) {
     case Kind::kWrite: {
       main.wr.rdma.remote_addr = item.remote;
-      main.wr.rdma.rkey = item.rkey;
+      main.wr.rdma.rkey = remote_rkey_locked(item);
       if (item.length == 0) main.num_sge = 0;
       if (!item.notify) {
         main.opcode = IBV_WR_RDMA_WRITE;
@@ -313,7 +313,7 @@ void VerbsChannel::post_item_locked(WorkItem item, uint32_t slots, Tasks& out) {
     case Kind::kRead:
       main.opcode = IBV_WR_RDMA_READ;
       main.wr.rdma.remote_addr = item.remote;
-      main.wr.rdma.rkey = item.rkey;
+      main.wr.rdma.rkey = remote_rkey_locked(item);
       break;
     case Kind::kSend: {
       int buf = free_bufs_.back();
@@ -370,6 +370,7 @@ void VerbsChannel::post_credit_message_locked(Tasks& out) {
 }
 
 void VerbsChannel::post_control_locked(const Control& c, Tasks& out) {
+  if (c.bind != nullptr) return post_bind_locked(c, out);
   if (!window_.try_reserve(1)) return;
   int buf = free_bufs_.back();
   free_bufs_.pop_back();
@@ -407,6 +408,7 @@ void VerbsChannel::announce_revoked(uint64_t key_id) {
   Tasks out;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    drop_windows_locked(key_id);  // the NIC refuses the key from now on
     if (!error_.ok() || !connected_) return;
     control_out_.push_back({MsgType::kKeyRevoked, KeyRevoked{key_id}.encode()});
     pump_locked(out);

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/handshake.h"
 #include "common/log.h"
 #include "common/strings.h"
 #include "transport/verbs/device.h"
@@ -398,10 +399,16 @@ Result<std::shared_ptr<Channel>> VerbsTransport::connect(int peer_rank, const st
   ch = std::move(created).value();
   core_->add_channel(ch);
 
-  std::vector<uint8_t> hello = ch->local_hello().encode();
+  // The job handshake (verbs_wire.h): our hello in the connect request, the
+  // listener's proof and Hello in its accept, our proof as the first SEND.
+  auto secret = load_job_secret();
+  if (!secret.is_ok()) return fail(secret.status().with_op(op));
+  auth::Connector connector(std::move(secret).value(), kAuthLabel);
+  auto auth_hello = connector.hello();
+  if (!auth_hello.is_ok()) return fail(auth_hello.status().with_op(op));
   rdma_conn_param param{};
-  param.private_data = hello.data();
-  param.private_data_len = static_cast<uint8_t>(hello.size());
+  param.private_data = auth_hello->data();
+  param.private_data_len = static_cast<uint8_t>(auth_hello->size());
   param.responder_resources = static_cast<uint8_t>(std::min<uint32_t>(core_->max_rd_atomic(), 255));
   param.initiator_depth = param.responder_resources;
   param.retry_count = 7;
@@ -409,18 +416,34 @@ Result<std::shared_ptr<Channel>> VerbsTransport::connect(int peer_rank, const st
   if (rdma_connect(id, &param) != 0) return fail_errno("rdma_connect");
 
   Hello peer;
+  auth::Proof proof{};
   {
     auto ev = wait_cm_event(ec, RDMA_CM_EVENT_ESTABLISHED, deadline, peer_rank, address);
     if (!ev.is_ok()) return fail(ev.status());
-    auto decoded = Hello::decode(
-        std::span<const uint8_t>(static_cast<const uint8_t*>((*ev)->param.conn.private_data),
-                                 (*ev)->param.conn.private_data_len));
-    rdma_ack_cm_event(*ev);
-    if (!decoded.is_ok()) {
-      rdma_disconnect(id);
-      return fail(decoded.status().with_op(op));
+    std::span<const uint8_t> pdata(static_cast<const uint8_t*>((*ev)->param.conn.private_data),
+                                   (*ev)->param.conn.private_data_len);
+    Status bad;
+    if (pdata.size() < auth::kChallengeBytes) {
+      bad = RDMAFLOW_ERROR(Code::kUnauthenticated, op, peer_rank,
+                           address +
+                               " did not answer with the job handshake (not an rdmaflow "
+                               "verbs listener, or an older one)");
+    } else if (auto p = connector.answer(pdata.first(auth::kChallengeBytes),
+                                         "rank " + std::to_string(peer_rank) + " at " + address);
+               !p.is_ok()) {
+      bad = Status(p.status().code(), op, peer_rank, p.status().reason());
+    } else if (auto decoded = Hello::decode(pdata.subspan(auth::kChallengeBytes));
+               !decoded.is_ok()) {
+      bad = decoded.status().with_op(op);
+    } else {
+      proof = *p;
+      peer = *decoded;
     }
-    peer = *decoded;
+    rdma_ack_cm_event(*ev);
+    if (!bad.is_ok()) {
+      rdma_disconnect(id);
+      return fail(bad);
+    }
   }
   if (peer.rank != peer_rank) {
     rdma_disconnect(id);
@@ -439,7 +462,8 @@ Result<std::shared_ptr<Channel>> VerbsTransport::connect(int peer_rank, const st
   }
   migrated = true;
   rdma_destroy_event_channel(ec);
-  ch->on_established();  // the active side saw ESTABLISHED above
+  ch->on_established();    // the active side saw ESTABLISHED above
+  ch->queue_proof(proof);  // the first message the listener reads
   ch->mark_connected();
   log_path(ch, peer_rank);
   return std::shared_ptr<Channel>(ch);

@@ -68,6 +68,8 @@ class VerbsTransport final : public Transport {
   void drain_async_events();
   void on_connect_request(rdma_cm_event* ev);
   void on_established(rdma_cm_id* id);
+  // Hands an accepted channel to accept() once it is both authenticated and ESTABLISHED.
+  void promote_if_ready(rdma_cm_id* id);
   void drop_pending(rdma_cm_id* id, const Status& why);
   void check_deadlines();
 

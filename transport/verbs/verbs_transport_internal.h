@@ -8,6 +8,9 @@
 
 namespace rdmaflow::verbs {
 
+// The job handshake's label for verbs connections (common/handshake.h).
+inline constexpr const char* kAuthLabel = "verbs";
+
 // Sets the local ACK timeout of `id`'s connection (both sides, see kAckTimeout).
 void set_ack_timeout(rdma_cm_id* id);
 

@@ -58,6 +58,26 @@ Result<Hello> Hello::decode(std::span<const uint8_t> bytes) {
   return h;
 }
 
+std::vector<uint8_t> AuthProof::encode(std::span<const uint8_t> proof, const Hello& hello) {
+  std::vector<uint8_t> out(proof.begin(), proof.end());
+  out.resize(kProofSize);
+  const auto h = hello.encode();
+  out.insert(out.end(), h.begin(), h.end());
+  return out;
+}
+
+Result<AuthProof> AuthProof::decode(std::span<const uint8_t> payload, int peer) {
+  if (payload.size() != kAuthProofSize) {
+    return RDMAFLOW_ERROR(Code::kProtocolError, "receive message", peer,
+                          "auth message of " + std::to_string(payload.size()) +
+                              " bytes, expected " + std::to_string(kAuthProofSize));
+  }
+  AuthProof out;
+  out.proof = payload.first(kProofSize);
+  RDMAFLOW_ASSIGN_OR_RETURN(out.hello, Hello::decode(payload.subspan(kProofSize)));
+  return out;
+}
+
 void MsgHeader::encode(uint8_t* out) const {
   out[0] = static_cast<uint8_t>(type);
   out[1] = last ? kFlagLastFragment : 0;
@@ -74,8 +94,7 @@ Result<MsgHeader> MsgHeader::decode(std::span<const uint8_t> bytes, int peer) {
   }
   MsgHeader h;
   uint8_t type = bytes[0];
-  if (type < static_cast<uint8_t>(MsgType::kData) ||
-      type > static_cast<uint8_t>(MsgType::kKeyRevoked)) {
+  if (type < static_cast<uint8_t>(MsgType::kData) || type > static_cast<uint8_t>(MsgType::kAuth)) {
     return RDMAFLOW_ERROR(Code::kProtocolError, "receive message", peer,
                           "unknown message type " + std::to_string(type));
   }
@@ -129,13 +148,14 @@ Result<KeyCheck> KeyCheck::decode(std::span<const uint8_t> payload, int peer) {
 
 std::vector<uint8_t> KeyVerdict::encode() const {
   ByteWriter w;
-  w.u64(request).u8(static_cast<uint8_t>(code));
+  w.u64(request).u8(static_cast<uint8_t>(code)).u32(rkey);
   w.raw(reason.data(), std::min(reason.size(), kMaxVerdictReason));
   return w.take();
 }
 
 Result<KeyVerdict> KeyVerdict::decode(std::span<const uint8_t> payload, int peer) {
-  if (payload.size() < 9 || payload.size() > 9 + kMaxVerdictReason) {
+  constexpr size_t kHead = 13;
+  if (payload.size() < kHead || payload.size() > kHead + kMaxVerdictReason) {
     return bad_control("key verdict", payload.size(), peer);
   }
   KeyVerdict v;
@@ -145,7 +165,8 @@ Result<KeyVerdict> KeyVerdict::decode(std::span<const uint8_t> payload, int peer
     return bad_control("key verdict", payload.size(), peer);
   }
   v.code = static_cast<Code>(code);
-  v.reason.assign(reinterpret_cast<const char*>(payload.data()) + 9, payload.size() - 9);
+  v.rkey = load_le<uint32_t>(payload.data() + 9);
+  v.reason.assign(reinterpret_cast<const char*>(payload.data()) + kHead, payload.size() - kHead);
   return v;
 }
 

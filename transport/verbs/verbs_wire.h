@@ -1,6 +1,14 @@
 // What verbs peers say to each other besides one-sided data.
 //
-// Hello: the rdma_cm private data of the connect request and of the accept.
+// Connection setup runs the job handshake (common/handshake.h, label "verbs")
+// on rdma_cm's messages and the queue pair's first SEND:
+//   connect request private data   the handshake's hello (48 bytes)
+//   accept private data            the challenge (72 bytes) | the acceptor's Hello
+//   first SEND of the connector    type 6 (auth): the proof (32 bytes) | its Hello
+// The acceptor's queue pair refuses every RDMA write and read (no remote access)
+// until that proof checked; it reads nothing else from the peer before.
+//
+// Hello: the connection parameters each side grants the other.
 //   u32 magic 'RFV1' | u16 version | u16 flags | i32 rank | u32 credits |
 //   u32 msg_size | u32 ring_slots | u32 ring_rkey | u64 ring_addr   (36 bytes)
 // `credits`: receive buffers the sender of the hello reserved for its peer;
@@ -18,6 +26,8 @@
 //                  one-sided access with a key on a channel
 //   4 key verdict  the answer (KeyVerdict): ok, not found, out of range
 //   5 key revoked  the grant behind key_id was revoked (KeyRevoked)
+//   6 auth         the connector's handshake proof and Hello (AuthProof): the
+//                  first message on a connection, and only there
 // The key messages let the target refuse a forged, unknown, revoked or inflated
 // key before any byte moves: the NIC only knows the slab's rkey. All integers
 // little endian.
@@ -62,7 +72,8 @@ enum class MsgType : uint8_t {
   kCredit = 2,
   kKeyCheck = 3,
   kKeyVerdict = 4,
-  kKeyRevoked = 5
+  kKeyRevoked = 5,
+  kAuth = 6
 };
 inline constexpr uint8_t kFlagLastFragment = 1;
 inline constexpr size_t kMsgHeaderSize = 8;
@@ -95,11 +106,14 @@ struct KeyCheck {
   static Result<KeyCheck> decode(std::span<const uint8_t> payload, int peer);
 };
 
-// u64 request | u8 code (rdmaflow::Code) | reason text (at most kMaxVerdictReason bytes)
+// u64 request | u8 code (rdmaflow::Code) | u32 rkey | reason text (at most
+// kMaxVerdictReason bytes). `rkey`: the memory window the target bound for this
+// grant on this queue pair (use it instead of the key's slab rkey); 0: none.
 inline constexpr size_t kMaxVerdictReason = 200;
 struct KeyVerdict {
   uint64_t request = 0;
   Code code = Code::kOk;
+  uint32_t rkey = 0;
   std::string reason;
   std::vector<uint8_t> encode() const;  // truncates the reason
   static Result<KeyVerdict> decode(std::span<const uint8_t> payload, int peer);
@@ -110,6 +124,16 @@ struct KeyRevoked {
   uint64_t key_id = 0;
   std::vector<uint8_t> encode() const;
   static Result<KeyRevoked> decode(std::span<const uint8_t> payload, int peer);
+};
+
+// The connector's first SEND (after the 8-byte header): u8 proof[32] | Hello.
+inline constexpr size_t kProofSize = 32;  // auth::kProofBytes
+inline constexpr size_t kAuthProofSize = kProofSize + kHelloSize;
+struct AuthProof {
+  std::span<const uint8_t> proof;  // kProofSize bytes, into the decoded payload
+  Hello hello;
+  static std::vector<uint8_t> encode(std::span<const uint8_t> proof, const Hello& hello);
+  static Result<AuthProof> decode(std::span<const uint8_t> payload, int peer);
 };
 
 // [offset, length) pieces of a `total`-byte message for buffers holding
