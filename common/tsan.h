@@ -1,19 +1,20 @@
 // ThreadSanitizer annotations (-DRDMAFLOW_TSAN=ON; no-ops in other builds).
 //
-// PeerAccess: a thread placing a peer's write into granted memory, or sending
-// the bytes of a peer's read from it (GrantTable::enter .. leave), acts for
-// the peer. Those accesses are ordered with the owner's own by the job's
-// protocol, which runs through the peer process (the owner told the peer to
-// go, then waits for the notify), and ThreadSanitizer follows the threads of
-// one process only: on tcp, the one backend whose placement is code of ours,
-// it reported every such access as a race with the owner's earlier or later
-// use (conformance BadKeysAreRefusedAndMemoryIsUntouched: the owner
+// PeerAccess: a thread placing a peer's write into granted memory, or
+// sending the bytes of a peer's read from it (tcp: GrantTable::enter ..
+// leave; ucx: the eager write of the active-message path), acts for the
+// peer. Those accesses are ordered with the owner's own by the job's
+// protocol, which runs through the peer process (the owner lets the peer go,
+// then waits for the notify), and ThreadSanitizer follows the threads of one
+// process only: it reported each of them as a race with the owner's earlier
+// or later use (conformance BadKeysAreRefusedAndMemoryIsUntouched: the owner
 // checksums its region, a barrier through the test's parent process lets the
-// peer write, the progress thread places the bytes). UCX places them inside
-// libucp, verbs through the NIC's DMA and shm from the peer's own process,
-// none of which ThreadSanitizer sees. PeerAccess makes tcp the same: the
-// accesses inside the fence are not tracked. Everything around them (the
-// receive state, the fence's atomics, the inbox, completions) still is.
+// peer write, the progress thread places the bytes). UCX's RMA and
+// rendezvous paths place such bytes inside libucp, verbs through the NIC's
+// DMA, shm from the peer's own process: ThreadSanitizer sees none of those.
+// PeerAccess makes our own copies the same: they are not tracked. Everything
+// around them (receive state, the fence's atomics, the inbox, completions)
+// still is.
 #pragma once
 
 #if defined(__SANITIZE_THREAD__)
