@@ -23,6 +23,11 @@ if [ "$MODE" = thread ]; then
   BUILD_DIR="${BUILD_DIR:-$ROOT/build-tsan}"
   FLAGS=(-DRDMAFLOW_TSAN=ON)
   export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/tests/tsan.supp}"
+  # UCX's memory hooks (libucm, loaded with libucs by every test binary)
+  # patch malloc, free and mmap, which ThreadSanitizer intercepts too: with
+  # them, ranks crash (SIGSEGV) or report UCX's own allocator lock around our
+  # frees. Off, UCX only loses its registration cache.
+  export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no
 else
   BUILD_DIR="${BUILD_DIR:-$ROOT/build-asan}"
   FLAGS=(-DRDMAFLOW_SANITIZE=ON)

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/tsan.h"
 #include "transport/common/key_secret.h"
 
 namespace rdmaflow {
@@ -159,17 +160,23 @@ Status GrantTable::recheck(uint64_t key_id, const KeySecret& secret, uint64_t of
   return Status::ok();
 }
 
+// Between enter() and leave() the thread acts for the peer, whose accesses
+// ThreadSanitizer does not track (common/tsan.h, PeerAccess).
 bool GrantTable::enter(uint64_t gen) const {
   // Pairs with fence(): either fence() sees this access counted, or this access
   // sees the new generation (both sides are sequentially consistent).
   auto& active = active_[gen & 1];
   active.fetch_add(1, std::memory_order_seq_cst);
-  if (generation_.load(std::memory_order_seq_cst) == gen) return true;
+  if (generation_.load(std::memory_order_seq_cst) == gen) {
+    PeerAccess::begin();
+    return true;
+  }
   active.fetch_sub(1, std::memory_order_seq_cst);
   return false;
 }
 
 void GrantTable::leave(uint64_t gen) const {
+  PeerAccess::end();
   active_[gen & 1].fetch_sub(1, std::memory_order_release);
 }
 

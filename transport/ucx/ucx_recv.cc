@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/tsan.h"
 #include "transport/shm/shared_pages.h"
 
 namespace rdmaflow::ucx {
@@ -198,7 +199,9 @@ ucs_status_t UcxChannel::on_ordered(const AmHeader& h, void* data, size_t length
         if (rndv) {
           rndv_target = target;
         } else {
+          PeerAccess::begin();  // the peer's bytes, ordered by the peer (common/tsan.h)
           std::memcpy(target, data, length);
+          PeerAccess::end();
         }
       }
       break;
