@@ -141,6 +141,11 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
     return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "RDMAFLOW_COLL_DIRECT must be 0 or 1");
   }
   cfg.direct = options.direct.value_or(direct == 1);
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t stage, env_int("RDMAFLOW_COLL_STAGE", 0));
+  if (stage != 0 && stage != 1) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "RDMAFLOW_COLL_STAGE must be 0 or 1");
+  }
+  cfg.stage_all = stage == 1;
   if (yield < 0) yield = crowded ? 1 : 0;
   cfg.slot_bytes = static_cast<size_t>(slot_bytes);
   cfg.slots = static_cast<int>(slots);
@@ -235,6 +240,14 @@ void Communicator::abort(const std::string& reason) {
 
 FabricStats Communicator::stats() const {
   return fabric_->stats();
+}
+
+Result<std::shared_ptr<RegisteredBuffer>> Communicator::allocate_registered(size_t bytes) {
+  return fabric_->user_memory()->allocate(bytes);
+}
+
+size_t Communicator::registered_buffers() const {
+  return fabric_->user_memory()->live_buffers();
 }
 
 Communicator::~Communicator() {

@@ -28,7 +28,8 @@
 // the channel maps, by memcpy into those slots and a sequence word: the
 // fabric's direct path); user buffers are never registered per call. The TCP and UCX backends read
 // the source straight from user memory; for backends that need a registered source (verbs) pieces
-// are staged through registered memory first.
+// are staged through registered memory first, unless they lie in a buffer of
+// allocate_registered().
 //
 // After an error the communicator is broken (its lanes' sequence numbers no
 // longer agree with the peers'); later calls fail at once with that error.
@@ -153,6 +154,12 @@ class Communicator {
   // Counters of the fabric: peers on the same-host direct path, pieces sent
   // each way, doorbell sleeps.
   FabricStats stats() const;
+  // `bytes` of zeroed memory registered with every transport of the peers
+  // (collectives/user_memory.h): sends from it to a peer whose backend needs
+  // a registered source skip the staging copy. It may outlive the
+  // communicator (then it is plain memory).
+  Result<std::shared_ptr<RegisteredBuffer>> allocate_registered(size_t bytes);
+  size_t registered_buffers() const;  // allocate_registered()'s buffers alive
 
   // Fails every running and queued collective at once with kCancelled naming
   // `reason`, as ncclCommAbort does, and breaks the communicator (later calls

@@ -241,9 +241,15 @@ class Run {
     }
     const void* src = it.src;
     if (peer.staged) {
-      std::byte* stage = peer.local + fabric_.stage_offset() + fabric_.slot_offset(lane_, seq);
-      std::memcpy(stage, it.src, bytes);
-      src = stage;
+      // A buffer of user_memory() is registered with the peer's transport:
+      // the write can read it where it is.
+      const bool registered = fabric_.user_memory()->contains(it.src, bytes);
+      if (!registered) {
+        std::byte* stage = peer.local + fabric_.stage_offset() + fabric_.slot_offset(lane_, seq);
+        std::memcpy(stage, it.src, bytes);
+        src = stage;
+      }
+      fabric_.count_staged_piece(registered);
     }
     if (!comps_) comps_ = std::make_shared<Completions>();
     {

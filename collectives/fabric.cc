@@ -1,5 +1,6 @@
 #include "collectives/fabric.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -84,7 +85,7 @@ Result<std::unique_ptr<Fabric>> Fabric::create(int rank, int world,
     }
     Peer& peer = f->peers_[p];
     peer.channel = channels[p];
-    peer.staged = !peer.channel->capabilities().any_source_memory;
+    peer.staged = config.stage_all || !peer.channel->capabilities().any_source_memory;
     peer.send_seq.assign(config.lanes, 0);
     peer.recv_seq.assign(config.lanes, 0);
     PeerSlots& ps = f->shared_->peers[p];
@@ -109,6 +110,14 @@ Status Fabric::setup(std::vector<Transport*> transports) {
   for (const Peer& p : peers_) any_staged |= p.staged;
   region_bytes_ = data_bytes_ + control_bytes_ + small_bytes_ + (any_staged ? data_bytes_ : 0);
   bell_offset_ = region_bytes_ * world_;
+  std::vector<Transport*> distinct;
+  for (int p = 0; p < world_; ++p) {
+    if (p != rank_ &&
+        std::find(distinct.begin(), distinct.end(), transports[p]) == distinct.end()) {
+      distinct.push_back(transports[p]);
+    }
+  }
+  user_memory_ = std::make_shared<UserMemory>(std::move(distinct));
   block_bytes_ = (bell_offset_ + 64 + 4095) / 4096 * 4096;
   if (world_ == 1) return Status::ok();
   block_ = static_cast<std::byte*>(std::aligned_alloc(4096, block_bytes_));
@@ -297,6 +306,8 @@ FabricStats Fabric::stats() const {
   s.direct_pieces = direct_pieces_.load(std::memory_order_relaxed);
   s.notify_pieces = notify_pieces_.load(std::memory_order_relaxed);
   s.doorbell_sleeps = endpoint_ ? endpoint_->sleeps() : 0;
+  s.staged_pieces = staged_pieces_.load(std::memory_order_relaxed);
+  s.registered_source_pieces = registered_source_pieces_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -341,6 +352,8 @@ Fabric::~Fabric() {
     Status st = t->revoke_key(key);
     if (!st.is_ok()) RDMAFLOW_LOG_DEBUG("collectives: {}", st.to_string());
   }
+  // Buffers the caller still holds stay mapped but leave the transports now.
+  if (user_memory_) user_memory_->close();
   for (const auto& r : registrations_) {
     Status st = r.transport->deregister_memory(r.region);
     if (!st.is_ok()) RDMAFLOW_LOG_DEBUG("collectives: {}", st.to_string());

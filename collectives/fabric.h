@@ -59,6 +59,7 @@
 #include <mutex>
 #include <vector>
 
+#include "collectives/user_memory.h"
 #include "common/signal.h"
 #include "common/status.h"
 #include "transport/channel.h"
@@ -76,6 +77,10 @@ struct FabricConfig {
   std::chrono::microseconds direct_spin{10000};  // the same with direct peers (polling)
   int yield_polls = 0;  // sched_yield() every N polls while driving; 0: never
   bool direct = true;   // same-host peers: the direct path when it is viable
+  // Stage every large send as if each peer's backend needed a registered
+  // source (RDMAFLOW_COLL_STAGE=1): how verbs behaves, on any backend, to
+  // measure staging and test the registered-buffer path without an RDMA NIC.
+  bool stage_all = false;
 };
 
 // What the fabric did, for tests and tuning.
@@ -84,6 +89,10 @@ struct FabricStats {
   uint64_t direct_pieces = 0;    // pieces sent by put + signal of a sequence word
   uint64_t notify_pieces = 0;    // pieces sent as channel writes with notify
   uint64_t doorbell_sleeps = 0;  // times a waiter slept on the doorbell
+  // Large sends to peers that need a registered source: copied into the send
+  // staging first, or posted straight from a buffer of user_memory().
+  uint64_t staged_pieces = 0;
+  uint64_t registered_source_pieces = 0;
 };
 
 namespace notify_code {
@@ -197,6 +206,12 @@ class Fabric {
   // This rank's end of the memory channels: its doorbell and the waits on it.
   const shm::MemoryEndpoint& endpoint() const { return *endpoint_; }
   void count_notify_piece() { notify_pieces_.fetch_add(1, std::memory_order_relaxed); }
+  void count_staged_piece(bool registered) {
+    (registered ? registered_source_pieces_ : staged_pieces_)
+        .fetch_add(1, std::memory_order_relaxed);
+  }
+  // Buffers registered with every transport of the peers (user_memory.h).
+  const std::shared_ptr<UserMemory>& user_memory() const { return user_memory_; }
   FabricStats stats() const;
 
   // First channel error among `peers` (OK when all are healthy).
@@ -243,6 +258,9 @@ class Fabric {
   int direct_peers_ = 0;
   std::atomic<uint64_t> direct_pieces_{0};
   std::atomic<uint64_t> notify_pieces_{0};
+  std::atomic<uint64_t> staged_pieces_{0};
+  std::atomic<uint64_t> registered_source_pieces_{0};
+  std::shared_ptr<UserMemory> user_memory_;
   size_t region_bytes_ = 0;
   std::byte* block_ = nullptr;
   size_t block_bytes_ = 0;

@@ -14,6 +14,8 @@ then prints each figure beside Gloo's and the ratio (> 1: rdmaflow faster).
 
   bench/torch/torch_bench.py [--world 2] [--sizes 8,64K,1M,16M,64M] [--json FILE]
   bench/torch/torch_bench.py --cluster 0 --hosts 2 --per-host 1   # simulated hosts
+  RDMAFLOW_TRANSPORT=tcp RDMAFLOW_COLL_STAGE=1 bench/torch/torch_bench.py --registered
+      # also rdmaflow.torch.empty tensors: staging copies against none
 
 With --cluster, rank r runs on host h<r / per-host> of the simulated cluster
 (scripts/cluster --id ID up --hosts K first): both backends then go over the
@@ -57,7 +59,7 @@ def worker(args):
     import torch.nn as nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    import rdmaflow.torch  # noqa: F401
+    import rdmaflow.torch
 
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", args.rank))
     world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", args.world))
@@ -73,11 +75,7 @@ def worker(args):
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=agree)
         return t.tolist()
 
-    out = {"backend": args.backend, "world": world, "allreduce": [], "ddp": {}}
-    for size in args.sizes:
-        n = max(1, size // 4)
-        x = torch.ones(n)
-        iters = max(5, min(200, (256 << 20) // max(size, 1)))
+    def p50_allreduce(x, iters):
         for _ in range(3):
             dist.all_reduce(x)
         dist.barrier(group=agree)
@@ -86,12 +84,23 @@ def worker(args):
             t0 = time.perf_counter()
             dist.all_reduce(x)
             times.append(time.perf_counter() - t0)
-        times = slowest(times)
-        p50 = statistics.median(times)
+        return statistics.median(slowest(times))
+
+    out = {"backend": args.backend, "world": world, "allreduce": [], "ddp": {}}
+    for size in args.sizes:
+        n = max(1, size // 4)
+        iters = max(5, min(200, (256 << 20) // max(size, 1)))
+        p50 = p50_allreduce(torch.ones(n), iters)
         algbw = n * 4 / p50 / 1e9
-        out["allreduce"].append({"size": n * 4, "time_us": p50 * 1e6, "algbw_gbs": algbw,
-                                 "busbw_gbs": algbw * 2 * (world - 1) / world if world > 1
-                                 else algbw, "iters": iters})
+        row = {"size": n * 4, "time_us": p50 * 1e6, "algbw_gbs": algbw,
+               "busbw_gbs": algbw * 2 * (world - 1) / world if world > 1 else algbw,
+               "iters": iters}
+        if args.registered and args.backend == "rdmaflow":
+            reg = rdmaflow.torch.empty(n)
+            reg.fill_(1)
+            row["registered_time_us"] = p50_allreduce(reg, iters) * 1e6
+            row["staging"] = rdmaflow.torch.stats()
+        out["allreduce"].append(row)
     for model_name in args.models:
         torch.manual_seed(0)
         if model_name == "comm-heavy":
@@ -159,6 +168,8 @@ def run_backend(args, backend, out):
            ",".join(map(str, args.sizes)), "--models", ",".join(args.models),
            "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--threads", str(args.threads), "--timeout", str(args.timeout)]
+    if args.registered:
+        cmd.append("--registered")
     procs = [subprocess.Popen(rank_prefix(args, r) + cmd + ["--rank", str(r)])
              for r in range(args.world)]
     rcs = [p.wait() for p in procs]
@@ -180,6 +191,8 @@ def report(ours, gloo, where):
         rows.append({"size": a["size"], "rdmaflow": a, "gloo": b, "ratio": ratio})
         lines.append("%8s | %12.1f %10.3f | %12.1f %10.3f | %6.2fx" % (
             human(a["size"]), a["time_us"], a["busbw_gbs"], b["time_us"], b["busbw_gbs"], ratio))
+        if "registered_time_us" in a:
+            lines[-1] += "  | rdmaflow.torch.empty: %10.1f us" % a["registered_time_us"]
     lines.append("")
     lines.append("# DDP step time (median after warm-up, slowest rank); ratio = Gloo / rdmaflow")
     ddp = {}
@@ -210,6 +223,9 @@ def main():
     p.add_argument("--hosts", type=int, default=2, help="with --cluster: hosts used (default 2)")
     p.add_argument("--per-host", type=int, default=1,
                    help="with --cluster: ranks per host (default 1); --world = hosts x per-host")
+    p.add_argument("--registered", action="store_true",
+                   help="rdmaflow also times each size on an rdmaflow.torch.empty tensor "
+                   "(with RDMAFLOW_COLL_STAGE=1: staged against registered sources)")
     p.add_argument("--json", help="also write the report as JSON here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--backend", default="rdmaflow", help=argparse.SUPPRESS)

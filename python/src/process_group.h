@@ -77,6 +77,19 @@ class ProcessGroupRdmaflow : public c10d::ProcessGroup {
   const std::string getBackendName() const override { return "rdmaflow"; }
   // What each pair runs over and the communicator's host groups, for logs.
   std::string describe() const;
+  // process_group_memory.cc: a CPU tensor in memory registered with the
+  // group's transports (rdmaflow.torch.empty; see collectives/user_memory.h
+  // for its lifetime), and the fabric's counters.
+  at::Tensor empty_registered(std::vector<int64_t> sizes, at::ScalarType dtype);
+  FabricStats stats() const { return comm_->stats(); }
+  size_t registered_buffers() const;
+  // process_group_codec.cc: an f32 allreduce (average or sum) whose pieces
+  // cross encoded by `codec` (docs/compression.md), with the caller's error
+  // feedback in `state` (kept alive until the Work settles): what the DDP
+  // communication hooks of rdmaflow.torch.hooks run.
+  c10::intrusive_ptr<c10d::Work> allreduce_compressed(at::Tensor& tensor, const CodecSpec& codec,
+                                                      std::shared_ptr<CodecState> state,
+                                                      bool average);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;

@@ -2,9 +2,13 @@
 DistributedDataParallel on BACKEND, printing each step's loss, so that the
 test can compare rdmaflow's run with Gloo's (same seed, same data).
 
-    torch_ddp_worker.py RANK WORLD PORT BACKEND MODEL STEPS
+    torch_ddp_worker.py RANK WORLD PORT BACKEND MODEL STEPS [CODEC]
+
+With CODEC (rdmaflow only), the gradients cross through that codec's DDP
+communication hook (rdmaflow.torch.hooks.codec_hook).
 """
 import datetime
+import os
 import sys
 
 import torch
@@ -38,7 +42,14 @@ def main():
                             world_size=world, timeout=datetime.timedelta(seconds=120))
     model, x, y = model_and_batch(name, rank)
     ddp = DDP(model, bucket_cap_mb=1)  # several buckets: overlapping allreduces
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    if len(sys.argv) > 7:
+        from rdmaflow.torch import hooks
+        state = hooks.CompressionState()
+        ddp.register_comm_hook(state, hooks.codec_hook(sys.argv[7]))
+    # SGD at 0.05 with momentum 0.9 unless TORCH_DDP_LR, TORCH_DDP_MOMENTUM say otherwise.
+    momentum = float(os.environ.get("TORCH_DDP_MOMENTUM", "0.9"))
+    lr = float(os.environ.get("TORCH_DDP_LR", "0.05"))
+    opt = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=momentum)
     loss_fn = nn.CrossEntropyLoss()
     for step in range(steps):
         opt.zero_grad()
