@@ -304,6 +304,11 @@ class Relay {
         detail = e == SSL_ERROR_SYSCALL && saved != 0 ? std::strerror(saved)
                                                       : "the peer closed the connection";
       }
+      if (detail.find("binder") != std::string::npos ||
+          detail.find("decrypt") != std::string::npos) {
+        return refused(detail + ": the peer's key differs, so its job secret differs from this "
+                                "rank's; every rank needs the same job secret (docs/security.md)");
+      }
       return refused(detail + " (every rank needs RDMAFLOW_TLS=1 and the same job secret; "
                               "a peer without TLS or with another secret fails here: see its log)");
     }
