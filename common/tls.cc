@@ -182,7 +182,8 @@ class Relay {
       SSL_CTX_set_psk_find_session_callback(ctx_, &Relay::find_session);
     }
     ssl_ = SSL_new(ctx_);
-    if (ssl_ == nullptr || SSL_set_fd(ssl_, net_) != 1) return fail_local("SSL_new: " + ssl_errors());
+    if (ssl_ == nullptr || SSL_set_fd(ssl_, net_) != 1)
+      return fail_local("SSL_new: " + ssl_errors());
     SSL_set_app_data(ssl_, this);
     SSL_set_read_ahead(ssl_, 1);
     registered_ino_ = inode_of(local_);
@@ -295,8 +296,9 @@ class Relay {
       }
       if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
         return RDMAFLOW_ERROR(Code::kTimeout, op_, peer_rank_,
-                              "no TLS handshake from " + peer_ + " before the deadline (does it "
-                              "run with RDMAFLOW_TLS=1 too?)");
+                              "no TLS handshake from " + peer_ +
+                                  " before the deadline (does it "
+                                  "run with RDMAFLOW_TLS=1 too?)");
       }
       const int saved = errno;
       std::string detail = ssl_errors();
@@ -306,11 +308,13 @@ class Relay {
       }
       if (detail.find("binder") != std::string::npos ||
           detail.find("decrypt") != std::string::npos) {
-        return refused(detail + ": the peer's key differs, so its job secret differs from this "
-                                "rank's; every rank needs the same job secret (docs/security.md)");
+        return refused(detail +
+                       ": the peer's key differs, so its job secret differs from this "
+                       "rank's; every rank needs the same job secret (docs/security.md)");
       }
-      return refused(detail + " (every rank needs RDMAFLOW_TLS=1 and the same job secret; "
-                              "a peer without TLS or with another secret fails here: see its log)");
+      return refused(detail +
+                     " (every rank needs RDMAFLOW_TLS=1 and the same job secret; "
+                     "a peer without TLS or with another secret fails here: see its log)");
     }
   }
 
@@ -338,82 +342,92 @@ class Relay {
     finished_ = true;
   }
 
+  // One direction's bytes in flight: read into the tail, written from the head.
+  struct Pending {
+    std::vector<uint8_t> bytes = std::vector<uint8_t>(kBufferBytes);
+    size_t beg = 0, end = 0;
+    bool empty() const { return beg == end; }
+    bool has_room() const { return end < bytes.size(); }
+    uint8_t* tail() { return bytes.data() + end; }
+    int room() const { return static_cast<int>(bytes.size() - end); }
+    const uint8_t* head() const { return bytes.data() + beg; }
+    int size() const { return static_cast<int>(end - beg); }
+    void drained(size_t n) {
+      beg += n;
+      if (beg == end) beg = end = 0;
+    }
+  };
+
+  enum class Io { kMoved, kWait, kEnded };
+  // What an SSL_read / SSL_write that returned `r` means; `e` is its error.
+  Io classify(int r, int& e, bool& want_net_write) {
+    if (r > 0) return Io::kMoved;
+    e = SSL_get_error(ssl_, r);
+    if (e == SSL_ERROR_WANT_WRITE) want_net_write = true;
+    return e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ ? Io::kWait : Io::kEnded;
+  }
+
   // Moves bytes both ways until either side closes or fails.
   void pump() {
-    std::vector<uint8_t> out(kBufferBytes), in(kBufferBytes);
-    size_t out_beg = 0, out_end = 0, in_beg = 0, in_end = 0;
+    Pending out, in;  // local -> network, network -> local
     bool local_eof = false, net_eof = false, want_net_write = false;
+    int e = 0;
     for (;;) {
       for (bool progress = true; progress;) {
         progress = false;
-        if (!local_eof && out_end < out.size()) {
-          ssize_t n = ::recv(mine_, out.data() + out_end, out.size() - out_end, MSG_DONTWAIT);
+        if (!local_eof && out.has_room()) {
+          ssize_t n = ::recv(mine_, out.tail(), static_cast<size_t>(out.room()), MSG_DONTWAIT);
           if (n > 0) {
-            out_end += static_cast<size_t>(n);
+            out.end += static_cast<size_t>(n);
             progress = true;
           } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
             local_eof = true;
           }
         }
-        if (out_beg < out_end) {
+        if (!out.empty()) {
           ERR_clear_error();
-          int r = SSL_write(ssl_, out.data() + out_beg, static_cast<int>(out_end - out_beg));
-          if (r > 0) {
-            out_beg += static_cast<size_t>(r);
-            if (out_beg == out_end) out_beg = out_end = 0;
+          const int r = SSL_write(ssl_, out.head(), out.size());
+          const Io io = classify(r, e, want_net_write);
+          if (io == Io::kEnded) return log_end("sending", e);
+          if (io == Io::kMoved) {
+            out.drained(static_cast<size_t>(r));
             want_net_write = false;
             progress = true;
-          } else {
-            int e = SSL_get_error(ssl_, r);
-            if (e == SSL_ERROR_WANT_WRITE) {
-              want_net_write = true;
-            } else if (e != SSL_ERROR_WANT_READ) {
-              return log_end("sending", e);
-            }
           }
         }
-        if (!net_eof && in_end < in.size()) {
+        if (!net_eof && in.has_room()) {
           ERR_clear_error();
-          int r = SSL_read(ssl_, in.data() + in_end, static_cast<int>(in.size() - in_end));
-          if (r > 0) {
-            in_end += static_cast<size_t>(r);
+          const int r = SSL_read(ssl_, in.tail(), in.room());
+          const Io io = classify(r, e, want_net_write);
+          if (io == Io::kMoved) {
+            in.end += static_cast<size_t>(r);
             progress = true;
-          } else {
-            int e = SSL_get_error(ssl_, r);
-            if (e == SSL_ERROR_WANT_WRITE) {
-              want_net_write = true;
-            } else if (e != SSL_ERROR_WANT_READ) {
-              if (e != SSL_ERROR_ZERO_RETURN) log_end("receiving", e);
-              net_eof = true;
-            }
+          } else if (io == Io::kEnded) {
+            if (e != SSL_ERROR_ZERO_RETURN) log_end("receiving", e);
+            net_eof = true;
           }
         }
-        if (in_beg < in_end) {
-          ssize_t n = ::send(mine_, in.data() + in_beg, in_end - in_beg, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (!in.empty()) {
+          ssize_t n =
+              ::send(mine_, in.head(), static_cast<size_t>(in.size()), MSG_DONTWAIT | MSG_NOSIGNAL);
           if (n > 0) {
-            in_beg += static_cast<size_t>(n);
-            if (in_beg == in_end) in_beg = in_end = 0;
+            in.drained(static_cast<size_t>(n));
             progress = true;
           } else if (errno != EAGAIN && errno != EINTR) {
             return;  // the caller closed its end
           }
         }
       }
-      if (local_eof && out_beg == out_end) {
+      if (local_eof && out.empty()) {
         SSL_shutdown(ssl_);  // close_notify, best effort: the socket closes anyway
         return;
       }
-      if (net_eof && in_beg == in_end) return;
-      pollfd p[3] = {
-          {mine_,
-           static_cast<short>((!local_eof && out_end < out.size() ? POLLIN : 0) |
-                              (in_beg < in_end ? POLLOUT : 0)),
-           0},
-          {net_,
-           static_cast<short>((!net_eof && in_end < in.size() ? POLLIN : 0) |
-                              (want_net_write ? POLLOUT : 0)),
-           0},
-          {stop_, POLLIN, 0}};
+      if (net_eof && in.empty()) return;
+      const short local_events = static_cast<short>((!local_eof && out.has_room() ? POLLIN : 0) |
+                                                    (!in.empty() ? POLLOUT : 0));
+      const short net_events = static_cast<short>((!net_eof && in.has_room() ? POLLIN : 0) |
+                                                  (want_net_write ? POLLOUT : 0));
+      pollfd p[3] = {{mine_, local_events, 0}, {net_, net_events, 0}, {stop_, POLLIN, 0}};
       if (::poll(p, 3, -1) < 0 && errno != EINTR) return;
       if (p[2].revents & POLLIN) return;
     }

@@ -125,8 +125,7 @@ TEST_P(Conformance, AMessageOverTheReceiversLimitFailsItsChannel) {
         EXPECT_EQ(within.size(), 4096u);  // the limit itself is allowed
         auto over = ch.inbox().recv_message(kOpTimeout);
         RF_ASSERT(!over.is_ok());
-        EXPECT_NE(over.status().reason().find("RDMAFLOW_MAX_MESSAGE_BYTES=4096"),
-                  std::string::npos)
+        EXPECT_NE(over.status().reason().find("RDMAFLOW_MAX_MESSAGE_BYTES=4096"), std::string::npos)
             << over.status().to_string();
         EXPECT_EQ(over.status().peer(), 1) << over.status().to_string();
         RF_ASSERT_OK(ex.barrier());

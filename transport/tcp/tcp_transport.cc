@@ -350,7 +350,8 @@ Result<int> TcpTransport::connect_stream(int peer_rank, const std::string& addre
     }
     std::unique_ptr<tls::Connection> relay;
     if (err == 0 && options_.tls) {
-      RDMAFLOW_ASSIGN_OR_RETURN(relay, tls::start(fd, tls::Role::kConnect, op, peer_rank, deadline));
+      RDMAFLOW_ASSIGN_OR_RETURN(relay,
+                                tls::start(fd, tls::Role::kConnect, op, peer_rank, deadline));
       RDMAFLOW_RETURN_IF_ERROR(relay->wait_handshake(deadline));  // refused, or no TLS there
       fd = relay->take_local_fd();
       apply_socket_options(fd);

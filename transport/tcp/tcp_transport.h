@@ -28,8 +28,8 @@ struct TcpTransportOptions {
   TcpOptions channel;
   int sockbuf = 4 << 20;  // SO_SNDBUF / SO_RCVBUF; 0 leaves kernel autotuning on
   int64_t busy_poll_us = 0;
-  int port = 0;     // 0 = any free port
-  int streams = 1;  // RDMAFLOW_TCP_STREAMS: connections per channel
+  int port = 0;      // 0 = any free port
+  int streams = 1;   // RDMAFLOW_TCP_STREAMS: connections per channel
   bool tls = false;  // RDMAFLOW_TLS: every connection through a TLS relay (common/tls.h)
 };
 
