@@ -119,6 +119,7 @@ TEST_P(Conformance, AMessageOverTheReceiversLimitFailsItsChannel) {
       if (rank == 0) ::setenv("RDMAFLOW_MAX_MESSAGE_BYTES", "4096", 1);
       Node node;
       RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+      RF_ASSERT_OK(ex.barrier());  // both ends set up: what fails next is the message
       Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
       if (rank == 0) {
         RF_ASSIGN_OR_FAIL(auto within, ch.inbox().recv_message(kOpTimeout));
