@@ -263,5 +263,30 @@ TEST(Tls, TheStoreServesTlsClientsAndRefusesOthers) {
   RF_EXPECT_RUN_OK(r);
 }
 
+// A TLS client meeting a store without TLS fails at once, saying so.
+TEST(Tls, APlainStoreRefusesATlsClient) {
+  auto r = run_ranks(2, [](int rank, int, Exchange& ex) {
+    setup_rank(rank, rank == 1);
+    if (rank == 0) {
+      RF_ASSIGN_OR_FAIL(auto server, TcpStoreServer::start(HostPort{"127.0.0.1", 0}, 1));
+      RF_ASSERT_OK(ex.allgather(std::to_string(server->address().port)));
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    }
+    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(""));
+    const HostPort at{"127.0.0.1", static_cast<uint16_t>(std::stoi(all[0]))};
+    const auto start = std::chrono::steady_clock::now();
+    auto store = TcpStore::connect(at, 5000ms, 5000ms);
+    RF_ASSERT(!store.is_ok());
+    EXPECT_EQ(store.status().code(), Code::kUnauthenticated) << store.status().to_string();
+    EXPECT_NE(store.status().reason().find("RDMAFLOW_TLS=1"), std::string::npos)
+        << store.status().to_string();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5000ms);
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
 }  // namespace
 }  // namespace rdmaflow
