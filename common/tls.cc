@@ -61,8 +61,9 @@ Result<std::vector<uint8_t>> derive_psk(const std::string& op, int peer_rank) {
             (secret.source == SecretSource::kDisabled
                  ? "RDMAFLOW_AUTH=0 disables it"
                  : "none is configured (the per-user host secret does not serve TLS)") +
-            ": give every rank the same RDMAFLOW_JOB_SECRET_FILE (or RDMAFLOW_JOB_SECRET), "
-            "or unset RDMAFLOW_TLS (docs/security.md)");
+            ": give every rank the same RDMAFLOW_JOB_SECRET_FILE (or RDMAFLOW_JOB_SECRET), or "
+            "certificates (RDMAFLOW_TLS_CERT, RDMAFLOW_TLS_KEY, RDMAFLOW_TLS_CA), or unset "
+            "RDMAFLOW_TLS (docs/security.md)");
   }
   std::vector<uint8_t> psk(kPskBytes);
   EVP_KDF* kdf = EVP_KDF_fetch(nullptr, "HKDF", nullptr);
@@ -81,6 +82,99 @@ Result<std::vector<uint8_t>> derive_psk(const std::string& op, int peer_rank) {
     return RDMAFLOW_ERROR(Code::kInternal, op, peer_rank, "HKDF failed: " + ssl_errors());
   }
   return psk;
+}
+
+// What authenticates a connection: certificates (RDMAFLOW_TLS_CERT, _KEY, _CA),
+// else the PSK derived from the job secret.
+struct Keys {
+  std::vector<uint8_t> psk;
+  std::string cert, key, ca;
+  bool certificates() const { return !cert.empty(); }
+};
+
+Result<Keys> load_keys(const std::string& op, int peer_rank) {
+  Keys k;
+  k.cert = env_string("RDMAFLOW_TLS_CERT").value_or("");
+  k.key = env_string("RDMAFLOW_TLS_KEY").value_or("");
+  k.ca = env_string("RDMAFLOW_TLS_CA").value_or("");
+  const int set = int{!k.cert.empty()} + int{!k.key.empty()} + int{!k.ca.empty()};
+  if (set == 3) return k;
+  if (set > 0) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, peer_rank,
+                          "RDMAFLOW_TLS_CERT, RDMAFLOW_TLS_KEY and RDMAFLOW_TLS_CA go together: "
+                          "set all three, or none for the key derived from the job secret");
+  }
+  RDMAFLOW_ASSIGN_OR_RETURN(k.psk, derive_psk(op, peer_rank));
+  return k;
+}
+
+SSL_SESSION* psk_session(SSL* ssl) {
+  const auto* psk = static_cast<const std::vector<uint8_t>*>(SSL_get_app_data(ssl));
+  const SSL_CIPHER* cipher = SSL_CIPHER_find(ssl, kSuite);
+  SSL_SESSION* s = cipher != nullptr ? SSL_SESSION_new() : nullptr;
+  if (s == nullptr || !SSL_SESSION_set1_master_key(s, psk->data(), psk->size()) ||
+      !SSL_SESSION_set_cipher(s, cipher) || !SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION)) {
+    SSL_SESSION_free(s);
+    return nullptr;
+  }
+  return s;
+}
+
+int use_session(SSL* ssl, const EVP_MD* md, const unsigned char** id, size_t* id_len,
+                SSL_SESSION** sess) {
+  const SSL_CIPHER* cipher = SSL_CIPHER_find(ssl, kSuite);
+  if (md != nullptr && (cipher == nullptr || SSL_CIPHER_get_handshake_digest(cipher) != md)) {
+    *sess = nullptr;  // a HelloRetryRequest chose another hash: no PSK
+    return 1;
+  }
+  *sess = psk_session(ssl);
+  *id = reinterpret_cast<const unsigned char*>(kIdentity);
+  *id_len = sizeof kIdentity - 1;
+  return *sess != nullptr ? 1 : 0;
+}
+
+int find_session(SSL* ssl, const unsigned char* id, size_t id_len, SSL_SESSION** sess) {
+  *sess = nullptr;
+  if (id_len != sizeof kIdentity - 1 || std::memcmp(id, kIdentity, id_len) != 0) return 1;
+  *sess = psk_session(ssl);
+  return *sess != nullptr ? 1 : 0;
+}
+
+// Sets `ctx` up for `keys` (the SSL's app data must point at keys.psk); a file that
+// does not load is kInvalidArgument naming its variable.
+Status configure(SSL_CTX* ctx, const Keys& keys, Role role, const std::string& op, int peer_rank) {
+  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  // Only the suite the PSK is bound to: a server that picked a SHA-384 suite would
+  // drop the PSK and ask for a certificate it does not have.
+  SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256");
+  SSL_CTX_set_num_tickets(ctx, 0);  // no post-handshake messages: nothing to resume
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  if (!keys.certificates()) {
+    if (role == Role::kConnect) {
+      SSL_CTX_set_psk_use_session_callback(ctx, &use_session);
+    } else {
+      SSL_CTX_set_psk_find_session_callback(ctx, &find_session);
+    }
+    return Status::ok();
+  }
+  auto bad = [&](const char* knob, const std::string& file) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, peer_rank,
+                          std::string(knob) + "=" + file + " does not load: " + ssl_errors());
+  };
+  if (SSL_CTX_use_certificate_chain_file(ctx, keys.cert.c_str()) != 1) {
+    return bad("RDMAFLOW_TLS_CERT", keys.cert);
+  }
+  if (SSL_CTX_use_PrivateKey_file(ctx, keys.key.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(ctx) != 1) {
+    return bad("RDMAFLOW_TLS_KEY", keys.key);
+  }
+  if (SSL_CTX_load_verify_locations(ctx, keys.ca.c_str(), nullptr) != 1) {
+    return bad("RDMAFLOW_TLS_CA", keys.ca);
+  }
+  // Both ends show a certificate signed by the job's CA (mutual TLS). Ranks are
+  // addressed by IP, so no host name is checked: the CA is what admits a peer.
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  return Status::ok();
 }
 
 // Local ends of live relays (by inode, which no other socket shares while it
@@ -109,7 +203,12 @@ bool enabled() {
 }
 
 Status check_config(const std::string& op) {
-  return derive_psk(op, -1).status();
+  RDMAFLOW_ASSIGN_OR_RETURN(Keys keys, load_keys(op, -1));
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  if (ctx == nullptr) return RDMAFLOW_ERROR(Code::kInternal, op, -1, "SSL_CTX_new failed");
+  Status st = configure(ctx, keys, Role::kAccept, op, -1);
+  SSL_CTX_free(ctx);
+  return st;
 }
 
 int network_fd(int local_fd) {
@@ -151,8 +250,8 @@ class Relay {
     }
   }
 
-  Status init(std::vector<uint8_t> psk) {
-    psk_ = std::move(psk);
+  Status init(Keys keys) {
+    keys_ = std::move(keys);
     int pair[2];
     stop_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (stop_ < 0 || ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
@@ -170,21 +269,11 @@ class Relay {
 
     ctx_ = SSL_CTX_new(role_ == Role::kConnect ? TLS_client_method() : TLS_server_method());
     if (ctx_ == nullptr) return fail_local("SSL_CTX_new: " + ssl_errors());
-    SSL_CTX_set_min_proto_version(ctx_, TLS1_3_VERSION);
-    // Only the suite the PSK is bound to: a server that picked a SHA-384 suite would
-    // drop the PSK and ask for a certificate it does not have.
-    SSL_CTX_set_ciphersuites(ctx_, "TLS_AES_128_GCM_SHA256");
-    SSL_CTX_set_num_tickets(ctx_, 0);  // no post-handshake messages: nothing to resume
-    SSL_CTX_set_mode(ctx_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    if (role_ == Role::kConnect) {
-      SSL_CTX_set_psk_use_session_callback(ctx_, &Relay::use_session);
-    } else {
-      SSL_CTX_set_psk_find_session_callback(ctx_, &Relay::find_session);
-    }
+    RDMAFLOW_RETURN_IF_ERROR(configure(ctx_, keys_, role_, op_, peer_rank_));
     ssl_ = SSL_new(ctx_);
     if (ssl_ == nullptr || SSL_set_fd(ssl_, net_) != 1)
       return fail_local("SSL_new: " + ssl_errors());
-    SSL_set_app_data(ssl_, this);
+    SSL_set_app_data(ssl_, &keys_.psk);
     SSL_set_read_ahead(ssl_, 1);
     registered_ino_ = inode_of(local_);
     {
@@ -208,39 +297,6 @@ class Relay {
   }
 
  private:
-  static SSL_SESSION* psk_session(SSL* ssl) {
-    auto* self = static_cast<Relay*>(SSL_get_app_data(ssl));
-    const SSL_CIPHER* cipher = SSL_CIPHER_find(ssl, kSuite);
-    SSL_SESSION* s = cipher != nullptr ? SSL_SESSION_new() : nullptr;
-    if (s == nullptr || !SSL_SESSION_set1_master_key(s, self->psk_.data(), self->psk_.size()) ||
-        !SSL_SESSION_set_cipher(s, cipher) ||
-        !SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION)) {
-      SSL_SESSION_free(s);
-      return nullptr;
-    }
-    return s;
-  }
-
-  static int use_session(SSL* ssl, const EVP_MD* md, const unsigned char** id, size_t* id_len,
-                         SSL_SESSION** sess) {
-    const SSL_CIPHER* cipher = SSL_CIPHER_find(ssl, kSuite);
-    if (md != nullptr && (cipher == nullptr || SSL_CIPHER_get_handshake_digest(cipher) != md)) {
-      *sess = nullptr;  // a HelloRetryRequest chose another hash: no PSK
-      return 1;
-    }
-    *sess = psk_session(ssl);
-    *id = reinterpret_cast<const unsigned char*>(kIdentity);
-    *id_len = sizeof kIdentity - 1;
-    return *sess != nullptr ? 1 : 0;
-  }
-
-  static int find_session(SSL* ssl, const unsigned char* id, size_t id_len, SSL_SESSION** sess) {
-    *sess = nullptr;
-    if (id_len != sizeof kIdentity - 1 || std::memcmp(id, kIdentity, id_len) != 0) return 1;
-    *sess = psk_session(ssl);
-    return *sess != nullptr ? 1 : 0;
-  }
-
   Status fail_local(const std::string& why) {
     return RDMAFLOW_ERROR(Code::kInternal, op_, peer_rank_, "TLS with " + peer_ + ": " + why);
   }
@@ -305,6 +361,13 @@ class Relay {
       if (detail.empty()) {
         detail = e == SSL_ERROR_SYSCALL && saved != 0 ? std::strerror(saved)
                                                       : "the peer closed the connection";
+      }
+      if (detail.find("certificate") != std::string::npos ||
+          detail.find("unknown ca") != std::string::npos) {
+        return refused(detail +
+                       ": one rank's certificate is not signed by the other's "
+                       "RDMAFLOW_TLS_CA (every rank needs a certificate of the job's CA; "
+                       "docs/security.md)");
       }
       if (detail.find("binder") != std::string::npos ||
           detail.find("decrypt") != std::string::npos) {
@@ -451,7 +514,7 @@ class Relay {
   int peer_rank_;
   Clock::time_point deadline_;
   std::string peer_;
-  std::vector<uint8_t> psk_;
+  Keys keys_;
   SSL_CTX* ctx_ = nullptr;
   SSL* ssl_ = nullptr;
   ino_t registered_ino_ = 0;
@@ -480,9 +543,9 @@ bool Connection::finished() const {
 Result<std::unique_ptr<Connection>> start(int fd, Role role, const std::string& op, int peer_rank,
                                           Clock::time_point deadline) {
   auto relay = std::make_shared<Relay>(fd, role, op, peer_rank, deadline);
-  auto psk = derive_psk(op, peer_rank);
-  if (!psk.is_ok()) return psk.status();  // the relay closes fd
-  RDMAFLOW_RETURN_IF_ERROR(relay->init(std::move(*psk)));
+  auto keys = load_keys(op, peer_rank);
+  if (!keys.is_ok()) return keys.status();  // the relay closes fd
+  RDMAFLOW_RETURN_IF_ERROR(relay->init(std::move(*keys)));
   return std::unique_ptr<Connection>(new Connection(std::move(relay)));
 }
 

@@ -7,6 +7,10 @@
 // configured secret (RDMAFLOW_JOB_SECRET / _FILE) cannot use TLS: the per-user
 // host secret would make a key every process of the user on every host could
 // derive, and RDMAFLOW_AUTH=0 none at all.
+// Or certificates: RDMAFLOW_TLS_CERT (this rank's chain), RDMAFLOW_TLS_KEY (its
+// private key), RDMAFLOW_TLS_CA (the CA that admits peers), all three, PEM; then
+// both ends must show a certificate that CA signed (mutual TLS), and no job
+// secret is needed for TLS.
 //
 // Shape: a relay. The data path of a tcp channel reads straight into registered
 // memory with recvmsg, sends with a combining sendmsg sender and lets waiting

@@ -120,6 +120,19 @@ class Tap {
   std::string seen_;
 };
 
+// The plain text as a message; its receipt.
+Status send_text(Channel& ch) {
+  const std::string text = kPlainText;
+  Completion sent;
+  ch.send_message(std::vector<uint8_t>(text.begin(), text.end()), sent.callback(), 10000ms);
+  return sent.wait(10000ms);
+}
+
+bool received_text(Channel& ch) {
+  auto msg = ch.inbox().recv_message(10000ms);
+  return msg.is_ok() && std::string(msg->begin(), msg->end()) == kPlainText;
+}
+
 uint16_t port_of(const std::string& address) {
   return static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)));
 }
@@ -134,8 +147,7 @@ void message_through_tap(bool tls) {
       RF_ASSIGN_OR_FAIL(std::string addr, t->listen());
       RF_ASSERT_OK(ex.allgather(addr));
       RF_ASSIGN_OR_FAIL(auto ch, t->accept(1, 10000ms));
-      RF_ASSIGN_OR_FAIL(auto msg, ch->inbox().recv_message(10000ms));
-      EXPECT_EQ(std::string(msg.begin(), msg.end()), kPlainText);
+      EXPECT_TRUE(received_text(*ch));
       RF_ASSERT_OK(ex.barrier());
       return 0;
     }
@@ -143,12 +155,9 @@ void message_through_tap(bool tls) {
     Tap tap(port_of(all[0]));
     RF_ASSIGN_OR_FAIL(auto ch,
                       t->connect(0, "tcp://127.0.0.1:" + std::to_string(tap.port()), 10000ms));
-    std::string text = kPlainText;
-    Completion sent;
-    ch->send_message(std::vector<uint8_t>(text.begin(), text.end()), sent.callback(), 10000ms);
-    RF_ASSERT_OK(sent.wait(10000ms));
+    RF_ASSERT_OK(send_text(*ch));
     RF_ASSERT_OK(ex.barrier());
-    const std::string seen = tap.seen();
+    const std::string seen = tap.seen(), text = kPlainText;
     EXPECT_GT(seen.size(), text.size());
     EXPECT_EQ(seen.find(text) != std::string::npos, !tls)
         << (tls ? "the plain text crossed the wire under RDMAFLOW_TLS=1"
@@ -261,6 +270,73 @@ TEST(Tls, TheStoreServesTlsClientsAndRefusesOthers) {
     return 0;
   });
   RF_EXPECT_RUN_OK(r);
+}
+
+// A CA and a certificate it signed, made with the openssl tool into `dir`:
+// ca.pem, node.pem, node.key.
+bool make_certificates(const std::string& dir, const std::string& name) {
+  const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes ";
+  const std::string cmd =
+      "set -e; mkdir -p " + dir + "; cd " + dir + "; exec >/dev/null 2>&1; " + "openssl req -x509" +
+      ec + "-keyout ca.key -out ca.pem -days 1 -subj /CN=" + name + "-ca; openssl req" + ec +
+      "-keyout node.key -out node.csr -subj /CN=" + name +
+      "; openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+      "-out node.pem -days 1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+void use_certificates(const std::string& dir) {
+  ::setenv("RDMAFLOW_TLS_CERT", (dir + "/node.pem").c_str(), 1);
+  ::setenv("RDMAFLOW_TLS_KEY", (dir + "/node.key").c_str(), 1);
+  ::setenv("RDMAFLOW_TLS_CA", (dir + "/ca.pem").c_str(), 1);
+}
+
+// Certificates instead of the job secret: two ranks with certificates of the job's
+// CA talk (no job secret configured); a rank whose certificate another CA signed is
+// refused on both sides.
+TEST(Tls, CertificatesOfTheJobsCaAdmitAndOthersAreRefused) {
+  const std::string job = "/tmp/rdmaflow-tls-certs-" + std::to_string(::getpid());
+  if (!make_certificates(job + "/job", "job") || !make_certificates(job + "/other", "other")) {
+    GTEST_SKIP() << "the openssl tool could not make test certificates";
+  }
+  auto r = run_ranks(3, [&](int rank, int, Exchange& ex) {
+    setup_rank(rank, true);
+    ::unsetenv("RDMAFLOW_JOB_SECRET");            // certificates need none; the job handshake
+    ::setenv("XDG_RUNTIME_DIR", job.c_str(), 1);  // inside runs on the shared host secret
+    use_certificates(job + (rank == 2 ? "/other" : "/job"));
+    TransportConfig cfg;
+    cfg.rank = rank;
+    cfg.world_size = 3;
+    RF_ASSIGN_OR_FAIL(auto t, make_transport("tcp", cfg));
+    if (rank == 0) {
+      RF_ASSIGN_OR_FAIL(std::string addr, t->listen());
+      RF_ASSERT_OK(ex.allgather(addr));
+      RF_ASSERT_OK(ex.barrier());  // rank 2 was refused
+      EXPECT_FALSE(t->accept(2, 200ms).is_ok()) << "a certificate of another CA got a channel";
+      RF_ASSIGN_OR_FAIL(auto ch, t->accept(1, 10000ms));
+      EXPECT_TRUE(received_text(*ch));
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    }
+    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(""));
+    if (rank == 2) {
+      auto ch = t->connect(0, all[0], 5000ms);
+      RF_ASSERT(!ch.is_ok());
+      EXPECT_EQ(ch.status().code(), Code::kUnauthenticated) << ch.status().to_string();
+      EXPECT_NE(ch.status().reason().find("certificate"), std::string::npos)
+          << ch.status().to_string();
+      RF_ASSERT_OK(ex.barrier());
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    }
+    RF_ASSERT_OK(ex.barrier());
+    RF_ASSIGN_OR_FAIL(auto ch, t->connect(0, all[0], 10000ms));
+    RF_ASSERT_OK(send_text(*ch));
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+  std::system(("rm -rf " + job).c_str());
 }
 
 // A TLS client meeting a store without TLS fails at once, saying so.
