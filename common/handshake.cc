@@ -17,6 +17,7 @@
 #include "common/env.h"
 #include "common/fd_io.h"
 #include "common/log.h"
+#include "common/tls.h"
 
 namespace rdmaflow::auth {
 
@@ -29,10 +30,12 @@ constexpr char kDomain[] = "rdmaflow-auth-v1";
 // Flags each side announces, only to explain a failure (they are not trusted).
 constexpr uint8_t kFlagHostLocal = 1;  // the sender's secret is its per-user host secret
 constexpr uint8_t kFlagDisabled = 2;   // the sender runs with RDMAFLOW_AUTH=0
+constexpr uint8_t kFlagTls = 4;        // the sender runs with RDMAFLOW_TLS=1
 
 uint8_t flags_of(const JobSecret& s) {
-  if (s.source == SecretSource::kDisabled) return kFlagDisabled;
-  return s.host_local() ? kFlagHostLocal : 0;
+  const uint8_t tls = tls::enabled() ? kFlagTls : 0;
+  if (s.source == SecretSource::kDisabled) return kFlagDisabled | tls;
+  return (s.host_local() ? kFlagHostLocal : 0) | tls;
 }
 
 std::array<uint8_t, kLabelBytes> make_label(std::string_view label) {
@@ -74,6 +77,10 @@ std::array<uint8_t, kMacBytes> mac(const JobSecret& secret, char role,
 // Why two sides' proofs differ, from what each announced.
 std::string mismatch_hint(const JobSecret& mine, uint8_t peer_flags) {
   const uint8_t my_flags = flags_of(mine);
+  if ((my_flags ^ peer_flags) & kFlagTls) {
+    return std::string(my_flags & kFlagTls ? "this rank" : "the peer") +
+           " runs with RDMAFLOW_TLS=1 and the other does not; set it the same on every rank";
+  }
   if ((my_flags | peer_flags) & kFlagDisabled) {
     return std::string(my_flags & kFlagDisabled ? "this rank" : "the peer") +
            " runs with RDMAFLOW_AUTH=0 and the other does not; set it the same on every rank";
@@ -141,6 +148,11 @@ Acceptor::Acceptor(JobSecret secret, std::string_view label)
 
 Result<Challenge> Acceptor::challenge(std::span<const uint8_t> hello, const std::string& peer) {
   ByteReader r(hello);
+  if (hello.size() >= 2 && hello[0] == 0x16 && hello[1] == 0x03) {  // a TLS record: ClientHello
+    return refused(peer,
+                   "it speaks TLS: the peer runs with RDMAFLOW_TLS=1 and this rank does not; set "
+                   "it the same on every rank");
+  }
   RDMAFLOW_RETURN_IF_ERROR(read_head(r, hello.size(), kHelloBytes, peer_flags_, peer,
                                      "it did not start with the rdmaflow handshake (a stray "
                                      "connection, a port scan, or an rdmaflow older than this "
@@ -175,6 +187,14 @@ Status Acceptor::verify(std::span<const uint8_t> proof, const std::string& peer)
   return Status::ok();
 }
 
+Challenge tls_mismatch_challenge() {
+  ByteWriter w(kChallengeBytes);
+  w.u32(kMagic).u16(kVersion).u8(kFlagTls).u8(0);
+  Challenge out{};  // no nonce, no proof: it fails the connector's check, with the hint
+  std::memcpy(out.data(), w.body().data(), w.body().size());
+  return out;
+}
+
 namespace {
 
 bool address_of(const sockaddr_storage& ss, std::string& host, int& port) {
@@ -194,8 +214,15 @@ bool address_of(const sockaddr_storage& ss, std::string& host, int& port) {
   return true;
 }
 
+// The socket that reaches the peer: behind a TLS relay's local end, the relay's.
+int peer_socket(int fd) {
+  const int net = tls::network_fd(fd);
+  return net >= 0 ? net : fd;
+}
+
 // Is the other end of `fd` on this host: a loopback address or one of this host's own?
 bool peer_is_local(int fd) {
+  fd = peer_socket(fd);
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return false;
@@ -241,6 +268,7 @@ Status named(Status st, const std::string& op, int peer_rank) {
 }  // namespace
 
 std::string peer_address(int fd) {
+  if (auto behind_tls = tls::peer_address(fd)) return *behind_tls;
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   std::string host;

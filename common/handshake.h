@@ -77,6 +77,11 @@ class Acceptor {
   uint8_t peer_flags_ = 0;
 };
 
+// What an acceptor running TLS (common/tls.h) answers a connector that spoke the
+// plain handshake to it: a challenge whose flags say "TLS", so the connector's
+// error names the setting that differs.
+Challenge tls_mismatch_challenge();
+
 // "address:port" of the other end of socket `fd`, or "an unknown address".
 std::string peer_address(int fd);
 

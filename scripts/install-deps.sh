@@ -9,8 +9,9 @@ PACKAGES=(
   libucx-dev ucx-utils
   libboost-dev libeigen3-dev libgtest-dev libgmock-dev libspdlog-dev nlohmann-json3-dev
   libcli11-dev
-  # HMAC for the job handshake (common/handshake.cc)
-  libssl-dev
+  # HMAC for the job handshake (common/handshake.cc) and RDMAFLOW_TLS (common/tls.cc);
+  # the openssl tool makes tls_test's certificates
+  libssl-dev openssl
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libgloo-dev libopenmpi-dev openmpi-bin libpmix-dev
   clang libclang-rt-14-dev clang-format

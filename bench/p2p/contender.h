@@ -63,6 +63,15 @@ inline std::vector<Spec> expand(const std::string& name) {
   for (const Spec& v : transport_variants()) {
     if (v.label == name) return {v};
   }
+  if (name == "tcp_tls") {
+    // Not a registry row: tcp with every connection through TLS (RDMAFLOW_TLS=1,
+    // common/tls.h; needs a job secret), to price encryption beside plain tcp in one run.
+    Spec tls;
+    tls.label = name;
+    tls.backend = "tcp";
+    tls.env = {{"RDMAFLOW_TLS", "1"}};
+    return {tls};
+  }
   Spec unknown;
   unknown.label = unknown.backend = name;
   return {unknown};

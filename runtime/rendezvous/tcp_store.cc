@@ -11,6 +11,7 @@
 
 #include "common/handshake_asio.h"
 #include "common/log.h"
+#include "common/tls.h"
 #include "runtime/rendezvous/tcp_store_protocol.h"
 
 namespace rdmaflow {
@@ -140,8 +141,9 @@ namespace {
 // read only after the reply to the current one is written.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(TcpStoreServer::Impl& server, tcp::socket socket)
-      : server_(server), sock_(std::move(socket)), timer_(server.ioc) {}
+  Session(TcpStoreServer::Impl& server, tcp::socket socket,
+          std::unique_ptr<tls::Connection> tls = nullptr)
+      : server_(server), sock_(std::move(socket)), timer_(server.ioc), tls_(std::move(tls)) {}
 
   // Serves requests once the client proved the job secret (common/handshake.h):
   // before that nothing it sends is parsed, and it is dropped after
@@ -333,16 +335,15 @@ class Session : public std::enable_shared_from_this<Session> {
                       });
   }
 
-  std::string peer_name() const {
-    error_code ec;
-    auto ep = sock_.remote_endpoint(ec);
-    if (ec) return "a closed connection";
-    return ep.address().to_string() + ":" + std::to_string(ep.port());
+  std::string peer_name() {  // native_handle() is not const
+    if (!sock_.is_open()) return "a closed connection";
+    return auth::peer_address(sock_.native_handle());  // behind a TLS relay too
   }
 
   TcpStoreServer::Impl& server_;
   tcp::socket sock_;
   asio::steady_timer timer_;
+  std::unique_ptr<tls::Connection> tls_;  // RDMAFLOW_TLS: sock_ is its local end
   uint8_t header_[4] = {};
   static constexpr size_t kBodyChunk = 256 << 10;
   Bytes body_;
@@ -384,7 +385,21 @@ void TcpStoreServer::Impl::accept_next() {
       return;
     }
     socket.set_option(tcp::no_delay(true), ignored);
-    auto session = std::make_shared<Session>(*this, std::move(socket));
+    std::unique_ptr<tls::Connection> relay;
+    if (tls::enabled()) {
+      // The client speaks TLS: the session reads and writes the relay's local end.
+      auto started = tls::start(socket.release(ignored), tls::Role::kAccept, "rendezvous server",
+                                -1, Clock::now() + auth::handshake_timeout());
+      if (!started.is_ok()) {
+        RDMAFLOW_LOG_WARN("rendezvous server: {}", started.status().to_string());
+        accept_next();
+        return;
+      }
+      relay = std::move(*started);
+      socket = tcp::socket(ioc);
+      socket.assign(tcp::v4(), relay->take_local_fd(), ignored);
+    }
+    auto session = std::make_shared<Session>(*this, std::move(socket), std::move(relay));
     std::erase_if(sessions, [](const auto& w) { return w.expired(); });
     sessions.push_back(session);
     session->start();
@@ -414,6 +429,7 @@ void TcpStoreServer::Impl::close_all() {
 Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::start(const HostPort& address,
                                                               int expected_clients) {
   const std::string op = "serve rendezvous at " + address.to_string();
+  if (tls::enabled()) RDMAFLOW_RETURN_IF_ERROR(tls::check_config(op));
   RDMAFLOW_ASSIGN_OR_RETURN(auto endpoints, resolve(address, op));
   auto impl = std::make_unique<Impl>();
   impl->expected_clients = expected_clients;
@@ -514,6 +530,7 @@ struct TcpStore::Impl {
   std::mutex mu;  // one request in flight
   asio::io_context ioc;
   tcp::socket sock{ioc};
+  std::unique_ptr<tls::Connection> tls;  // RDMAFLOW_TLS: sock is its local end
   bool connected = false;
 
   // Runs the io_context until `done` or `deadline`; on deadline closes the socket.
@@ -532,7 +549,22 @@ struct TcpStore::Impl {
     sock.close(ignored);
     ioc.restart();
     ioc.run();  // let the cancelled handlers finish
+    tls.reset();
     connected = false;
+  }
+
+  // With RDMAFLOW_TLS=1: TLS on the connected `sock`, which then is the relay's local end.
+  Status start_tls(Clock::time_point deadline, const std::string& op) {
+    error_code ignored;
+    RDMAFLOW_ASSIGN_OR_RETURN(
+        tls, tls::start(sock.release(ignored), tls::Role::kConnect, op, 0, deadline));
+    Status st = tls->wait_handshake(deadline);
+    if (!st.is_ok()) {
+      tls.reset();
+      return st;
+    }
+    sock.assign(tcp::v4(), tls->take_local_fd(), ignored);
+    return Status::ok();
   }
 
   Status connect_until(Clock::time_point deadline, const std::string& op, Millis budget) {
@@ -542,6 +574,7 @@ struct TcpStore::Impl {
       for (const auto& ep : endpoints) {
         error_code ignored, ec;
         sock.close(ignored);
+        tls.reset();
         bool done = false;
         sock.async_connect(ep, [&](error_code e) {
           ec = e;
@@ -550,6 +583,7 @@ struct TcpStore::Impl {
         if (!run_until(deadline, done)) break;
         if (!ec) {
           sock.set_option(tcp::no_delay(true), ignored);
+          if (tls::enabled()) RDMAFLOW_RETURN_IF_ERROR(start_tls(deadline, op));
           int err = 0;
           Status st =
               auth::authenticate_connect(sock.native_handle(), "store", op, 0, deadline, &err);

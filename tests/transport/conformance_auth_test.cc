@@ -98,6 +98,47 @@ TEST_P(Conformance, PeersWithoutTheJobSecretAreRefusedAndWriteNothing) {
   RF_EXPECT_RUN_OK(r);
 }
 
+// A peer that sends a message over the receiver's RDMAFLOW_MAX_MESSAGE_BYTES (a
+// hostile peer, or one configured otherwise: its own limit lets it send) fails
+// the receiver's channel with an error naming the limit and the peer, before a
+// buffer of that size is allocated: on ucx both the eager path (8 KiB) and the
+// announced (rendezvous) one (1 MiB), on tcp the MESSAGE frame's header check.
+TEST_P(Conformance, AMessageOverTheReceiversLimitFailsItsChannel) {
+  if (backend().backend == "verbs") {
+    // Its reassembler has a fixed limit (verbs_wire.h, kMaxMessageBytes), not the knob.
+    GTEST_SKIP() << "verbs does not read RDMAFLOW_MAX_MESSAGE_BYTES";
+  }
+  for (const size_t size : {size_t{8192}, size_t{1} << 20}) {
+    SCOPED_TRACE(std::to_string(size) + " bytes");
+    auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+      if (rank == 0) ::setenv("RDMAFLOW_MAX_MESSAGE_BYTES", "4096", 1);
+      Node node;
+      RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+      RF_ASSERT_OK(ex.barrier());  // both ends set up: what fails next is the message
+      Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+      if (rank == 0) {
+        RF_ASSIGN_OR_FAIL(auto within, ch.inbox().recv_message(kOpTimeout));
+        EXPECT_EQ(within.size(), 4096u);  // the limit itself is allowed
+        auto over = ch.inbox().recv_message(kOpTimeout);
+        RF_ASSERT(!over.is_ok());
+        EXPECT_NE(over.status().reason().find("RDMAFLOW_MAX_MESSAGE_BYTES=4096"), std::string::npos)
+            << over.status().to_string();
+        EXPECT_EQ(over.status().peer(), 1) << over.status().to_string();
+        RF_ASSERT_OK(ex.barrier());
+        return 0;
+      }
+      Completion a, b;
+      ch.send_message(std::vector<uint8_t>(4096, 1), a.callback(), kOpTimeout);
+      RF_ASSERT_OK(a.wait(kOpTimeout));
+      ch.send_message(std::vector<uint8_t>(size, 2), b.callback(), kOpTimeout);
+      (void)b.wait(kOpTimeout);  // it may complete (handed over) or fail (the peer hung up)
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    });
+    RF_EXPECT_RUN_OK(r);
+  }
+}
+
 // A forged secret is no question the target answers: the channel that carried it
 // fails on both sides (sticky), and the target's memory is untouched.
 TEST_P(Conformance, AForgedKeySecretFailsTheChannel) {

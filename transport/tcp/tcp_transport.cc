@@ -76,6 +76,12 @@ Result<std::unique_ptr<Transport>> TcpTransport::create(const TransportConfig& c
                           "RDMAFLOW_TCP_PORT=" + std::to_string(port) + " is not a port");
   }
   o.port = static_cast<int>(port);
+  o.tls = tls::enabled();
+  if (o.tls) {
+    RDMAFLOW_RETURN_IF_ERROR(tls::check_config("create tcp transport"));
+    // MSG_ZEROCOPY has no meaning on the relay's local socket: the relay copies.
+    o.channel.zerocopy_min = 0;
+  }
   return std::unique_ptr<Transport>(new TcpTransport(config, o));
 }
 
@@ -180,6 +186,26 @@ void TcpTransport::start_accept() {
         return;
       }
       incoming_.push_back(in);
+    }
+    if (options_.tls) {
+      // The peer speaks TLS; everything above (handshake, hello, frames) runs on the
+      // relay's local end as it would on the socket.
+      boost::system::error_code ec;
+      const int net = in->socket.release(ec);
+      auto relay = tls::start(net, tls::Role::kAccept,
+                              "tcp transport of rank " + std::to_string(config_.rank), -1,
+                              Clock::now() + auth::handshake_timeout());
+      if (!relay.is_ok()) {
+        RDMAFLOW_LOG_WARN("{}", relay.status().to_string());
+        std::lock_guard<std::mutex> lock(mu_);
+        std::erase(incoming_, in);
+        start_accept();
+        return;
+      }
+      const int local = (*relay)->take_local_fd();
+      apply_socket_options(local);
+      in->socket.assign(tcp::v4(), local, ec);
+      keep_tls(std::move(*relay));
     }
     in->timer.expires_after(auth::handshake_timeout());
     in->timer.async_wait([this, in](const boost::system::error_code& e) {
@@ -322,6 +348,14 @@ Result<int> TcpTransport::connect_stream(int peer_rank, const std::string& addre
         }
       }
     }
+    std::unique_ptr<tls::Connection> relay;
+    if (err == 0 && options_.tls) {
+      RDMAFLOW_ASSIGN_OR_RETURN(relay,
+                                tls::start(fd, tls::Role::kConnect, op, peer_rank, deadline));
+      RDMAFLOW_RETURN_IF_ERROR(relay->wait_handshake(deadline));  // refused, or no TLS there
+      fd = relay->take_local_fd();
+      apply_socket_options(fd);
+    }
     if (err == 0) {
       Status auth = auth::authenticate_connect(fd, "tcp", op, peer_rank, deadline, &err);
       if (!auth.is_ok() && err == 0) {
@@ -350,6 +384,7 @@ Result<int> TcpTransport::connect_stream(int peer_rank, const std::string& addre
                                 address + " belongs to rank " + std::to_string(reply.rank) +
                                     ", not rank " + std::to_string(peer_rank));
         }
+        if (relay) keep_tls(std::move(relay));
         return fd;
       }
       if (err == 0) err = ECONNRESET;  // closed without a reply: e.g. a streams mismatch
@@ -410,6 +445,16 @@ Result<std::shared_ptr<Channel>> TcpTransport::accept(int peer_rank, Millis time
   return hand_out(std::move(fds), peer_rank);
 }
 
+void TcpTransport::keep_tls(std::unique_ptr<tls::Connection> connection) {
+  std::vector<std::unique_ptr<tls::Connection>> ended;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& c : tls_) {
+    if (c->finished()) ended.push_back(std::move(c));
+  }
+  std::erase(tls_, nullptr);
+  tls_.push_back(std::move(connection));
+}
+
 bool TcpTransport::sweep(Clock::time_point now) {
   std::vector<std::shared_ptr<TcpChannel>> channels;
   {
@@ -468,6 +513,12 @@ void TcpTransport::shutdown() {
     acceptor_.reset();
   }
   for (auto& ch : channels) ch->release_socket();
+  std::vector<std::unique_ptr<tls::Connection>> relays;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    relays.swap(tls_);
+  }
+  relays.clear();  // stops and joins each relay
   // Drop handlers still queued (aborted waits); they hold channel references.
   loop_->io().restart();
   loop_->io().poll();

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/tls.h"
 #include "transport/common/grant_table.h"
 #include "transport/tcp/tcp_channel.h"
 #include "transport/tcp/tcp_progress.h"
@@ -27,8 +28,9 @@ struct TcpTransportOptions {
   TcpOptions channel;
   int sockbuf = 4 << 20;  // SO_SNDBUF / SO_RCVBUF; 0 leaves kernel autotuning on
   int64_t busy_poll_us = 0;
-  int port = 0;     // 0 = any free port
-  int streams = 1;  // RDMAFLOW_TCP_STREAMS: connections per channel
+  int port = 0;      // 0 = any free port
+  int streams = 1;   // RDMAFLOW_TCP_STREAMS: connections per channel
+  bool tls = false;  // RDMAFLOW_TLS: every connection through a TLS relay (common/tls.h)
 };
 
 class TcpTransport final : public Transport {
@@ -66,6 +68,8 @@ class TcpTransport final : public Transport {
   Result<int> connect_stream(int peer_rank, const std::string& address, int stream,
                              Clock::time_point deadline, Millis timeout);
   bool sweep(Clock::time_point now);
+  // With TLS: the relay of a connection lives as long as the transport, or until it ends.
+  void keep_tls(std::unique_ptr<tls::Connection> connection);
 
   TransportConfig config_;
   TcpTransportOptions options_;
@@ -85,6 +89,7 @@ class TcpTransport final : public Transport {
   std::map<int, std::vector<Accepted>> accepted_;  // sockets by rank, hello done
   std::vector<std::shared_ptr<Incoming>> incoming_;
   std::vector<std::shared_ptr<TcpChannel>> channels_;
+  std::vector<std::unique_ptr<tls::Connection>> tls_;
   uint64_t ticks_ = 0;  // progress thread
 };
 

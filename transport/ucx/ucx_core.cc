@@ -347,6 +347,13 @@ ucs_status_t UcxCore::on_am(void* arg, const void* header, size_t header_length,
   AmHeader h;
   std::memcpy(&h, header, sizeof(h));
   if (h.type == static_cast<uint8_t>(MsgType::kHello)) {
+    if (core->hellos_.size() >= core->max_hellos_) {
+      RDMAFLOW_LOG_WARN(
+          "ucx: dropped a hello from a peer claiming rank {}: {} hellos are already queued "
+          "(RDMAFLOW_AUTH_PENDING_MAX)",
+          h.value, core->hellos_.size());
+      return UCS_OK;
+    }
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0 && length < 4096 &&
         length > auth::kHelloBytes) {
       const auto* bytes = static_cast<const uint8_t*>(data);

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "allocator/registrar.h"
+#include "common/handshake.h"
 #include "common/spin_policy.h"
 #include "common/status.h"
 #include "transport/channel.h"
@@ -311,6 +312,9 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   std::vector<std::shared_ptr<shm::NotifyRing>> waiter_armed_;  // drive_blocking's, asleep
   std::vector<std::shared_ptr<UcxChannel>> channels_;           // index = channel id - 1
   std::vector<Hello> hellos_;
+  // Hellos queued between two progress passes, at most RDMAFLOW_AUTH_PENDING_MAX:
+  // a flood of them is dropped in the callback instead of piling up.
+  const size_t max_hellos_ = static_cast<size_t>(auth::max_pending_handshakes());
   std::vector<ToClose> to_close_;
   std::vector<Closing> closing_;
   OpLedger<Op> active_;  // ops whose callback is still pending, oldest first
