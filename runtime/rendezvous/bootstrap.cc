@@ -4,6 +4,7 @@
 #include <map>
 #include <thread>
 
+#include "common/counters.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "runtime/rendezvous/launcher_rendezvous.h"
@@ -413,9 +414,12 @@ Result<ChannelMesh> Bootstrap::connect_mesh(const TransportSelector& select,
         if (ch.is_ok()) {
           mesh[p] = std::move(*ch);
           ++accepted;
-        } else if (accept_error.is_ok()) {
-          accept_error = ch.status().with_op(op + ": accept from rank " + std::to_string(p) +
-                                             " over " + chosen[p]->name());
+        } else {
+          stats::counters(chosen[p]->name(), p).add_error();
+          if (accept_error.is_ok()) {
+            accept_error = ch.status().with_op(op + ": accept from rank " + std::to_string(p) +
+                                               " over " + chosen[p]->name());
+          }
         }
       }
       accept_ms = ms_since(t0);
@@ -426,9 +430,13 @@ Result<ChannelMesh> Bootstrap::connect_mesh(const TransportSelector& select,
       if (ch.is_ok()) {
         mesh[p] = std::move(*ch);
         ++connected;
-      } else if (connect_error.is_ok()) {
-        connect_error = ch.status().with_op(op + ": connect to rank " + std::to_string(p) + " at " +
-                                            peer_address[p] + " over " + chosen[p]->name());
+      } else {
+        stats::counters(chosen[p]->name(), p).add_error();
+        if (connect_error.is_ok()) {
+          connect_error =
+              ch.status().with_op(op + ": connect to rank " + std::to_string(p) + " at " +
+                                  peer_address[p] + " over " + chosen[p]->name());
+        }
       }
     }
     connect_ms = ms_since(t0);

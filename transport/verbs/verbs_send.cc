@@ -34,6 +34,7 @@ std::shared_ptr<VerbsChannel::Op> VerbsChannel::make_op(const char* name, Callba
 }
 
 void VerbsChannel::reject(Callback done, Status status) {
+  counters_->add_result(status);
   core_->defer_callback(std::move(done), std::move(status));
 }
 
@@ -66,6 +67,7 @@ Result<uint32_t> VerbsChannel::check_key(const char* op, const RemoteKey& key, u
 void VerbsChannel::write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                          std::optional<uint64_t> notify, Callback done, Millis timeout) {
   const char* name = "write";
+  counters_->add_write(len);
   if (!error_.ok()) return reject(std::move(done), error_.for_op(name));
   auto rkey = check_key(name, dst, dst_offset, len);
   if (!rkey.is_ok()) return reject(std::move(done), rkey.status());
@@ -109,6 +111,7 @@ void VerbsChannel::write(const void* src, size_t len, const RemoteKey& dst, uint
 void VerbsChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset,
                         Callback done, Millis timeout) {
   const char* name = "read";
+  counters_->add_read(len);
   if (!error_.ok()) return reject(std::move(done), error_.for_op(name));
   auto rkey = check_key(name, src, src_offset, len);
   if (!rkey.is_ok()) return reject(std::move(done), rkey.status());
@@ -145,6 +148,7 @@ void VerbsChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t sr
 
 void VerbsChannel::send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) {
   const char* name = "send message";
+  counters_->add_message_sent(bytes.size());
   if (!error_.ok()) return reject(std::move(done), error_.for_op(name));
   if (bytes.size() > kMaxMessageBytes) {
     return reject(std::move(done), RDMAFLOW_ERROR(Code::kInvalidArgument, name, peer_rank(),
