@@ -133,17 +133,27 @@ std::string to_table(const Snapshot& s) {
                                        "writes",    "reads",   "msg_out", "msg_in",
                                        "errors",    "retries", "stalls",  "wait(ms)"};
   constexpr size_t kColumns = std::size(kHeads);
+  auto cells = [](const PeerStats& p, std::string peer) {
+    char wait[32];
+    std::snprintf(wait, sizeof(wait), "%.1f", static_cast<double>(p.wait_ns) / 1e6);
+    return std::vector<std::string>{p.transport,
+                                    std::move(peer),
+                                    std::to_string(p.bytes_sent),
+                                    std::to_string(p.bytes_received),
+                                    std::to_string(p.writes),
+                                    std::to_string(p.reads),
+                                    std::to_string(p.messages_sent),
+                                    std::to_string(p.messages_received),
+                                    std::to_string(p.errors),
+                                    std::to_string(p.retries),
+                                    std::to_string(p.credit_stalls),
+                                    wait};
+  };
   std::vector<std::vector<std::string>> rows;
   PeerStats total;
   total.transport = "total";
   for (const PeerStats& p : s.peers) {
-    char wait[32];
-    std::snprintf(wait, sizeof(wait), "%.1f", static_cast<double>(p.wait_ns) / 1e6);
-    rows.push_back({p.transport, std::to_string(p.peer), std::to_string(p.bytes_sent),
-                    std::to_string(p.bytes_received), std::to_string(p.writes),
-                    std::to_string(p.reads), std::to_string(p.messages_sent),
-                    std::to_string(p.messages_received), std::to_string(p.errors),
-                    std::to_string(p.retries), std::to_string(p.credit_stalls), wait});
+    rows.push_back(cells(p, std::to_string(p.peer)));
     total.bytes_sent += p.bytes_sent;
     total.bytes_received += p.bytes_received;
     total.writes += p.writes;
@@ -155,15 +165,7 @@ std::string to_table(const Snapshot& s) {
     total.credit_stalls += p.credit_stalls;
     total.wait_ns += p.wait_ns;
   }
-  if (s.peers.size() > 1) {
-    char wait[32];
-    std::snprintf(wait, sizeof(wait), "%.1f", static_cast<double>(total.wait_ns) / 1e6);
-    rows.push_back({"total", "*", std::to_string(total.bytes_sent),
-                    std::to_string(total.bytes_received), std::to_string(total.writes),
-                    std::to_string(total.reads), std::to_string(total.messages_sent),
-                    std::to_string(total.messages_received), std::to_string(total.errors),
-                    std::to_string(total.retries), std::to_string(total.credit_stalls), wait});
-  }
+  if (s.peers.size() > 1) rows.push_back(cells(total, "*"));
   std::vector<size_t> width(kColumns);
   for (size_t c = 0; c < kColumns; ++c) width[c] = std::string_view(kHeads[c]).size();
   for (const auto& row : rows) {

@@ -163,6 +163,7 @@ def plot_coll(docs, prefix):
         style = "-" if lib == "rdmaflow" or lib not in ("gloo", "mpi", "socket") else "--"
         curve(ax, pts, label, COLOURS[i % len(COLOURS)], style)
     size_axis(ax, sizes)
+    ax.set_yscale("log")
     ax.set_ylabel("busbw (GB/s, 1e9 B/s)")
     ax.set_title(title_of(docs, "rdmaflow_coll_bench: " + what), fontsize=10)
     ax.grid(True, alpha=0.3)

@@ -277,6 +277,12 @@ void die(const std::string& what) {
   std::exit(1);
 }
 
+std::string fixed1(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", v);
+  return buf;
+}
+
 double pct(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   size_t i = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
@@ -623,6 +629,7 @@ int main(int argc, char** argv) {
     row["count"] = count;
     std::vector<double> busbws(libs.size(), 0);
     std::vector<std::string> line(libs.size());
+    std::string codec_cpu;  // rank 0's encode/decode ms per codec column
     for (size_t l = 0; l < libs.size(); ++l) {
       Lib& lib = libs[l];
       if (!lib.supports(a, count)) {
@@ -684,6 +691,11 @@ int main(int argc, char** argv) {
         row[lib.name]["wire_bytes_per_rank"] = wire;
         row[lib.name]["speedup_vs_uncompressed"] = speedup;
         row[lib.name]["relative_error"] = rel_error;
+        const bench::CodecColumn::CpuCost cost = col->cpu_cost();
+        row[lib.name]["encode_ms"] = cost.encode_ms;  // rank 0, one pass over the input
+        row[lib.name]["decode_ms"] = cost.decode_ms;
+        codec_cpu += " " + col->name().substr(6) + " " + fixed1(cost.encode_ms) + "/" +
+                     fixed1(cost.decode_ms);
         std::snprintf(buf, sizeof(buf), " | %16.0f %10zu %6.2fx %8.1e", p50, wire, speedup,
                       rel_error);
       } else if (l == 0) {
@@ -714,6 +726,8 @@ int main(int argc, char** argv) {
       if (!columns.empty()) {
         std::printf("#   wire bytes per rank and call, uncompressed: %zu (bandwidth-optimal)\n",
                     bench::uncompressed_sent_bytes(a.op, bytes, world));
+        std::printf("#   codec CPU, rank 0, one pass over the input, encode/decode ms:%s\n",
+                    codec_cpu.c_str());
       }
       std::fflush(stdout);
       out_json["rows"].push_back(row);
