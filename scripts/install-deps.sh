@@ -23,6 +23,8 @@ PACKAGES=(
   python3-torchvision
   # the ONNX model loader (graph/onnx) and the ONNX tests' export and seeds
   libonnx-dev python3-onnx
+  # benchmark plots (scripts/plot-bench.py)
+  python3-matplotlib
   # the cluster in a box (scripts/cluster): namespaces, Slurm and its munge
   util-linux slurm-wlm munge
   # fault tests across the simulated hosts (tests/cluster/faults_test.sh): partitions

@@ -5,6 +5,22 @@
 #include "transport/channel_trace.h"
 
 namespace rdmaflow {
+namespace {
+
+// Adds the time from its creation to its destruction to the peer's wait time.
+struct WaitClock {
+  explicit WaitClock(stats::PeerCounters* c) : counters(c) {}
+  ~WaitClock() {
+    counters->add_wait_ns(
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::steady_clock::now() - start)
+                                  .count()));
+  }
+  stats::PeerCounters* counters;
+  const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+};
+
+}  // namespace
 
 void Inbox::push_notify(uint64_t value) {
   std::function<void()> listener;
@@ -18,6 +34,7 @@ void Inbox::push_notify(uint64_t value) {
 }
 
 void Inbox::push_message(std::vector<uint8_t> bytes) {
+  counters_->add_message_received(bytes.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
     messages_.push_back(std::move(bytes));
@@ -70,7 +87,8 @@ void Inbox::set_notify_listener(std::function<void()> listener) {
 }
 
 Result<uint64_t> Inbox::wait_notify(Millis timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const WaitClock waited(counters_);
+  const auto deadline = waited.start + timeout;
   auto pred = [&] { return !notifies_.empty() || !error_.is_ok(); };
   drive(deadline, pred);
   std::unique_lock<std::mutex> lock(mu_);
@@ -87,7 +105,8 @@ Result<uint64_t> Inbox::wait_notify(Millis timeout) {
 }
 
 Status Inbox::wait_notify_value(uint64_t value, Millis timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const WaitClock waited(counters_);
+  const auto deadline = waited.start + timeout;
   drive(deadline, [&] {
     return std::find(notifies_.begin(), notifies_.end(), value) != notifies_.end() ||
            !error_.is_ok();
@@ -122,7 +141,8 @@ std::optional<uint64_t> Inbox::poll_notify() {
 }
 
 Result<std::vector<uint8_t>> Inbox::recv_message(Millis timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const WaitClock waited(counters_);
+  const auto deadline = waited.start + timeout;
   auto pred = [&] { return !messages_.empty() || !error_.is_ok(); };
   drive(deadline, pred);
   std::unique_lock<std::mutex> lock(mu_);

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/counters.h"
 #include "common/status.h"
 #include "transport/remote_key.h"
 
@@ -79,6 +80,8 @@ class Inbox {
   void set_notify_listener(std::function<void()> listener);
 
   void set_peer(int peer) { peer_ = peer; }
+  // Where messages received and time spent waiting are counted (Channel::bind_counters).
+  void set_counters(stats::PeerCounters* counters) { counters_ = counters; }
 
   // Waits drive `driver` before sleeping (see WaitDriver).
   void set_wait_driver(std::shared_ptr<WaitDriver> driver);
@@ -99,6 +102,7 @@ class Inbox {
   std::shared_ptr<WaitDriver> driver_;
   Status error_;
   int peer_ = -1;
+  stats::PeerCounters* counters_ = &stats::unbound();
 };
 
 // A same-host peer's registered memory, mapped into this process (see
@@ -162,8 +166,20 @@ class Channel {
 
   Inbox& inbox() { return inbox_; }
 
+  // What this process moved to and from the peer over this channel's backend,
+  // shared by every channel to that peer over that backend (common/counters.h).
+  stats::PeerCounters& counters() { return *counters_; }
+
  protected:
+  // Backends call it once the peer's rank is known, before the channel is
+  // handed out: the data path then counts into a plain pointer.
+  void bind_counters(std::string_view backend, int peer) {
+    counters_ = &stats::counters(backend, peer);
+    inbox_.set_counters(counters_);
+  }
+
   Inbox inbox_;
+  stats::PeerCounters* counters_ = &stats::unbound();
 };
 
 // Completion: a one-shot waitable that turns a callback-style operation into a

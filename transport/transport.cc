@@ -91,6 +91,7 @@ Result<std::unique_ptr<Transport>> make_transport(const std::string& name,
     return RDMAFLOW_ERROR(Code::kNotFound, "create transport", -1,
                           "unknown transport '" + name + "' (built: " + known + ")");
   }
+  stats::set_rank(config.rank);  // the rank the counters report under (common/counters.h)
   return factory(config);
 }
 

@@ -65,6 +65,7 @@
 #include "bench/cpu_load.h"
 #include "collectives/algorithms/registry.h"
 #include "collectives/communicator.h"
+#include "common/counters.h"
 #include "runtime/rendezvous/bootstrap.h"
 #include "runtime/selection/transport_select.h"
 #include "tools/cli.h"
@@ -275,6 +276,21 @@ void die(const std::string& what) {
   std::fprintf(stderr, "rdmaflow_coll_bench: %s\n", what.c_str());
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::exit(1);
+}
+
+// Payload bytes this process's channels sent to every peer so far (writes and
+// messages, common/counters.h). Stores through a same-host direct view are not
+// counted.
+uint64_t bytes_sent_to_peers() {
+  uint64_t total = 0;
+  for (const stats::PeerStats& p : stats::snapshot().peers) total += p.bytes_sent;
+  return total;
+}
+
+std::string fixed1(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f", v);
+  return buf;
 }
 
 double pct(std::vector<double> v, double p) {
@@ -623,6 +639,7 @@ int main(int argc, char** argv) {
     row["count"] = count;
     std::vector<double> busbws(libs.size(), 0);
     std::vector<std::string> line(libs.size());
+    std::string codec_cpu;  // rank 0's encode/decode ms per codec column
     for (size_t l = 0; l < libs.size(); ++l) {
       Lib& lib = libs[l];
       if (!lib.supports(a, count)) {
@@ -636,12 +653,16 @@ int main(int argc, char** argv) {
       MPI_Barrier(MPI_COMM_WORLD);
       std::vector<double> times(iters);
       const bench::CpuJiffies cpu0 = bench::cpu_jiffies();
+      const uint64_t sent0 = bytes_sent_to_peers();
       for (int it = 0; it < iters; ++it) {
         auto t0 = Clock::now();
         lib.run(a, count, b);
         times[it] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
       }
       const double cpu_busy = bench::cpu_busy_since(cpu0);
+      // What this rank's channels carried per call (common/counters.h): the
+      // wire bytes measured, beside the wire(B) column's figure from the sizes.
+      const uint64_t sent_per_call = (bytes_sent_to_peers() - sent0) / static_cast<uint64_t>(iters);
       // Verify the last result (fill again: in-place users may have changed inputs).
       Bufs v;
       bench::fill(a.data(), rank, world, count, v);
@@ -676,6 +697,7 @@ int main(int argc, char** argv) {
       j["wrong"] = total_bad;
       j["iters"] = iters;
       if (cpu_busy >= 0) j["host_cpu_busy"] = cpu_busy;  // rank 0's host, timed iterations
+      j["channel_sent_bytes_per_call"] = sent_per_call;  // rank 0; rdmaflow's own calls only
       row[lib.name] = j;
       char buf[256];
       if (col != nullptr) {
@@ -684,6 +706,11 @@ int main(int argc, char** argv) {
         row[lib.name]["wire_bytes_per_rank"] = wire;
         row[lib.name]["speedup_vs_uncompressed"] = speedup;
         row[lib.name]["relative_error"] = rel_error;
+        const bench::CodecColumn::CpuCost cost = col->cpu_cost();
+        row[lib.name]["encode_ms"] = cost.encode_ms;  // rank 0, one pass over the input
+        row[lib.name]["decode_ms"] = cost.decode_ms;
+        codec_cpu += " " + col->name().substr(6) + " " + fixed1(cost.encode_ms) + "/" +
+                     fixed1(cost.decode_ms);
         std::snprintf(buf, sizeof(buf), " | %16.0f %10zu %6.2fx %8.1e", p50, wire, speedup,
                       rel_error);
       } else if (l == 0) {
@@ -714,6 +741,8 @@ int main(int argc, char** argv) {
       if (!columns.empty()) {
         std::printf("#   wire bytes per rank and call, uncompressed: %zu (bandwidth-optimal)\n",
                     bench::uncompressed_sent_bytes(a.op, bytes, world));
+        std::printf("#   codec CPU, rank 0, one pass over the input, encode/decode ms:%s\n",
+                    codec_cpu.c_str());
       }
       std::fflush(stdout);
       out_json["rows"].push_back(row);

@@ -4,6 +4,7 @@
 #include <map>
 #include <thread>
 
+#include "common/counters.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "common/trace.h"
@@ -416,9 +417,12 @@ Result<ChannelMesh> Bootstrap::connect_mesh(const TransportSelector& select,
         if (ch.is_ok()) {
           mesh[p] = std::move(*ch);
           ++accepted;
-        } else if (accept_error.is_ok()) {
-          accept_error = ch.status().with_op(op + ": accept from rank " + std::to_string(p) +
-                                             " over " + chosen[p]->name());
+        } else {
+          stats::counters(chosen[p]->name(), p).add_error();
+          if (accept_error.is_ok()) {
+            accept_error = ch.status().with_op(op + ": accept from rank " + std::to_string(p) +
+                                               " over " + chosen[p]->name());
+          }
         }
       }
       accept_ms = ms_since(t0);
@@ -429,9 +433,13 @@ Result<ChannelMesh> Bootstrap::connect_mesh(const TransportSelector& select,
       if (ch.is_ok()) {
         mesh[p] = std::move(*ch);
         ++connected;
-      } else if (connect_error.is_ok()) {
-        connect_error = ch.status().with_op(op + ": connect to rank " + std::to_string(p) + " at " +
-                                            peer_address[p] + " over " + chosen[p]->name());
+      } else {
+        stats::counters(chosen[p]->name(), p).add_error();
+        if (connect_error.is_ok()) {
+          connect_error =
+              ch.status().with_op(op + ": connect to rank " + std::to_string(p) + " at " +
+                                  peer_address[p] + " over " + chosen[p]->name());
+        }
       }
     }
     connect_ms = ms_since(t0);

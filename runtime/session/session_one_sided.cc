@@ -23,6 +23,11 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+uint64_t ns_since(Clock::time_point a) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - a).count());
+}
+
 }  // namespace
 
 OneSidedEngine::OneSidedEngine(std::vector<Transport*> transports, ChannelMesh channels, int rank,
@@ -594,6 +599,7 @@ bool OneSidedEngine::wait_for_credit(Lock& lock, int peer, int64_t need) {
   const auto t0 = Clock::now();
   const bool ok = wait(lock, t0 + timeout_, peer, [&] { return p.credited >= need; });
   core_->stats.credit_wait_ms += ms_between(t0, Clock::now());
+  if (p.channel) p.channel->counters().add_credit_stall(ns_since(t0));
   return ok;
 }
 
@@ -712,6 +718,9 @@ Result<RecvView> OneSidedEngine::recv(graph::TransferId t, uint64_t step) {
            (slot.state == SlotState::kReady || slot.state == SlotState::kFailed);
   });
   core_->stats.recv_wait_ms += ms_between(t0, Clock::now());
+  if (auto& ch = core_->peers[static_cast<size_t>(in.peer)].channel) {
+    ch->counters().add_wait_ns(ns_since(t0));
+  }
   if (ok && slot.state == SlotState::kReady) return slot.view;
   if (ok) return slot.error;
   const Status& err = core_->peers[static_cast<size_t>(in.peer)].error;

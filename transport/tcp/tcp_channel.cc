@@ -53,6 +53,7 @@ TcpChannel::TcpChannel(std::shared_ptr<IoLoop> loop, std::shared_ptr<GrantTable>
   }
   rx_.stage = std::make_unique<uint8_t[]>(kStageBytes);
   inbox_.set_peer(peer_);
+  bind_counters("tcp", peer_);
 }
 
 TcpChannel::~TcpChannel() {
@@ -126,6 +127,7 @@ void TcpChannel::complete_locked(Op* op, const Status& status, DoneList& done) {
   if (!pending_.complete(op)) return;
   unlink_locked(op);
   if (op->kind != Op::kServeRead) {
+    counters_->add_result(status);
     done.push_back(Done{std::move(op->done), status});
     --pending_user_ops_;
   }
@@ -155,6 +157,7 @@ void TcpChannel::deliver(DoneList& done, bool receive_path) {
 }
 
 void TcpChannel::complete_soon(Callback done, Status status) {
+  counters_->add_result(status);
   if (!done) return;
   loop_->post([cb = std::move(done), st = std::move(status), loop = loop_.get()] {
     cb(st);

@@ -45,6 +45,7 @@ bool TcpChannel::route(bool big, std::function<void()>& issue) {
 void TcpChannel::write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                        std::optional<uint64_t> notify, Callback done, Millis timeout) {
   trace_op(done, "write", *this, len);
+  counters_->add_write(len);
   if (!striped_.load(std::memory_order_relaxed)) {  // one stream: nothing to order against
     return write_now(src, len, dst, dst_offset, notify, std::move(done), timeout);
   }
@@ -63,6 +64,7 @@ void TcpChannel::write(const void* src, size_t len, const RemoteKey& dst, uint64
 void TcpChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset,
                       Callback done, Millis timeout) {
   trace_op(done, "read", *this, len);
+  counters_->add_read(len);
   if (!striped_.load(std::memory_order_relaxed)) {
     return read_now(dst, len, src, src_offset, std::move(done), timeout);
   }
@@ -75,6 +77,7 @@ void TcpChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t src_
 
 void TcpChannel::send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) {
   trace_op(done, "message", *this, bytes.size());
+  counters_->add_message_sent(bytes.size());
   // Copied into the closure only when held (rare), moved otherwise.
   if (striped_.load(std::memory_order_relaxed)) {
     std::unique_lock<std::mutex> lock(stripe_mu_);

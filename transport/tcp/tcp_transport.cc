@@ -14,6 +14,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/counters.h"
 #include "common/env.h"
 #include "common/fd_io.h"
 #include "common/handshake_asio.h"
@@ -405,6 +406,7 @@ Result<int> TcpTransport::connect_stream(int peer_rank, const std::string& addre
               ")");
     }
     // Nobody listening yet: the peer may still be starting; retry until the deadline.
+    stats::counters("tcp", peer_rank).add_retry();
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, Millis(100));
   }

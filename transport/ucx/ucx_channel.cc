@@ -15,6 +15,7 @@ UcxChannel::UcxChannel(std::shared_ptr<UcxCore> core, uint32_t id, int peer_rank
                        const ProcessIdentity& peer)
     : core_(std::move(core)), id_(id), peer_(peer_rank), peer_identity_(peer) {
   inbox_.set_peer(peer_rank);
+  bind_counters("ucx", peer_rank);
   const Options& o = core_->options();
   if (o.busy_poll || o.wait_spin.count() > 0 || o.wait_block) inbox_.set_wait_driver(core_);
 }
@@ -47,6 +48,7 @@ Status UcxChannel::check_key(const RemoteKey& key, uint64_t offset, uint64_t len
 void UcxChannel::write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                        std::optional<uint64_t> notify, Callback done, Millis timeout) {
   trace_op(done, "write", *this, len);
+  counters_->add_write(len);
   Op* op = issue(OpKind::kWrite, std::move(done), timeout);
   Status st = check_key(dst, dst_offset, len, "write");
   if (st.is_ok() && src == nullptr && len > 0) {
@@ -76,6 +78,7 @@ void UcxChannel::write(const void* src, size_t len, const RemoteKey& dst, uint64
 void UcxChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset,
                       Callback done, Millis timeout) {
   trace_op(done, "read", *this, len);
+  counters_->add_read(len);
   Op* op = issue(OpKind::kRead, std::move(done), timeout);
   Status st = check_key(src, src_offset, len, "read");
   if (st.is_ok() && dst == nullptr && len > 0) {
@@ -102,6 +105,7 @@ void UcxChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t src_
 
 void UcxChannel::send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) {
   trace_op(done, "message", *this, bytes.size());
+  counters_->add_message_sent(bytes.size());
   Op* op = issue(OpKind::kMessage, std::move(done), timeout);
   op->bytes = std::move(bytes);
   core_->submit(op);

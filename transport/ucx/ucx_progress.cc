@@ -84,6 +84,7 @@ void UcxCore::release(Op* op) {
 void UcxCore::complete(Op* op, Status st) {
   if (!active_.complete(op)) return;
   if (op->done) {
+    if (op->ch != nullptr) op->ch->counters().add_result(st);
     Event e;
     e.kind = Event::kCallback;
     e.cb = std::move(op->done);

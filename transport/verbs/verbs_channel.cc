@@ -130,6 +130,7 @@ Status VerbsChannel::set_peer_locked(const Hello& peer) {
   peer_ = peer;
   peer_rank_ = peer.rank;
   inbox_.set_peer(peer.rank);
+  bind_counters("verbs", peer.rank);
   credits_.open_peer_window(peer.credits);
   encoder_ = NotifyEncoder(peer.ring_slots);
   // A SEND never exceeds the peer's buffer; ours bounds our memory.
@@ -214,6 +215,7 @@ Status VerbsChannel::error() const {
 
 void VerbsChannel::finish_op_locked(Op* op, const Status& status, Tasks& out) {
   if (op == nullptr || !pending_.complete(op)) return;
+  counters_->add_result(status);
   Status st = status.is_ok() ? status : status.with_op(op->name());
   out.push_back([done = std::move(op->done), st = std::move(st)] {
     if (done) done(st);

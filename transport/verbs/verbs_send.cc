@@ -35,6 +35,7 @@ std::shared_ptr<VerbsChannel::Op> VerbsChannel::make_op(const char* name, Callba
 }
 
 void VerbsChannel::reject(Callback done, Status status) {
+  counters_->add_result(status);
   core_->defer_callback(std::move(done), std::move(status));
 }
 
@@ -68,6 +69,7 @@ void VerbsChannel::write(const void* src, size_t len, const RemoteKey& dst, uint
                          std::optional<uint64_t> notify, Callback done, Millis timeout) {
   trace_op(done, "write", *this, len);
   const char* name = "write";
+  counters_->add_write(len);
   if (!error_.ok()) return reject(std::move(done), error_.for_op(name));
   auto rkey = check_key(name, dst, dst_offset, len);
   if (!rkey.is_ok()) return reject(std::move(done), rkey.status());
@@ -112,6 +114,7 @@ void VerbsChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t sr
                         Callback done, Millis timeout) {
   trace_op(done, "read", *this, len);
   const char* name = "read";
+  counters_->add_read(len);
   if (!error_.ok()) return reject(std::move(done), error_.for_op(name));
   auto rkey = check_key(name, src, src_offset, len);
   if (!rkey.is_ok()) return reject(std::move(done), rkey.status());
@@ -149,6 +152,7 @@ void VerbsChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t sr
 void VerbsChannel::send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) {
   trace_op(done, "message", *this, bytes.size());
   const char* name = "send message";
+  counters_->add_message_sent(bytes.size());
   if (!error_.ok()) return reject(std::move(done), error_.for_op(name));
   if (bytes.size() > kMaxMessageBytes) {
     return reject(std::move(done), RDMAFLOW_ERROR(Code::kInvalidArgument, name, peer_rank(),
