@@ -41,7 +41,8 @@ COLOURS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 
 def kind_of(doc):
     rows = doc.get("rows")
-    if isinstance(rows, list) and rows and "latency_us" in rows[0]:
+    if isinstance(rows, list) and any("latency_us" in r or "skipped" in r for r in rows) \
+            and "op" not in doc:
         return "p2p"
     if "op" in doc and isinstance(rows, list):
         return "coll"
@@ -95,7 +96,7 @@ def plot_p2p(docs, prefix):
                     transports.append(row["transport"])
         sizes = set()
         for i, t in enumerate(transports):
-            mine, ref = {}, {}
+            mine, ref, mem = {}, {}, {}
             for d in docs:
                 for row in d["rows"]:
                     if row["transport"] != t:
@@ -103,12 +104,16 @@ def plot_p2p(docs, prefix):
                     for r in row.get(metric, []):
                         mine.setdefault(r["size"], []).append(r["transport"])
                         ref.setdefault(r["size"], []).append(r["socket"])
+                        if r.get("memcpy"):  # the shared-memory rows' second reference
+                            mem.setdefault(r["size"], []).append(r["memcpy"])
             if not mine:
                 continue
             sizes |= set(mine)
             c = COLOURS[i % len(COLOURS)]
             curve(ax, mine, t, c)
             curve(ax, ref, f"socket reference ({t} row)", c, "--")
+            if mem:
+                curve(ax, mem, f"memcpy reference ({t} row)", c, ":")
         grpc = {}
         for d in docs:
             for r in d.get("grpc", {}).get(metric, []):
@@ -144,11 +149,17 @@ def plot_coll(docs, prefix):
                 if isinstance(v, dict) and "busbw_gbs" in v and k not in libs:
                     libs.append(k)
     codecs = [k for k in libs if k.startswith("codec:")]
-    plain = [k for k in libs if k not in codecs]
+    refs = [k for k in libs if k in ("gloo", "mpi", "socket")]
+    # rdmaflow (the selector's choice) first, then the forced algorithms, then the references.
+    plain = [k for k in libs if k == "rdmaflow"] + \
+        [k for k in libs if k not in codecs and k not in refs and k != "rdmaflow"] + refs
     what = f"{d0['op']} {d0['type']} {d0['redop']}, {d0['ranks']} ranks on " \
            f"{d0.get('host_count', 1)} host(s), {d0.get('transport_chosen', '')}"
-    fig, ax = plt.subplots(figsize=(8, 5))
     sizes = sorted({row["size"] for d in docs for row in d["rows"]})
+    if codecs and plain == ["rdmaflow"]:  # a codec run: its figure says it all
+        plot_codecs(docs, prefix, codecs, sizes, what)
+        return
+    fig, ax = plt.subplots(figsize=(8, 5))
     for i, lib in enumerate(plain):
         pts = {}
         for d in docs:
@@ -157,11 +168,12 @@ def plot_coll(docs, prefix):
                     pts.setdefault(row["size"], []).append(row[lib]["busbw_gbs"])
         if not pts:
             continue
-        label = lib
         if lib == "rdmaflow":
-            label = "rdmaflow (selector's choice)"
-        style = "-" if lib == "rdmaflow" or lib not in ("gloo", "mpi", "socket") else "--"
-        curve(ax, pts, label, COLOURS[i % len(COLOURS)], style)
+            curve(ax, pts, "rdmaflow (the selector's choice)", "black")
+        elif lib in refs:
+            curve(ax, pts, f"{lib} (reference)", COLOURS[i % len(COLOURS)], "--")
+        else:
+            curve(ax, pts, f"{lib} (forced)", COLOURS[i % len(COLOURS)], ":")
     size_axis(ax, sizes)
     ax.set_yscale("log")
     ax.set_ylabel("busbw (GB/s, 1e9 B/s)")
@@ -186,7 +198,10 @@ def plot_codecs(docs, prefix, codecs, sizes, what):
             times.append(m)
             errs[0].append(lo)
             errs[1].append(hi)
-            w = [row[name].get("wire_bytes_per_rank", 0) for d in docs for row in d["rows"]
+            # Measured by rank 0's channel counters where the bench has them
+            # (zero on one host: same-host pieces go through memory directly).
+            w = [row[name].get("channel_sent_bytes_per_call") or
+                 row[name].get("wire_bytes_per_rank", 0) for d in docs for row in d["rows"]
                  if row["size"] == size and name in row]
             wire.append(w[0] / 2**20 if w else 0)
             if name == "rdmaflow":
@@ -209,7 +224,7 @@ def plot_codecs(docs, prefix, codecs, sizes, what):
     ax_t.set_title("time per call (label: speed-up over uncompressed)", fontsize=9)
     ax_b.set_ylabel("MiB one rank sends per call")
     ax_b.set_yscale("log")
-    ax_b.set_title("bytes on the wire", fontsize=9)
+    ax_b.set_title("bytes on the wire (rank 0's channels, per call)", fontsize=9)
     fig.suptitle(title_of(docs, "gradient codecs: " + what), fontsize=10)
     save(fig, f"{prefix}-codecs.png")
 
@@ -224,7 +239,7 @@ def plot_e2e(docs, prefix):
     transports = []
     for cfg in configs:
         for r in docs[0][cfg]:
-            if r["transport"] not in transports:
+            if r["transport"] not in transports and "step_ms_median" in r:  # not skipped
                 transports.append(r["transport"])
     width = 0.8 / max(1, len(transports))
     for ti, t in enumerate(transports):

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/counters.h"
 #include "tests/session/session_test_util.h"
 #include "tests/support/text.h"
 
@@ -138,6 +139,16 @@ TEST_P(SessionTransport, CreditsKeepSlotsUntilReleased) {
       // Counted, not timed: a slow guest stretches the producer's own steps.
       RF_ASSERT(s->stats().credit_stalls >= 1);
       RF_ASSERT(s->stats().credit_wait_ms > 0);
+      // The process's counters per peer (common/counters.h) saw the same
+      // stalls, and every step's write to rank 1.
+      uint64_t stalls = 0, sent = 0;
+      for (const stats::PeerStats& p : stats::snapshot().peers) {
+        if (p.peer != 1) continue;
+        stalls += p.credit_stalls;
+        sent += p.bytes_sent;
+      }
+      RF_ASSERT(stalls == s->stats().credit_stalls);
+      RF_ASSERT(sent >= uint64_t{kSteps} * n * 4);
     }
     return 0;
   });
