@@ -130,8 +130,11 @@ TEST_P(Conformance, RevokeFencesReadsBeingServed) {
         EXPECT_TRUE(st.code() == Code::kNotFound || st.code() == Code::kPeerFailed)
             << st.to_string();
       },
-      [](const Status& st) {
-        EXPECT_TRUE(st.is_ok() || st.code() == Code::kNotFound) << st.to_string();
+      [verbs = std::string(backend().label) == "verbs"](const Status& st) {
+        // verbs with grant windows: the owner's queue pair broke on the dead window.
+        EXPECT_TRUE(st.is_ok() || st.code() == Code::kNotFound ||
+                    (verbs && st.code() == Code::kPeerFailed))
+            << st.to_string();
       },
       [](Node& node, Channel& ch, const RemoteKey& key) {
         auto dst = std::make_shared<std::vector<std::unique_ptr<Buffer>>>();

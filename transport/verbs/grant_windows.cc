@@ -21,7 +21,7 @@ Result<uint32_t> VerbsChannel::window_for_locked(const KeyClaim& claim) {
     }
     drop_windows_locked(claim.key_id);
   }
-  ibv_mr* mr = core_->mr_for_window(claim.addr, claim.length);
+  ibv_mr* mr = core_->mr_for_window(claim.key_id);
   if (mr == nullptr) {
     return RDMAFLOW_ERROR(
         Code::kNotFound, op, peer_rank_,

@@ -121,6 +121,8 @@ VerbsCore::~VerbsCore() {
 void VerbsCore::close() {
   {
     std::lock_guard<std::mutex> lock(mem_mu_);
+    for (auto& [key_id, mr] : grant_mrs_) ibv_dereg_mr(mr);
+    grant_mrs_.clear();
     for (auto& [id, mr] : mrs_) {
       (void)grants_.remove_region(id);
       if (mr) ibv_dereg_mr(mr);
@@ -180,6 +182,7 @@ Status VerbsCore::deregister_memory(RegionId id) {
   for (auto& ch : channels()) {
     for (uint64_t key_id : gone) ch->announce_revoked(key_id);
   }
+  release_grant_mrs(gone);
   lock.lock();
   auto it = mrs_.find(id);
   int rc = it != mrs_.end() && it->second ? ibv_dereg_mr(it->second) : 0;
@@ -198,12 +201,22 @@ std::optional<LocalMr> VerbsCore::find_mr(const void* addr, size_t len) const {
   return LocalMr{it->second->lkey, it->second->rkey, *id};
 }
 
-ibv_mr* VerbsCore::mr_for_window(uint64_t addr, uint64_t len) const {
-  auto id = grants_.region_of(reinterpret_cast<const void*>(addr), len);
-  if (!id) return nullptr;
+ibv_mr* VerbsCore::mr_for_window(uint64_t key_id) const {
   std::lock_guard<std::mutex> lock(mem_mu_);
-  auto it = mrs_.find(*id);
-  return it == mrs_.end() ? nullptr : it->second;
+  auto it = grant_mrs_.find(key_id);
+  return it == grant_mrs_.end() ? nullptr : it->second;
+}
+
+void VerbsCore::release_grant_mrs(const std::vector<uint64_t>& key_ids) {
+  std::lock_guard<std::mutex> lock(mem_mu_);
+  for (uint64_t key_id : key_ids) {
+    auto it = grant_mrs_.find(key_id);
+    if (it == grant_mrs_.end()) continue;
+    if (int rc = ibv_dereg_mr(it->second); rc != 0) {
+      RDMAFLOW_LOG_WARN("verbs: ibv_dereg_mr of grant {} failed: {}", key_id, std::strerror(rc));
+    }
+    grant_mrs_.erase(it);
+  }
 }
 
 Result<RemoteKey> VerbsCore::export_key(const void* addr, size_t len) {
@@ -218,6 +231,20 @@ Result<RemoteKey> VerbsCore::export_key(const void* addr, size_t len) {
   RDMAFLOW_ASSIGN_OR_RETURN(RemoteKey k, grants_.grant(addr, len, mr->rkey));
   k.blob.resize(4);
   std::memcpy(k.blob.data(), &mr->rkey, 4);
+  if (grant_windows_ && len > 0) {
+    // The registration its windows bind to (mr_for_window says why).
+    ibv_mr* grant_mr =
+        ibv_reg_mr(pd_, const_cast<void*>(addr), len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+    if (grant_mr == nullptr) {
+      const int err = errno;
+      (void)grants_.revoke(k);
+      return verbs_error(Code::kResourceExhausted, "export key",
+                         "ibv_reg_mr(grant of " + std::to_string(len) + " bytes)", err,
+                         memlock_hint(err));
+    }
+    std::lock_guard<std::mutex> lock(mem_mu_);
+    grant_mrs_[k.key_id] = grant_mr;
+  }
   return k;
 }
 
@@ -227,7 +254,8 @@ Status VerbsCore::check_claim(const KeyClaim& c, int peer) const {
 
 Status VerbsCore::revoke_key(const RemoteKey& key) {
   RDMAFLOW_RETURN_IF_ERROR(grants_.revoke(key));
-  for (auto& ch : channels()) ch->announce_revoked(key.key_id);
+  for (auto& ch : channels()) ch->announce_revoked(key.key_id);  // its windows first
+  release_grant_mrs({key.key_id});
   return Status::ok();
 }
 

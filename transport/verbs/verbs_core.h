@@ -75,8 +75,11 @@ class VerbsCore {
   Status deregister_memory(RegionId id);
   // The MR holding all of [addr, addr + len), if any.
   std::optional<LocalMr> find_mr(const void* addr, size_t len) const;
-  // The registration a window for [addr, addr + len) binds to (grant windows).
-  ibv_mr* mr_for_window(uint64_t addr, uint64_t len) const;
+  // The registration a window over grant `key_id` binds to (grant windows): the
+  // grant's own, made by export_key, because a device may check a window access
+  // against the range of the registration under it rather than the window's
+  // (rdma_rxe on Linux 6.1 does).
+  ibv_mr* mr_for_window(uint64_t key_id) const;
   Result<RemoteKey> export_key(const void* addr, size_t len);
   // Forgets the grant and tells every channel's peer (KeyRevoked), so their
   // cached verdicts go; an access already in flight may still land.
@@ -142,7 +145,9 @@ class VerbsCore {
 
   GrantTable grants_{"verbs"};  // regions and grants; each grant's tag is its slab's rkey
   mutable std::mutex mem_mu_;
-  std::unordered_map<RegionId, ibv_mr*> mrs_;  // the registration of each region
+  std::unordered_map<RegionId, ibv_mr*> mrs_;        // the registration of each region
+  std::unordered_map<uint64_t, ibv_mr*> grant_mrs_;  // grant windows: each grant's, by key id
+  void release_grant_mrs(const std::vector<uint64_t>& key_ids);
 
   mutable std::mutex recv_mu_;
   std::vector<RecvChunk> chunks_;  // each holds recv_credits buffers
