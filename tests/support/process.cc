@@ -245,6 +245,7 @@ struct RankGroup::State {
   void try_finish_allgather();
   void pump(int poll_ms);
   bool all_exited();
+  void drain();
   void kill_all();
   void close_all();
 };
@@ -402,6 +403,19 @@ bool RankGroup::State::all_exited() {
   return true;
 }
 
+// A rank reaped right after its last message (a publish, then exit) may
+// leave that message unread in its pipe: read what the pipes still hold. A
+// few rounds without waiting: the data is there already, and a descendant
+// that keeps a pipe open must not hold wait() up.
+void RankGroup::State::drain() {
+  for (int round = 0; round < 64; ++round) {
+    bool open = false;
+    for (auto& c : kids) open = open || c.from_child >= 0;
+    if (!open) return;
+    pump(0);
+  }
+}
+
 void RankGroup::State::kill_all() {
   for (auto& c : kids) {
     if (!c.exited && c.pid > 0) ::kill(c.pid, SIGKILL);
@@ -464,6 +478,7 @@ RunResult RankGroup::wait() {
     }
     s.pump(20);
   }
+  s.drain();
   s.close_all();
   s.waited = true;
 
