@@ -66,7 +66,10 @@ Result<std::shared_ptr<VerbsCore>> VerbsCore::open(ibv_context* ctx, const Verbs
       core->grant_windows_ = true;
       break;
     case VerbsConfig::GrantProtection::kAuto:
-      core->grant_windows_ = has_windows;
+      // Windows stay opt-in for now: on rdma_rxe (6.1) an RDMA read being served
+      // when its window is deallocated (a revoke) stalls until the reader's
+      // timeout instead of failing (docs/security.md).
+      core->grant_windows_ = false;
       break;
     case VerbsConfig::GrantProtection::kSlab:
       break;
