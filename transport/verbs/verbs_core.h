@@ -145,7 +145,7 @@ class VerbsCore {
 
   GrantTable grants_{"verbs"};  // regions and grants; each grant's tag is its slab's rkey
   mutable std::mutex mem_mu_;
-  std::unordered_map<RegionId, ibv_mr*> mrs_;        // the registration of each region
+  std::unordered_map<RegionId, ibv_mr*> mrs_;  // the registration of each region
   // Grant windows: each grant's registration, by key id. Kept after a revoke
   // (the windows are the fence; the registration grants no remote access) until
   // its region is deregistered: rdma_rxe stalls a read being served from a
