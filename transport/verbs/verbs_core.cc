@@ -66,7 +66,10 @@ Result<std::shared_ptr<VerbsCore>> VerbsCore::open(ibv_context* ctx, const Verbs
       core->grant_windows_ = true;
       break;
     case VerbsConfig::GrantProtection::kAuto:
-      core->grant_windows_ = has_windows;
+      // Windows stay opt-in for now: on rdma_rxe (6.1) an RDMA read being served
+      // when its window is deallocated (a revoke) stalls until the reader's
+      // timeout instead of failing (docs/security.md).
+      core->grant_windows_ = false;
       break;
     case VerbsConfig::GrantProtection::kSlab:
       break;
@@ -121,7 +124,7 @@ VerbsCore::~VerbsCore() {
 void VerbsCore::close() {
   {
     std::lock_guard<std::mutex> lock(mem_mu_);
-    for (auto& [key_id, mr] : grant_mrs_) ibv_dereg_mr(mr);
+    for (auto& [key_id, g] : grant_mrs_) ibv_dereg_mr(g.mr);
     grant_mrs_.clear();
     for (auto& [id, mr] : mrs_) {
       (void)grants_.remove_region(id);
@@ -182,8 +185,8 @@ Status VerbsCore::deregister_memory(RegionId id) {
   for (auto& ch : channels()) {
     for (uint64_t key_id : gone) ch->announce_revoked(key_id);
   }
-  release_grant_mrs(gone);
   lock.lock();
+  release_grant_mrs(id);
   auto it = mrs_.find(id);
   int rc = it != mrs_.end() && it->second ? ibv_dereg_mr(it->second) : 0;
   if (it != mrs_.end()) mrs_.erase(it);
@@ -204,18 +207,19 @@ std::optional<LocalMr> VerbsCore::find_mr(const void* addr, size_t len) const {
 ibv_mr* VerbsCore::mr_for_window(uint64_t key_id) const {
   std::lock_guard<std::mutex> lock(mem_mu_);
   auto it = grant_mrs_.find(key_id);
-  return it == grant_mrs_.end() ? nullptr : it->second;
+  return it == grant_mrs_.end() || it->second.revoked ? nullptr : it->second.mr;
 }
 
-void VerbsCore::release_grant_mrs(const std::vector<uint64_t>& key_ids) {
-  std::lock_guard<std::mutex> lock(mem_mu_);
-  for (uint64_t key_id : key_ids) {
-    auto it = grant_mrs_.find(key_id);
-    if (it == grant_mrs_.end()) continue;
-    if (int rc = ibv_dereg_mr(it->second); rc != 0) {
-      RDMAFLOW_LOG_WARN("verbs: ibv_dereg_mr of grant {} failed: {}", key_id, std::strerror(rc));
+void VerbsCore::release_grant_mrs(RegionId region) {
+  for (auto it = grant_mrs_.begin(); it != grant_mrs_.end();) {
+    if (it->second.region != region) {
+      ++it;
+      continue;
     }
-    grant_mrs_.erase(it);
+    if (int rc = ibv_dereg_mr(it->second.mr); rc != 0) {
+      RDMAFLOW_LOG_WARN("verbs: ibv_dereg_mr of grant {} failed: {}", it->first, std::strerror(rc));
+    }
+    it = grant_mrs_.erase(it);
   }
 }
 
@@ -243,7 +247,7 @@ Result<RemoteKey> VerbsCore::export_key(const void* addr, size_t len) {
                          memlock_hint(err));
     }
     std::lock_guard<std::mutex> lock(mem_mu_);
-    grant_mrs_[k.key_id] = grant_mr;
+    grant_mrs_[k.key_id] = GrantMr{grant_mr, mr->id, false};
   }
   return k;
 }
@@ -254,8 +258,9 @@ Status VerbsCore::check_claim(const KeyClaim& c, int peer) const {
 
 Status VerbsCore::revoke_key(const RemoteKey& key) {
   RDMAFLOW_RETURN_IF_ERROR(grants_.revoke(key));
-  for (auto& ch : channels()) ch->announce_revoked(key.key_id);  // its windows first
-  release_grant_mrs({key.key_id});
+  for (auto& ch : channels()) ch->announce_revoked(key.key_id);  // deallocates its windows
+  std::lock_guard<std::mutex> lock(mem_mu_);
+  if (auto it = grant_mrs_.find(key.key_id); it != grant_mrs_.end()) it->second.revoked = true;
   return Status::ok();
 }
 

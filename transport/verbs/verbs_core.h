@@ -145,9 +145,18 @@ class VerbsCore {
 
   GrantTable grants_{"verbs"};  // regions and grants; each grant's tag is its slab's rkey
   mutable std::mutex mem_mu_;
-  std::unordered_map<RegionId, ibv_mr*> mrs_;        // the registration of each region
-  std::unordered_map<uint64_t, ibv_mr*> grant_mrs_;  // grant windows: each grant's, by key id
-  void release_grant_mrs(const std::vector<uint64_t>& key_ids);
+  std::unordered_map<RegionId, ibv_mr*> mrs_;  // the registration of each region
+  // Grant windows: each grant's registration, by key id. Kept after a revoke
+  // (the windows are the fence; the registration grants no remote access) until
+  // its region is deregistered: rdma_rxe stalls a read being served from a
+  // registration released under it, instead of failing it.
+  struct GrantMr {
+    ibv_mr* mr = nullptr;
+    RegionId region = 0;
+    bool revoked = false;
+  };
+  std::unordered_map<uint64_t, GrantMr> grant_mrs_;
+  void release_grant_mrs(RegionId region);  // mem_mu_ held
 
   mutable std::mutex recv_mu_;
   std::vector<RecvChunk> chunks_;  // each holds recv_credits buffers
