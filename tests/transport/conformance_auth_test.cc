@@ -102,12 +102,9 @@ TEST_P(Conformance, PeersWithoutTheJobSecretAreRefusedAndWriteNothing) {
 // hostile peer, or one configured otherwise: its own limit lets it send) fails
 // the receiver's channel with an error naming the limit and the peer, before a
 // buffer of that size is allocated: on ucx both the eager path (8 KiB) and the
-// announced (rendezvous) one (1 MiB), on tcp the MESSAGE frame's header check.
+// announced (rendezvous) one (1 MiB), on tcp the MESSAGE frame's header check, on
+// verbs the reassembler of its fragments.
 TEST_P(Conformance, AMessageOverTheReceiversLimitFailsItsChannel) {
-  if (backend().backend == "verbs") {
-    // Its reassembler has a fixed limit (verbs_wire.h, kMaxMessageBytes), not the knob.
-    GTEST_SKIP() << "verbs does not read RDMAFLOW_MAX_MESSAGE_BYTES";
-  }
   for (const size_t size : {size_t{8192}, size_t{1} << 20}) {
     SCOPED_TRACE(std::to_string(size) + " bytes");
     auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {

@@ -1,5 +1,7 @@
 #include "transport/verbs/config.h"
 
+#include <algorithm>
+
 #include "common/env.h"
 #include "transport/verbs/flow_control.h"
 #include "transport/verbs/verbs_wire.h"
@@ -45,6 +47,16 @@ Result<VerbsConfig> VerbsConfig::from_env() {
   if (credits) c.recv_credits = *credits;
   if (msg) c.msg_size = *msg;
   if (peers) c.max_peers = *peers;
+  // The same knob and default as tcp and ucx; larger values are held to the
+  // reassembler's own bound.
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t max_message, env_int("RDMAFLOW_MAX_MESSAGE_BYTES",
+                                                         static_cast<int64_t>(c.max_message)));
+  if (max_message < 1) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, "read environment", -1,
+                          "RDMAFLOW_MAX_MESSAGE_BYTES=" + std::to_string(max_message) +
+                              " must be >= 1");
+  }
+  c.max_message = std::min<uint64_t>(static_cast<uint64_t>(max_message), kMaxMessageBytes);
   return c;
 }
 

@@ -19,6 +19,9 @@ struct VerbsConfig {
   uint32_t recv_credits = 64;         // RDMAFLOW_IB_RECV_CREDITS: buffers reserved per peer
   uint32_t msg_size = 8192;           // RDMAFLOW_IB_MSG_SIZE: bytes per receive buffer
   uint32_t max_peers = 64;            // RDMAFLOW_IB_MAX_PEERS: sizes the shared receive queue
+  // RDMAFLOW_MAX_MESSAGE_BYTES: the largest control message a peer may send
+  // (fragments joined); at most kMaxMessageBytes, the backend's own bound.
+  uint64_t max_message = uint64_t{64} << 20;
   // RDMAFLOW_IB_GRANT_PROTECTION: how the NIC confines a peer to its grants.
   //   window  a memory window (type 2) per grant and peer, bound on that peer's
   //           queue pair when it first presents the key, invalidated on revoke;

@@ -49,7 +49,8 @@ VerbsChannel::VerbsChannel(std::shared_ptr<VerbsCore> core)
     : core_(std::move(core)),
       local_credits_(core_->config().recv_credits),
       window_(core_->sq_depth()),
-      credits_(0, local_credits_) {}
+      credits_(0, local_credits_),
+      reassembler_(core_->config().max_message) {}
 
 VerbsChannel::~VerbsChannel() {
   destroy_resources();

@@ -268,7 +268,7 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   SendWindow<WorkItem> window_;
   CreditCounter credits_;
   NotifyEncoder encoder_{0};
-  MessageReassembler reassembler_{kMaxMessageBytes};
+  MessageReassembler reassembler_;
   std::unordered_map<uint64_t, InFlight> inflight_;
   // Ops not yet completed, oldest first. Declared after window_ and inflight_,
   // which hold the ops: it is destroyed (it owns nothing) before they are.
