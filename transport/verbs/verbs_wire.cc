@@ -199,8 +199,8 @@ Result<std::optional<std::vector<uint8_t>>> MessageReassembler::add(
     size_t have = partial_.size();
     partial_.clear();
     return RDMAFLOW_ERROR(Code::kProtocolError, "receive message", peer,
-                          "message exceeds RDMAFLOW_MAX_MESSAGE_BYTES=" + std::to_string(max_) + " (" +
-                              std::to_string(have) + " buffered + " +
+                          "message exceeds RDMAFLOW_MAX_MESSAGE_BYTES=" + std::to_string(max_) +
+                              " (" + std::to_string(have) + " buffered + " +
                               std::to_string(payload.size()) + " more)");
   }
   partial_.insert(partial_.end(), payload.begin(), payload.end());
