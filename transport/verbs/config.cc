@@ -52,9 +52,9 @@ Result<VerbsConfig> VerbsConfig::from_env() {
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t max_message, env_int("RDMAFLOW_MAX_MESSAGE_BYTES",
                                                          static_cast<int64_t>(c.max_message)));
   if (max_message < 1) {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, "read environment", -1,
-                          "RDMAFLOW_MAX_MESSAGE_BYTES=" + std::to_string(max_message) +
-                              " must be >= 1");
+    return RDMAFLOW_ERROR(
+        Code::kInvalidArgument, "read environment", -1,
+        "RDMAFLOW_MAX_MESSAGE_BYTES=" + std::to_string(max_message) + " must be >= 1");
   }
   c.max_message = std::min<uint64_t>(static_cast<uint64_t>(max_message), kMaxMessageBytes);
   return c;
