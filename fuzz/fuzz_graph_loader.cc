@@ -7,19 +7,13 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "fuzz/fuzz_check.h"
 #include "graph/analyze.h"
 #include "graph/graph_json.h"
 #include "graph/placement.h"
 #include "graph/plan_json.h"
 
 namespace rg = rdmaflow::graph;
-
-namespace {
-[[noreturn]] void bug(const char* what) {
-  __builtin_trap();
-  (void)what;
-}
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
@@ -34,10 +28,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The writer's output loads back into an equal graph and writes identically.
   std::string once = rg::write_graph_json(g, &file->placement);
   auto again = rg::parse_graph_json(once);
-  if (!again || !(again->graph == g) || !(again->placement == file->placement)) {
-    bug("graph JSON round trip");
-  }
-  if (rg::write_graph_json(again->graph, &again->placement) != once) bug("writer not stable");
+  // The graph JSON round trip, and a stable writer.
+  FUZZ_CHECK(again && again->graph == g && again->placement == file->placement);
+  FUZZ_CHECK(rg::write_graph_json(again->graph, &again->placement) == once);
 
   // Placements against this graph, from the same bytes.
   (void)rg::parse_placement_json(text, g);
@@ -52,13 +45,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (ranks > 64) return 0;
   } else {
     auto d = rg::default_placement(g, ranks);
-    if (!d) bug("default placement of a valid graph");
+    FUZZ_CHECK(d);  // a valid graph has a default placement
     p = std::move(*d);
   }
   auto plan = rg::plan_transfers(g, p, ranks);
   if (!plan) return 0;  // e.g. a placement that leaves ops unplaced
-  if (!rg::check_plan(*plan)) bug("plan fails its own check");
+  FUZZ_CHECK(rg::check_plan(*plan));
   auto parsed = rg::parse_plan_json(rg::write_plan_json(*plan));
-  if (!parsed || !(*parsed == *plan)) bug("plan JSON round trip");
+  FUZZ_CHECK(parsed && *parsed == *plan);  // the plan JSON round trip
   return 0;
 }

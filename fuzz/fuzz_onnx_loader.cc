@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "fuzz/fuzz_check.h"
 #include "graph/analyze.h"
 #include "graph/onnx/onnx_loader.h"
 #include "graph/pipeline.h"
@@ -15,13 +16,6 @@
 #include "graph/training.h"
 
 namespace rg = rdmaflow::graph;
-
-namespace {
-[[noreturn]] void bug(const char* what) {
-  __builtin_trap();
-  (void)what;
-}
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view bytes(reinterpret_cast<const char*>(data), size);
@@ -37,12 +31,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (g.num_ops() > 2000) return 0;
   const int stages = 1 + static_cast<int>(size % 4);
   auto p = rg::pipeline_partition(g, stages);
-  if (!p) bug("pipeline partition of a loaded model");
+  FUZZ_CHECK(p);  // a loaded model partitions into pipeline stages
   auto plan = rg::plan_transfers(g, p->placement, stages);
-  if (plan && !rg::check_plan(*plan)) bug("plan fails its own check");
+  FUZZ_CHECK(!plan || rg::check_plan(*plan));
   auto train = rg::add_backward(g, p->placement, rg::PlanOptions{}.dynamic_size_hint);
   if (!train) return 0;  // e.g. a gradient name taken by a tensor of the model
   auto train_plan = rg::plan_transfers(train->graph, train->placement, stages);
-  if (train_plan && !rg::check_plan(*train_plan)) bug("training plan fails its own check");
+  FUZZ_CHECK(!train_plan || rg::check_plan(*train_plan));
   return 0;
 }

@@ -19,17 +19,9 @@
 #include <utility>
 #include <vector>
 
-namespace rdmaflow::fuzz {
+#include "fuzz/fuzz_check.h"
 
-// A broken invariant: an abort libFuzzer reports as a crash, input kept.
-[[noreturn]] inline void bug(const char* what, const char* file, int line) {
-  std::fprintf(stderr, "fuzz invariant broken at %s:%d: %s\n", file, line, what);
-  std::abort();
-}
-#define FUZZ_CHECK(cond)                                           \
-  do {                                                             \
-    if (!(cond)) ::rdmaflow::fuzz::bug(#cond, __FILE__, __LINE__); \
-  } while (0)
+namespace rdmaflow::fuzz {
 
 // Consumes the fuzz input front to back; reads past its end fail.
 class Input {
