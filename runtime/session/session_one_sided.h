@@ -29,6 +29,10 @@
 
 namespace rdmaflow::session_detail {
 
+// Bytes per peer in the control region: a credit word (mailbox), and after all
+// peers' words, a credit source per peer (each on its own cache line).
+inline constexpr size_t kCtrlStride = 64;
+
 // The notify transfer id credits use (plan transfer ids are dense from 0).
 inline constexpr graph::TransferId kCreditTransfer = 0xffffffffu;
 
