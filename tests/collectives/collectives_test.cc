@@ -493,8 +493,7 @@ TEST(CollectivesLimits, AScratchKeyOverTheReceiversLimitFailsCreationNamingThePe
     if (rank == 0) {
       EXPECT_EQ(st.code(), Code::kProtocolError) << st.to_string();
       EXPECT_EQ(st.peer(), 1) << st.to_string();
-      EXPECT_NE(st.reason().find("RDMAFLOW_MAX_KEY_BYTES=32"), std::string::npos)
-          << st.to_string();
+      EXPECT_NE(st.reason().find("RDMAFLOW_MAX_KEY_BYTES=32"), std::string::npos) << st.to_string();
       EXPECT_NE(st.reason().find("from rank 1"), std::string::npos) << st.to_string();
     }
     EXPECT_LT(std::chrono::steady_clock::now() - t0, Millis(15000)) << st.to_string();
