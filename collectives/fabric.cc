@@ -193,7 +193,12 @@ Status Fabric::setup(std::vector<Transport*> transports) {
       return RDMAFLOW_ERROR(Code::kProtocolError, op, p, "truncated setup message");
     }
     auto key = RemoteKey::deserialize(key_bytes);
-    if (!key.is_ok()) return key.status().with_op("receive collective scratch key");
+    if (!key.is_ok()) {
+      // The decoder knows no peer (e.g. a key over RDMAFLOW_MAX_KEY_BYTES): name it.
+      return RDMAFLOW_ERROR(
+          Code::kProtocolError, op, p,
+          "scratch key from rank " + std::to_string(p) + ": " + key.status().reason());
+    }
     if (key->length < data_bytes_ + control_bytes_) {
       return RDMAFLOW_ERROR(Code::kProtocolError, op, p, "scratch key too short");
     }

@@ -26,6 +26,15 @@ extern "C" void AnnotateIgnoreWritesEnd(const char* file, int line);
 
 namespace rdmaflow {
 
+// True in a ThreadSanitizer build, where every instrumented memory access is a
+// call into the runtime: tests that repeat pure computation (the schedule
+// simulations) run fewer repetitions there.
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kThreadSanitizer = true;
+#else
+inline constexpr bool kThreadSanitizer = false;
+#endif
+
 struct PeerAccess {
   // Until end() on the same thread, its memory accesses are not tracked.
   static void begin() {

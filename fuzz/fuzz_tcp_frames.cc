@@ -3,7 +3,7 @@
 // check_frame_header() or the stream ends (the channel fails); a write lands only
 // inside the grant it names, the whole write checked on its first chunk.
 //
-// Input: frames as the receiver reads them, a 64-byte FrameHeader then its
+// Input: frames as the receiver reads them, a 72-byte FrameHeader then its
 // payload (as much as the input still holds).
 #include <memory>
 

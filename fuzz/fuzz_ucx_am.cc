@@ -3,7 +3,7 @@
 // fails; then the data each type carries is decoded as the receiver does:
 // refusal lists, revocation lists, the DirectInfo of a key reply.
 //
-// Input: a 64-byte AmHeader | u8 (bit 0: the data comes by rendezvous) | data.
+// Input: a 72-byte AmHeader | u8 (bit 0: the data comes by rendezvous) | data.
 #include "fuzz/fuzz_target.h"
 #include "transport/ucx/ucx_wire.h"
 

@@ -15,9 +15,13 @@ constexpr size_t kMaxBlob = 1 << 20;
 size_t max_key_bytes() {
   static const size_t limit = [] {
     constexpr int64_t kDefault = 64 << 10;
+    // The floor only catches nonsense: 32 bytes is below every backend's key
+    // (tcp's, the smallest, is 52), so a rank can be set to refuse every key
+    // its peers present (session_test does, to see the refusal end to end).
+    constexpr int64_t kFloor = 32;
     auto v = env_int("RDMAFLOW_MAX_KEY_BYTES", kDefault);
-    if (!v.is_ok() || *v < 64 || *v > (int64_t{1} << 30)) {
-      RDMAFLOW_LOG_WARN("RDMAFLOW_MAX_KEY_BYTES must be a byte count in 64..2^30; using {}",
+    if (!v.is_ok() || *v < kFloor || *v > (int64_t{1} << 30)) {
+      RDMAFLOW_LOG_WARN("RDMAFLOW_MAX_KEY_BYTES must be a byte count in 32..2^30; using {}",
                         kDefault);
       return static_cast<size_t>(kDefault);
     }

@@ -476,6 +476,33 @@ TEST_P(Collectives, BadArgumentsAreRefused) {
   ASSERT_TRUE(r.ok) << r.message;
 }
 
+// A scratch key over the receiver's RDMAFLOW_MAX_KEY_BYTES (32 on rank 0, below
+// a tcp key's 52 bytes) fails rank 0's Communicator::create naming the knob and
+// the peer that sent it, before the key is parsed or used; rank 1 does not hang.
+// tcp only: the limit is the decoder's, the same for every backend.
+TEST(CollectivesLimits, AScratchKeyOverTheReceiversLimitFailsCreationNamingThePeer) {
+  auto r = run_ranks(2, [&](int rank, int n, Exchange& ex) {
+    if (rank == 0) ::setenv("RDMAFLOW_MAX_KEY_BYTES", "32", 1);
+    auto node = std::make_unique<CommNode>();
+    CommunicatorOptions options;
+    options.timeout = Millis(5000);
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = make_comm_node(backend_row("tcp"), rank, n, ex, *node, options);
+    node.reset();  // rank 0's channels close: rank 1 learns at once
+    EXPECT_FALSE(st.is_ok());
+    if (rank == 0) {
+      EXPECT_EQ(st.code(), Code::kProtocolError) << st.to_string();
+      EXPECT_EQ(st.peer(), 1) << st.to_string();
+      EXPECT_NE(st.reason().find("RDMAFLOW_MAX_KEY_BYTES=32"), std::string::npos) << st.to_string();
+      EXPECT_NE(st.reason().find("from rank 1"), std::string::npos) << st.to_string();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, Millis(15000)) << st.to_string();
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Collectives, ::testing::ValuesIn(backend_rows()),
                          [](const auto& info) { return info.param.label; });
 

@@ -337,6 +337,49 @@ TEST(Session, PlanHashMismatchIsRefused) {
   RF_EXPECT_RUN_OK(r);
 }
 
+// A RemoteKey over the receiver's RDMAFLOW_MAX_KEY_BYTES (the knob's floor, 32
+// bytes, on rank 0 only: a tcp key is 52) comes through the real key exchange of
+// Session::create: rank 0 refuses it before parsing it and fails naming the knob
+// and rank 1, never uses the key (no read or write through it reaches its
+// memory), and rank 1 does not hang: its create, or its first receive from the
+// rank that left, fails within the timeout.
+TEST(Session, ARemoteKeyOverTheReceiversLimitFailsTheSetupNamingThePeer) {
+  const int port = free_port();
+  auto r = run_ranks(2, [&](int rank, int world, testing::Exchange& ex) -> int {
+    if (rank == 0) ::setenv("RDMAFLOW_MAX_KEY_BYTES", "32", 1);
+    RF_ASSIGN_OR_FAIL(auto boot, boot_rank(rank, world, port));
+    RF_ASSIGN_OR_FAIL(auto plan, plan_of(ping_pong_graph(4096), world));
+    constexpr auto kSetupTimeout = 5000ms;
+    SessionOptions so;
+    so.transport = "tcp";
+    so.timeout = kSetupTimeout;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto s = Session::create(plan, *boot, so);
+    if (rank == 0) {
+      RF_ASSERT(!s.is_ok());
+      const std::string msg = s.status().to_string();
+      EXPECT_EQ(s.status().code(), Code::kProtocolError) << msg;
+      EXPECT_EQ(s.status().peer(), 1) << msg;
+      EXPECT_TRUE(contains(msg, "RDMAFLOW_MAX_KEY_BYTES=32")) << msg;
+      EXPECT_TRUE(contains(msg, "from rank 1")) << msg;
+      RF_ASSERT_OK(ex.barrier());  // rank 1 is done with the store this rank serves
+      return 0;
+    }
+    Status st = s.status();
+    if (s.is_ok()) {
+      RF_ASSERT_OK((*s)->begin_step(0));
+      auto v = (*s)->recv("ping", 0, 0);
+      st = v.status();
+      RF_ASSERT(!v.is_ok());  // nothing comes from a rank whose setup failed
+    }
+    EXPECT_FALSE(st.is_ok());
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, kSetupTimeout * 3) << st.to_string();
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
 // A rank that dies fails its peers' waits with an error naming it, well
 // before the timeout.
 TEST(Session, DeadPeerFailsWaitsQuickly) {
