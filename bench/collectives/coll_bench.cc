@@ -668,7 +668,7 @@ int main(int argc, char** argv) {
       j["busbw_gbs"] = busbw;
       j["wrong"] = total_bad;
       j["iters"] = s.calls;
-      j["rounds_us"] = s.round_p50;  // each round's median, in round order
+      j["rounds_us"] = s.round_p50;                      // each round's median, in round order
       if (cpu_busy >= 0) j["host_cpu_busy"] = cpu_busy;  // rank 0's host, timed iterations
       j["channel_sent_bytes_per_call"] = sent_per_call;  // rank 0; rdmaflow's own calls only
       row[lib.name] = j;

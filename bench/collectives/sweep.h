@@ -65,7 +65,9 @@ struct Samples {
   double p50() const { return pct(round_p50, 0.5); }
   // The share of the host's CPUs busy while the column ran; -1 when the
   // calls were too short for the jiffies to tell.
-  double cpu_busy() const { return cpu.busy + cpu.idle >= 50 ? cpu.busy / (cpu.busy + cpu.idle) : -1; }
+  double cpu_busy() const {
+    return cpu.busy + cpu.idle >= 50 ? cpu.busy / (cpu.busy + cpu.idle) : -1;
+  }
 };
 
 // Times every supported column of one size `rounds` times, interleaved:
@@ -147,8 +149,8 @@ inline void note_selector(const std::vector<std::string>& algos, nlohmann::json&
                   forced / best);
     same = buf;
   }
-  std::printf("#   fastest %s (%.1f us); the selector took %s: %.2fx its time%s\n",
-              fastest.c_str(), best, chose.c_str(), ratio, same.c_str());
+  std::printf("#   fastest %s (%.1f us); the selector took %s: %.2fx its time%s\n", fastest.c_str(),
+              best, chose.c_str(), ratio, same.c_str());
 }
 
 }  // namespace rdmaflow::bench
