@@ -61,19 +61,25 @@ double CostModel::cost(CollectiveKind kind, Algorithm algo, size_t bytes) const 
   if (info == nullptr || !info->implements(kind)) return std::numeric_limits<double>::infinity();
   if (world_ <= 1) return 0;
   const CostTerms t = terms(bytes);
+  const double path = p_.round * info->rounds(kind, t) + info->cost(kind, t);
   // Crowded ranks: the work of every rank, where the algorithm says what it
-  // is for the kind (allreduce); the longest chain of rounds otherwise.
+  // is for the kind (allreduce); the longest chain of rounds otherwise. Of
+  // equal work (ring, tree and Rabenseifner send and reduce the same from a
+  // few pieces up), the shorter chain: a millionth of it orders exact ties
+  // and nothing else.
   if (crowded() && info->work != nullptr) {
     const Work w = info->work(kind, t);
-    if (w.messages + w.host_messages > 0) return p_.round * info->rounds(kind, t) + crowded(w);
+    if (w.messages + w.host_messages > 0) {
+      return p_.round * info->rounds(kind, t) + crowded(w) + 1e-6 * path;
+    }
   }
-  return p_.round * info->rounds(kind, t) + info->cost(kind, t);
+  return path;
 }
 
 double CostModel::crowded(const Work& w) const {
   const double on_link = w.messages * p_.alpha + w.bytes * p_.beta;
   const double on_host = w.host_messages * within_.alpha + w.host_bytes * within_.beta;
-  return (on_link + on_host) / std::max(1, p_.cpus);
+  return (on_link + on_host + w.reduced * p_.gamma) / std::max(1, p_.cpus);
 }
 
 Algorithm CostModel::choose(CollectiveKind kind, size_t bytes) const {

@@ -70,6 +70,7 @@ struct CostTerms {
 struct Work {
   double messages = 0, bytes = 0;            // to other hosts (one level: every send)
   double host_messages = 0, host_bytes = 0;  // within a host (two levels)
+  double reduced = 0;                        // bytes reduced, at gamma
   void add(bool leaves, double msgs, double b) {
     (leaves ? messages : host_messages) += msgs;
     (leaves ? bytes : host_bytes) += b;
@@ -79,6 +80,7 @@ struct Work {
     bytes += o.bytes;
     host_messages += o.host_messages;
     host_bytes += o.host_bytes;
+    reduced += o.reduced;
     return *this;
   }
 };
@@ -111,7 +113,7 @@ class CostModel {
   // The cheapest algorithm for the call.
   Algorithm choose(CollectiveKind kind, size_t bytes) const;
   // Seconds of `w` on crowded CPUs: each tier's messages and bytes at its
-  // alpha and beta, over params().cpus.
+  // alpha and beta and the reductions at gamma, over params().cpus.
   double crowded(const Work& w) const;
   bool crowded() const { return p_.cpus > 0; }
   // The flat algorithms' costs: between hosts on two levels.

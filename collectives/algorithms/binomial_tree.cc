@@ -92,6 +92,7 @@ Work tree_work(CollectiveKind kind, const CostTerms& t) {
     const double children = std::ceil((t.n - d) / (2 * d));  // ranks r with r mod 2d == d
     w.add(t.leaves_host(d), 2 * children * t.pieces(t.m), 2 * children * t.m);
   }
+  w.reduced = (t.n - 1) * t.m;  // each child's buffer, on the way up
   return w;
 }
 

@@ -65,6 +65,7 @@ Work direct_work(CollectiveKind kind, const CostTerms& t) {
   const double others = t.n - t.q, near = t.q - 1;
   w.add(true, t.n * others * t.pieces(t.m), t.n * others * t.m);
   w.add(false, t.n * near * t.pieces(t.m), t.n * near * t.m);
+  w.reduced = t.n * (t.n - 1) * t.m;  // every rank reduces every other's buffer
   return w;
 }
 

@@ -63,6 +63,7 @@ Work dbtree_work(CollectiveKind kind, const CostTerms& t) {
     const double edges = std::ceil((t.n - d) / (2 * d));
     w.add(t.leaves_host(d), 4 * edges * t.pieces(t.m / 2), 2 * edges * t.m);
   }
+  w.reduced = (t.n - 1) * t.m;  // two trees of n - 1 edges, half the buffer each
   return w;
 }
 

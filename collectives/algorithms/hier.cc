@@ -150,13 +150,14 @@ Work hier_work(CollectiveKind kind, const CostTerms& t) {
   const CostModel& m = *t.model;
   const double hosts = m.hosts(), q = m.per_host();
   const double steps = 2 * (q - 1) * q * hosts;
-  w.add(false, steps * t.pieces(t.m / q), steps * t.m / q);
+  w.add(false, steps * t.pieces(t.m / q), steps * t.m / q);  // reduce-scatter: (q - 1) m reduced
   const auto bytes = static_cast<size_t>(t.m);
   const AlgorithmInfo* lane = find_algorithm(lane_choice(m, kind, bytes));
   if (lane == nullptr || lane->work == nullptr) return Work{};
   const CostModel lanes(m.hosts(), m.params());
   const Work one = lane->work(kind, lanes.terms(bytes / static_cast<size_t>(q)));
   w.add(true, q * one.messages, q * one.bytes);
+  w.reduced = hosts * (q - 1) * t.m + q * one.reduced;
   return w;
 }
 

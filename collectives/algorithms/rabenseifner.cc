@@ -180,6 +180,7 @@ Work rabenseifner_work(CollectiveKind kind, const CostTerms& t) {
     w.add(t.leaves_host(1), (t.n - t.p) * (3 * t.pieces(t.m / 2) + t.pieces(t.m)),
           2.5 * t.m * (t.n - t.p));
   }
+  w.reduced = (t.p - 1 + (t.n - t.p)) * t.m;  // the halving's blocks; a fold's halves
   return w;
 }
 

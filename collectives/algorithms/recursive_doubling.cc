@@ -106,6 +106,7 @@ Work rd_work(CollectiveKind kind, const CostTerms& t) {
   const double pieces = t.pieces(t.m);
   for (double d = 1; d < t.p; d *= 2) w.add(t.leaves_host(d), t.p * pieces, t.p * t.m);
   if (t.folded) w.add(t.leaves_host(1), 2 * (t.n - t.p) * pieces, 2 * (t.n - t.p) * t.m);
+  w.reduced = (t.p * t.lgp + t.n - t.p) * t.m;  // what every round receives; a fold's once
   return w;
 }
 

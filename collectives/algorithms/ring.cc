@@ -141,6 +141,7 @@ Work ring_work(CollectiveKind kind, const CostTerms& t) {
   const double steps = 2 * (t.n - 1), across = t.q > 1 ? t.n / t.q : t.n;
   w.add(true, steps * across * t.pieces(t.m / t.n), steps * across * t.m / t.n);
   w.add(false, steps * (t.n - across) * t.pieces(t.m / t.n), steps * (t.n - across) * t.m / t.n);
+  w.reduced = (t.n - 1) * t.m;  // the reduce-scatter's n - 1 blocks on every rank
   return w;
 }
 

@@ -514,6 +514,9 @@ TEST(CostModel, CrowdedRanksPayForEverySend) {
         ASSERT_TRUE(build_program(a, algo, p).is_ok());
         p.finalize();
         for (const Item& it : p.items()) {
+          if (it.kind == ItemKind::kReduce || (it.kind == ItemKind::kRecv && it.reduce)) {
+            sent.reduced += static_cast<double>(it.elems * 4);
+          }
           if (it.kind != ItemKind::kSend) continue;
           sent.add(q == 1 || g.host_of(it.peer) != g.host_of(r), 1,
                    static_cast<double>(it.elems * 4));
@@ -528,6 +531,7 @@ TEST(CostModel, CrowdedRanksPayForEverySend) {
       const double messages = sent.messages + sent.host_messages;
       EXPECT_NEAR(w.bytes + w.host_bytes, bytes, tol * bytes) << what;
       EXPECT_NEAR(w.messages + w.host_messages, messages, tol * messages) << what;
+      EXPECT_NEAR(w.reduced, sent.reduced, tol * sent.reduced) << what;
       if (algo == Algorithm::kDoubleBinaryTree) continue;  // its split: a binomial tree's
       EXPECT_NEAR(w.bytes, sent.bytes, tol * sent.bytes + 1) << what;
       EXPECT_NEAR(w.messages, sent.messages, tol * sent.messages + 1) << what;
