@@ -459,7 +459,8 @@ TEST(CostModel, CrowdedRanksPayForEverySend) {
   }
   for (size_t m : {size_t{4} << 20, size_t{16} << 20, size_t{256} << 20}) {
     const Algorithm a = four_crowded.choose(CollectiveKind::kAllreduce, m);
-    EXPECT_TRUE(a == Algorithm::kRing || a == Algorithm::kRabenseifner || a == Algorithm::kTree)
+    // They send and reduce what the tree does; their shorter chains break the tie.
+    EXPECT_TRUE(a == Algorithm::kRing || a == Algorithm::kRabenseifner)
         << m << ": " << algorithm_name(a);
   }
   // Kinds without the sums keep the rounds' costs.
