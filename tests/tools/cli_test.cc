@@ -163,6 +163,15 @@ TEST(ToolsCli, P2pReadsSizeSuffixes) {
   EXPECT_EQ(row["latency_us"][0]["size"].get<uint64_t>(), 8u);
 }
 
+// The JSON a tool wrote to `path` (discarded when missing or malformed).
+nlohmann::json read_json(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return nlohmann::json(nlohmann::json::value_t::discarded);
+  auto j = nlohmann::json::parse(f, nullptr, false);
+  std::fclose(f);
+  return j;
+}
+
 // --vs socket and --load: the socket ping-pong is a row beside rdmaflow's,
 // timed, never checked for a reduction; the load is recorded. Two ranks
 // under mpirun, over tcp (no figure is judged: benchmarks hold those).
@@ -178,11 +187,8 @@ TEST(ToolsCli, CollBenchSocketReferenceUnderLoad) {
                                    json + "'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("competing load: 1 busy process"), std::string::npos) << r.output;
-  std::FILE* f = std::fopen(json.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  auto j = nlohmann::json::parse(f, nullptr, false);
-  std::fclose(f);
-  ASSERT_FALSE(j.is_discarded());
+  const nlohmann::json j = read_json(json);
+  ASSERT_FALSE(j.is_discarded()) << json;
   EXPECT_EQ(j["load"].get<int>(), 1);
   ASSERT_EQ(j["rows"].size(), 2u);
   for (const auto& row : j["rows"]) {
@@ -212,11 +218,8 @@ TEST(ToolsCli, CollBenchAlgoAllInterleavesRounds) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("# 65536 B: round 3 of 3"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("interleaved in 3 rounds"), std::string::npos) << r.output;
-  std::FILE* f = std::fopen(json.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  auto j = nlohmann::json::parse(f, nullptr, false);
-  std::fclose(f);
-  ASSERT_FALSE(j.is_discarded());
+  const nlohmann::json j = read_json(json);
+  ASSERT_FALSE(j.is_discarded()) << json;
   EXPECT_EQ(j["rounds"].get<int>(), 3);
   ASSERT_EQ(j["rows"].size(), 2u);
   for (const auto& row : j["rows"]) {
