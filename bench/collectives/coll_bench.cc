@@ -730,7 +730,10 @@ int main(int argc, char** argv) {
     for (const auto& row : out_json["rows"]) {
       if (!row.contains("selector")) continue;
       ++sizes;
-      within += row["selector"]["time_vs_fastest"].get<double>() <= 1.1;
+      // The fastest algorithm chosen is within, whatever its own column
+      // measured: that gap is one schedule timed twice, the run's noise.
+      const auto& sel = row["selector"];
+      within += sel["time_vs_fastest"].get<double>() <= 1.1 || sel["chose"] == sel["fastest"];
     }
     std::printf(
         "# the selector's choice was within 10%% of the fastest algorithm at %d of %d sizes\n",
