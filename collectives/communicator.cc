@@ -217,6 +217,12 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
     return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "RDMAFLOW_COLL_ROUND_US must be >= 0");
   }
   params.round = static_cast<double>(round_us) * 1e-6;
+  // Crowded, every rank's sends share the CPUs (CostParams::cpus); agreed like round.
+  RDMAFLOW_ASSIGN_OR_RETURN(
+      int64_t cpus,
+      knob("RDMAFLOW_COLL_CROWDED_CPUS", 0,
+           crowded && agree ? std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN)) : 0, 0));
+  params.cpus = static_cast<int>(std::min<int64_t>(cpus, 1 << 20));
   c->model_ = model_for(c->hosts_, params, params);
   if (agree) RDMAFLOW_RETURN_IF_ERROR(c->measure());
   RDMAFLOW_LOG_DEBUG(
@@ -324,8 +330,9 @@ Status Communicator::measure() {
     }
     return Status::ok();
   };
-  // alpha, beta: [0], [1] within a host, [2], [3] between hosts; [4] gamma; [5] round.
-  double params[6] = {0, 0, 0, 0, 0, model_.params().round};
+  // alpha, beta: [0], [1] within a host, [2], [3] between hosts; [4] gamma; [5] round; [6] cpus.
+  double params[7] = {
+      0, 0, 0, 0, 0, model_.params().round, static_cast<double>(model_.params().cpus)};
   // beta from streams: `pieces` pieces of `large` bytes one way, 8 bytes
   // back. A ping-pong of one 256 KiB buffer read the link up to 2.5x too fast
   // between the simulated hosts (it passes within tbf's burst at the veth's
@@ -391,7 +398,7 @@ Status Communicator::measure() {
     params[4] = best / static_cast<double>(x.size() * sizeof(float));
   }
   // Agree: the maximum over ranks, by recursive doubling on lane 0.
-  double agreed[6] = {0, 0, 0, 0, 0, 0};
+  double agreed[7] = {0, 0, 0, 0, 0, 0, 0};
   CollArgs args;
   args.kind = CollectiveKind::kAllreduce;
   args.in = reinterpret_cast<const std::byte*>(params);
@@ -413,6 +420,7 @@ Status Communicator::measure() {
     if (beta > 0) cp.beta = beta;
     if (agreed[4] > 0) cp.gamma = agreed[4];
     cp.round = agreed[5];
+    cp.cpus = static_cast<int>(agreed[6]);
     return cp;
   };
   model_ = model_for(g, level(agreed[0], agreed[1]), level(agreed[2], agreed[3]));

@@ -15,7 +15,11 @@ std::string CostParams::to_string() const {
   int len = std::snprintf(buf, sizeof(buf), "alpha=%.2fus beta=%.3fns/B (%.2f GB/s) gamma=%.3fns/B",
                           alpha * 1e6, beta * 1e9, beta > 0 ? 1e-9 / beta : 0.0, gamma * 1e9);
   if (round > 0 && len > 0 && static_cast<size_t>(len) < sizeof(buf)) {
-    std::snprintf(buf + len, sizeof(buf) - static_cast<size_t>(len), " round=%.1fus", round * 1e6);
+    len += std::snprintf(buf + len, sizeof(buf) - static_cast<size_t>(len), " round=%.1fus",
+                         round * 1e6);
+  }
+  if (cpus > 0 && len > 0 && static_cast<size_t>(len) < sizeof(buf)) {
+    std::snprintf(buf + len, sizeof(buf) - static_cast<size_t>(len), " crowded on %d CPUs", cpus);
   }
   return buf;
 }
@@ -41,6 +45,7 @@ CostTerms CostModel::terms(size_t bytes) const {
   t.lg = ceil_log2(world_);
   t.folded = pof2 != world_;
   t.k = static_cast<double>(p_.piece_bytes);
+  t.q = two_level() ? per_host_ : 1;
   t.model = this;
   return t;
 }
@@ -56,7 +61,25 @@ double CostModel::cost(CollectiveKind kind, Algorithm algo, size_t bytes) const 
   if (info == nullptr || !info->implements(kind)) return std::numeric_limits<double>::infinity();
   if (world_ <= 1) return 0;
   const CostTerms t = terms(bytes);
-  return p_.round * info->rounds(kind, t) + info->cost(kind, t);
+  const double path = p_.round * info->rounds(kind, t) + info->cost(kind, t);
+  // Crowded ranks: the work of every rank, where the algorithm says what it
+  // is for the kind (allreduce); the longest chain of rounds otherwise. Of
+  // equal work (ring, tree and Rabenseifner send and reduce the same from a
+  // few pieces up), the shorter chain: a millionth of it orders exact ties
+  // and nothing else.
+  if (crowded() && info->work != nullptr) {
+    const Work w = info->work(kind, t);
+    if (w.messages + w.host_messages > 0) {
+      return p_.round * info->rounds(kind, t) + crowded(w) + 1e-6 * path;
+    }
+  }
+  return path;
+}
+
+double CostModel::crowded(const Work& w) const {
+  const double on_link = w.messages * p_.alpha + w.bytes * p_.beta;
+  const double on_host = w.host_messages * within_.alpha + w.host_bytes * within_.beta;
+  return (on_link + on_host + w.reduced * p_.gamma) / std::max(1, p_.cpus);
 }
 
 Algorithm CostModel::choose(CollectiveKind kind, size_t bytes) const {

@@ -26,6 +26,10 @@ struct CostParams {
   // waits for its partner waits for the partner to be scheduled, once per
   // round, so fewer rounds beat fewer messages there. 0 when every rank has a core.
   double round = 0;
+  // > 0: the ranks are crowded onto this many CPUs (more ranks than cores):
+  // a call then costs the CPU work of every rank's sends over these CPUs
+  // (CostModel::crowded), not its longest chain of rounds.
+  int cpus = 0;
   size_t piece_bytes = 512 * 1024;
   std::string to_string() const;
 };
@@ -45,11 +49,40 @@ struct CostTerms {
   double lg = 0;        // ceil(log2(n))
   bool folded = false;  // n is not a power of two: a fold step before and after
   double k = 1;         // piece bytes
+  // Ranks per host, numbered host by host (as launchers number them); 1 on
+  // one level, where every send is costed at the model's one level.
+  double q = 1;
   // The model that made these terms: an algorithm composed of others (hier)
   // costs its parts with it.
   const CostModel* model = nullptr;
   // Pieces add a message each; pipelines need their depth in pieces to fill.
   double pieces(double msg) const { return std::max(1.0, std::ceil(msg / k)); }
+  // Whether a send between ranks `distance` apart leaves the host.
+  bool leaves_host(double distance) const { return q <= 1 || distance >= q; }
+};
+
+// The sends of one call summed over every rank: on a crowded host the ranks
+// take turns on the CPUs, and every message and byte costs CPU time (the
+// system calls, wake-ups and copies of the network stack) whichever rank it is
+// on. 4 simulated hosts x 1 rank on 2 cores: allreduce by every algorithm
+// ranked by these sums as the interleaved sweep measured them from 8 B to
+// 16 MiB (docs/benchmarks.md, "Selector against the interleaved sweep").
+struct Work {
+  double messages = 0, bytes = 0;            // to other hosts (one level: every send)
+  double host_messages = 0, host_bytes = 0;  // within a host (two levels)
+  double reduced = 0;                        // bytes reduced, at gamma
+  void add(bool leaves, double msgs, double b) {
+    (leaves ? messages : host_messages) += msgs;
+    (leaves ? bytes : host_bytes) += b;
+  }
+  Work& operator+=(const Work& o) {
+    messages += o.messages;
+    bytes += o.bytes;
+    host_messages += o.host_messages;
+    host_bytes += o.host_bytes;
+    reduced += o.reduced;
+    return *this;
+  }
 };
 
 // One level: every pair of ranks costs the same (one host; one rank per host;
@@ -79,6 +112,10 @@ class CostModel {
   double cost(CollectiveKind kind, Algorithm algo, size_t bytes) const;
   // The cheapest algorithm for the call.
   Algorithm choose(CollectiveKind kind, size_t bytes) const;
+  // Seconds of `w` on crowded CPUs: each tier's messages and bytes at its
+  // alpha and beta and the reductions at gamma, over params().cpus.
+  double crowded(const Work& w) const;
+  bool crowded() const { return p_.cpus > 0; }
   // The flat algorithms' costs: between hosts on two levels.
   const CostParams& params() const { return p_; }
   // The costs within a host (params() on one level).

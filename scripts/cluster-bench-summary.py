@@ -70,7 +70,10 @@ def coll_summary(name, d):
             cell(row["gloo_time_us"], gloo),
             "%.2fx" % row["vs_mpi"] if row["vs_mpi"] else "-",
             "%.2fx" % row["vs_gloo"] if row["vs_gloo"] else "-"))
-    lines.append("    (p50 time of the slowest rank; busbw in the nccl-tests convention; "
+    rounds = d.get("rounds", 1)
+    how = ("p50 time of the slowest rank" if rounds <= 1 else
+           f"the slowest rank's time, median of {rounds} interleaved rounds' medians")
+    lines.append(f"    ({how}; busbw in the nccl-tests convention; "
                  "vs = rdmaflow's busbw / the reference's, > 1: rdmaflow faster)")
     return rows, lines
 

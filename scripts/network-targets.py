@@ -56,26 +56,39 @@ def allreduce_table(rep, title, d, refs, top):
     versus = names[refs[0]] if len(refs) == 1 else f"max({', '.join(names[x] for x in refs)})"
     rows = {r["size"]: r for r in d.get("rows", [])}
     rep.say(title)
+    rounds = d.get("rounds", 1)
+    if rounds > 1:
+        rep.say(f"(every column timed in each of {rounds} interleaved rounds; a time is the "
+                "median of its rounds' medians. \"forced\": the selector's algorithm forced, "
+                "in its own column, over the fastest: the same schedule twice, so its gap to "
+                "\"selector / fastest\" is the run's noise)")
+        rep.say()
     rep.say("| size | selector | rdmaflow us | busbw GB/s | CPUs busy | "
             + " | ".join(f"{names[x]} us" for x in refs)
-            + f" | vs {versus} | fastest algorithm | selector / fastest |")
-    rep.say("|---" * (8 + len(refs)) + "|")
+            + f" | vs {versus} | fastest algorithm | selector / fastest | forced / fastest |")
+    rep.say("|---" * (9 + len(refs)) + "|")
     short_bw, short_sel = [], []
     for size in sorted(rows):
         r = rows[size]
         ours, sel = r.get("rdmaflow", {}), r.get("selector", {})
         best_ref = max(r.get(x, {}).get("busbw_gbs", 0) for x in refs)
         ratio = ours.get("busbw_gbs", 0) / best_ref if best_ref else None
-        rep.say("| %s | %s | %.1f | %.3f | %s | %s | %s | %s | %s |" % (
+        algos = algo_times(r)
+        forced = (sel["forced_same_us"] / algos[sel["fastest"]]
+                  if "forced_same_us" in sel and algos.get(sel.get("fastest")) else None)
+        rep.say("| %s | %s | %.1f | %.3f | %s | %s | %s | %s | %s | %s |" % (
             human(size), ours.get("algo", "?"), ours.get("time_us", 0), ours.get("busbw_gbs", 0),
             "%.0f%%" % (100 * ours["host_cpu_busy"]) if "host_cpu_busy" in ours else "-",
             " | ".join("%.1f" % r[x]["time_us"] if "time_us" in r.get(x, {}) else "-"
                        for x in refs),
             "%.2fx" % ratio if ratio else "-", sel.get("fastest", "-"),
-            "%.2fx" % sel["time_vs_fastest"] if "time_vs_fastest" in sel else "-"))
+            "%.2fx" % sel["time_vs_fastest"] if "time_vs_fastest" in sel else "-",
+            "%.2fx" % forced if forced else "-"))
         if 64 * 1024 <= size <= top and (ratio is None or ratio < 1.2):
             short_bw.append("%s %.2fx" % (human(size), ratio or 0))
-        if sel.get("time_vs_fastest", 99) > 1.10:
+        # The fastest algorithm chosen is within: the selector's column and the
+        # fastest one then time one schedule twice, and their gap is noise.
+        if sel.get("time_vs_fastest", 99) > 1.10 and sel.get("chose") != sel.get("fastest"):
             short_sel.append("%s %s %.2fx of %s" % (human(size), sel.get("chose"),
                                                    sel.get("time_vs_fastest", 0),
                                                    sel.get("fastest")))

@@ -20,7 +20,10 @@
 // redop, algo (ours, from the cost model or RDMAFLOW_<OP>_ALGO / --algo), then
 // (--algo all) one column per algorithm of --op, forced, with a line per size
 // naming the fastest and the selector's choice as a multiple of its time; then
-// per library: time (us, p50 over iterations of the slowest rank), algbw and
+// per library: time (us, p50 over iterations of the slowest rank; with
+// --rounds, default 5 under --algo all, every column is timed in each of the
+// rounds, interleaved, and its time is the median of its rounds' medians:
+// sweep.h), algbw and
 // busbw (GB/s = 1e9 B/s; busbw = algbw x 2(n-1)/n for allreduce, (n-1)/n for
 // reduce_scatter, allgather and alltoall, 1 for broadcast and reduce), #wrong,
 // min / p99 time, and the ratio of our busbw to the reference's (for --vs
@@ -62,6 +65,7 @@
 #include "bench/collectives/gloo_store.h"
 #include "bench/collectives/references.h"
 #include "bench/collectives/socket_reference.h"
+#include "bench/collectives/sweep.h"
 #include "bench/cpu_load.h"
 #include "collectives/algorithms/registry.h"
 #include "collectives/communicator.h"
@@ -89,6 +93,7 @@ struct Args {
   int factor = 2;
   int iters = 0;  // 0: by size
   int warmup = 3;
+  int rounds = 0;  // 0: 5 with --algo all, else 1 (sweep.h)
   bool vs_gloo = false, vs_mpi = false, vs_socket = false;
   int load = 0;  // busy processes beside the first rank of each host (CpuLoad)
   std::string json;
@@ -160,6 +165,12 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
       ->default_str("0: by size");
   app.add_option("-w,--warmup", a.warmup, "untimed iterations per size first")
       ->check(cli::at_least(0));
+  app.add_option("--rounds", a.rounds,
+                 "interleave the columns in this many rounds per size, each column timed for "
+                 "its share of --iters in every round; a column's time is the median of its "
+                 "rounds' medians")
+      ->check(CLI::Range(1, 1000))
+      ->default_str("5 with --algo all, else 1");
   app.add_option("--vs", vs,
                  "a reference to run beside rdmaflow: gloo, mpi or socket (a ping-pong between "
                  "ranks 0 and 1); repeat for several")
@@ -218,6 +229,7 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
     }
     for (size_t s = a.min_bytes; s <= a.max_bytes; s *= a.factor) a.sizes.push_back(s);
   }
+  if (a.rounds == 0) a.rounds = a.all_algos ? 5 : 1;
   return std::nullopt;
 }
 
@@ -239,38 +251,7 @@ bool per_rank(CollectiveKind k) {
          k == CollectiveKind::kAlltoall;
 }
 
-// ---- the three libraries ----
-
-struct Lib {
-  std::string name;
-  std::function<bool(const Args&, size_t count)> supports;
-  std::function<void(const Args&, size_t count, Bufs&)> run;  // aborts on failure
-  std::function<std::string(const Args&, size_t count)> algo;
-};
-
-// --algo all: the fastest algorithm of the row, and the selector's choice (the
-// "rdmaflow" column) as a multiple of its time, on a line of its own and in
-// the row's JSON ("selector").
-void note_selector(const std::vector<Lib>& libs, size_t first_reference, nlohmann::json& row) {
-  const auto& auto_row = row["rdmaflow"];
-  if (!auto_row.contains("time_us")) return;
-  std::string fastest;
-  double best = 0;
-  for (size_t l = 1; l < first_reference; ++l) {
-    const auto& r = row[libs[l].name];
-    if (!r.contains("time_us")) continue;
-    const double t = r["time_us"].get<double>();
-    if (fastest.empty() || t < best) {
-      fastest = libs[l].name;
-      best = t;
-    }
-  }
-  if (fastest.empty()) return;
-  const double ratio = auto_row["time_us"].get<double>() / best;
-  row["selector"] = {{"chose", auto_row["algo"]}, {"fastest", fastest}, {"time_vs_fastest", ratio}};
-  std::printf("#   fastest %s (%.1f us); the selector took %s: %.2fx its time\n", fastest.c_str(),
-              best, auto_row["algo"].get<std::string>().c_str(), ratio);
-}
+using Lib = bench::Column<Args>;
 
 void die(const std::string& what) {
   std::fprintf(stderr, "rdmaflow_coll_bench: %s\n", what.c_str());
@@ -278,26 +259,10 @@ void die(const std::string& what) {
   std::exit(1);
 }
 
-// Payload bytes this process's channels sent to every peer so far (writes and
-// messages, common/counters.h). Stores through a same-host direct view are not
-// counted.
-uint64_t bytes_sent_to_peers() {
-  uint64_t total = 0;
-  for (const stats::PeerStats& p : stats::snapshot().peers) total += p.bytes_sent;
-  return total;
-}
-
 std::string fixed1(double v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f", v);
   return buf;
-}
-
-double pct(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
-  i = std::min(v.size() - 1, i == 0 ? 0 : i - 1);
-  return v[i];
 }
 
 }  // namespace
@@ -542,6 +507,7 @@ int main(int argc, char** argv) {
 
   nlohmann::json out_json;
   out_json["load"] = a.load;
+  out_json["rounds"] = a.rounds;
   out_json["op"] = std::string(collective_name(a.op));
   out_json["type"] = std::string(dtype_name(a.type));
   out_json["redop"] = std::string(reduce_op_name(a.redop));
@@ -612,7 +578,14 @@ int main(int argc, char** argv) {
                 create_ms);
     std::printf("# same-host direct path (RDMAFLOW_COLL_DIRECT): %d of %d peers\n",
                 comm.stats().direct_peers, world - 1);
-    std::printf("# times: p50 over iterations of the slowest rank; GB/s = 1e9 B/s\n");
+    if (a.rounds > 1) {
+      std::printf(
+          "# times: the slowest rank's, every column interleaved in %d rounds; time: the median "
+          "of the rounds' medians; GB/s = 1e9 B/s\n",
+          a.rounds);
+    } else {
+      std::printf("# times: p50 over iterations of the slowest rank; GB/s = 1e9 B/s\n");
+    }
     std::printf("%12s %10s %5s %5s %13s | %10s %8s %8s %6s %9s %9s", "size(B)", "count", "type",
                 "redop", "algo", "time(us)", "algbw", "busbw", "#wrong", "min(us)", "p99(us)");
     for (size_t l = 1; l < libs.size(); ++l) {
@@ -640,29 +613,24 @@ int main(int argc, char** argv) {
     std::vector<double> busbws(libs.size(), 0);
     std::vector<std::string> line(libs.size());
     std::string codec_cpu;  // rank 0's encode/decode ms per codec column
+    std::vector<bool> supported(libs.size());
+    for (size_t l = 0; l < libs.size(); ++l) supported[l] = libs[l].supports(a, count);
+    std::vector<bench::Samples> samples;
+    {
+      // One set of buffers for every column: the calls leave the input as it
+      // was, and a set per column would not fit at 256 MiB.
+      Bufs b;
+      bench::fill(a.data(), rank, world, count, b);
+      samples = bench::time_interleaved(libs, supported, a, count, b, iters, a.rounds, a.warmup,
+                                        rank, std::to_string(bytes) + " B");
+    }
     for (size_t l = 0; l < libs.size(); ++l) {
       Lib& lib = libs[l];
-      if (!lib.supports(a, count)) {
+      if (!supported[l]) {
         line[l] = "unsupported";
         continue;
       }
-      Bufs b;
-      bench::fill(a.data(), rank, world, count, b);
-      for (int w = 0; w < a.warmup; ++w) lib.run(a, count, b);
-      // Start together, then time each iteration back to back.
-      MPI_Barrier(MPI_COMM_WORLD);
-      std::vector<double> times(iters);
-      const bench::CpuJiffies cpu0 = bench::cpu_jiffies();
-      const uint64_t sent0 = bytes_sent_to_peers();
-      for (int it = 0; it < iters; ++it) {
-        auto t0 = Clock::now();
-        lib.run(a, count, b);
-        times[it] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-      }
-      const double cpu_busy = bench::cpu_busy_since(cpu0);
-      // What this rank's channels carried per call (common/counters.h): the
-      // wire bytes measured, beside the wire(B) column's figure from the sizes.
-      const uint64_t sent_per_call = (bytes_sent_to_peers() - sent0) / static_cast<uint64_t>(iters);
+      const bench::Samples& s = samples[l];
       // Verify the last result (fill again: in-place users may have changed inputs).
       Bufs v;
       bench::fill(a.data(), rank, world, count, v);
@@ -679,10 +647,13 @@ int main(int argc, char** argv) {
       }
       unsigned long long total_bad = 0;
       MPI_Reduce(&bad, &total_bad, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-      std::vector<double> slowest(iters);
-      MPI_Reduce(times.data(), slowest.data(), iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
       if (rank != 0) continue;
-      const double p50 = pct(slowest, 0.5), mn = pct(slowest, 0.0), p99 = pct(slowest, 0.99);
+      const std::vector<double>& slowest = s.slowest;
+      const double p50 = s.p50(), mn = bench::pct(slowest, 0.0), p99 = bench::pct(slowest, 0.99);
+      const double cpu_busy = s.cpu_busy();
+      // What this rank's channels carried per call (common/counters.h): the
+      // wire bytes measured, beside the wire(B) column's figure from the sizes.
+      const uint64_t sent_per_call = s.sent / static_cast<uint64_t>(std::max(1, s.calls));
       const double algbw = static_cast<double>(bytes) / (p50 * 1e-6) / 1e9;
       const double busbw = algbw * busbw_factor(a.op, world);
       busbws[l] = busbw;
@@ -691,11 +662,13 @@ int main(int argc, char** argv) {
       j["time_us"] = p50;
       j["min_us"] = mn;
       j["p99_us"] = p99;
-      j["mean_us"] = std::accumulate(slowest.begin(), slowest.end(), 0.0) / iters;
+      j["mean_us"] = std::accumulate(slowest.begin(), slowest.end(), 0.0) /
+                     static_cast<double>(slowest.size());
       j["algbw_gbs"] = algbw;
       j["busbw_gbs"] = busbw;
       j["wrong"] = total_bad;
-      j["iters"] = iters;
+      j["iters"] = s.calls;
+      j["rounds_us"] = s.round_p50;                      // each round's median, in round order
       if (cpu_busy >= 0) j["host_cpu_busy"] = cpu_busy;  // rank 0's host, timed iterations
       j["channel_sent_bytes_per_call"] = sent_per_call;  // rank 0; rdmaflow's own calls only
       row[lib.name] = j;
@@ -737,7 +710,11 @@ int main(int argc, char** argv) {
         }
       }
       std::printf("\n");
-      if (a.all_algos) note_selector(libs, first_reference, row);
+      if (a.all_algos) {
+        std::vector<std::string> algos;
+        for (Algorithm al : algorithms_for(a.op)) algos.emplace_back(algorithm_name(al));
+        bench::note_selector(algos, row);
+      }
       if (!columns.empty()) {
         std::printf("#   wire bytes per rank and call, uncompressed: %zu (bandwidth-optimal)\n",
                     bench::uncompressed_sent_bytes(a.op, bytes, world));
@@ -753,7 +730,10 @@ int main(int argc, char** argv) {
     for (const auto& row : out_json["rows"]) {
       if (!row.contains("selector")) continue;
       ++sizes;
-      within += row["selector"]["time_vs_fastest"].get<double>() <= 1.1;
+      // The fastest algorithm chosen is within, whatever its own column
+      // measured: that gap is one schedule timed twice, the run's noise.
+      const auto& sel = row["selector"];
+      within += sel["time_vs_fastest"].get<double>() <= 1.1 || sel["chose"] == sel["fastest"];
     }
     std::printf(
         "# the selector's choice was within 10%% of the fastest algorithm at %d of %d sizes\n",

@@ -53,6 +53,7 @@ struct Args {
   double alpha = 0, beta = 0, gamma = 0;  // between hosts (and the reduction)
   double intra_alpha = 0, intra_beta = 0;
   double round = 0;
+  int cpus = 0;
   size_t piece = 512 * 1024;
   std::vector<size_t> sizes;
   bool json = false;
@@ -70,6 +71,7 @@ CostParams level(const Args& a, double alpha, double beta) {
   p.beta = beta;
   p.gamma = a.gamma;
   p.round = a.round;
+  p.cpus = a.cpus;
   p.piece_bytes = a.piece;
   return p;
 }
@@ -112,6 +114,9 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
   app.add_option("--intra-alpha", a.intra_alpha, "s per message within a host (--per-host > 1)");
   app.add_option("--intra-beta", a.intra_beta, "s per byte within a host (--per-host > 1)");
   app.add_option("--round", a.round, "s per dependent round beyond alpha (cost_model.h)");
+  app.add_option("--cpus", a.cpus,
+                 "crowded ranks: the CPUs every rank's sends share (cost_model.h); 0: not crowded")
+      ->check(cli::at_least(0));
   cli::add_size(app, "--piece", a.piece, "pipeline piece bytes (RDMAFLOW_COLL_SLOT_BYTES)");
   cli::add_sizes(app, "--sizes", a.sizes, "buffer sizes (bytes of the largest buffer)")->required();
   app.add_flag("--json", a.json, "print JSON instead of a table");
@@ -181,6 +186,7 @@ int main(int argc, char** argv) {
                           {"intra_alpha", a.intra_alpha},
                           {"intra_beta", a.intra_beta},
                           {"round", a.round},
+                          {"cpus", a.cpus},
                           {"piece", a.piece},
                           {"rows", nlohmann::json::array()}};
     for (const Row& r : rows) {

@@ -83,6 +83,19 @@ double tree_rounds(CollectiveKind kind, const CostTerms& t) {
   return kind == CollectiveKind::kAllreduce || kind == CollectiveKind::kBarrier ? 2 * t.lg : t.lg;
 }
 
+// Allreduce: the ranks 2^k away from their parent send the buffer up (in
+// pieces) and receive it back down: n - 1 edges, each carrying it both ways.
+Work tree_work(CollectiveKind kind, const CostTerms& t) {
+  Work w;
+  if (kind != CollectiveKind::kAllreduce) return w;
+  for (double d = 1; d < t.n; d *= 2) {
+    const double children = std::ceil((t.n - d) / (2 * d));  // ranks r with r mod 2d == d
+    w.add(t.leaves_host(d), 2 * children * t.pieces(t.m), 2 * children * t.m);
+  }
+  w.reduced = (t.n - 1) * t.m;  // each child's buffer, on the way up
+  return w;
+}
+
 double tree_cost(CollectiveKind kind, const CostTerms& t) {
   const double m = t.m, a = t.a, b = t.b, g = t.g, lg = t.lg, k = t.k;
   switch (kind) {

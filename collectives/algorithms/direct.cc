@@ -58,6 +58,17 @@ double direct_rounds(CollectiveKind, const CostTerms&) {
   return 1;
 }
 
+// Allreduce: every rank sends the buffer to every other rank.
+Work direct_work(CollectiveKind kind, const CostTerms& t) {
+  Work w;
+  if (kind != CollectiveKind::kAllreduce) return w;
+  const double others = t.n - t.q, near = t.q - 1;
+  w.add(true, t.n * others * t.pieces(t.m), t.n * others * t.m);
+  w.add(false, t.n * near * t.pieces(t.m), t.n * near * t.m);
+  w.reduced = t.n * (t.n - 1) * t.m;  // every rank reduces every other's buffer
+  return w;
+}
+
 double direct_cost(CollectiveKind kind, const CostTerms& t) {
   const double n = t.n, m = t.m, a = t.a, b = t.b, g = t.g;
   switch (kind) {

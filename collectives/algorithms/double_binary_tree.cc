@@ -53,6 +53,20 @@ double dbtree_rounds(CollectiveKind kind, const CostTerms& t) {
   return kind == CollectiveKind::kAllreduce || kind == CollectiveKind::kBarrier ? 2 * t.lg : t.lg;
 }
 
+// Allreduce: two trees of n - 1 edges, each carrying half the buffer up and
+// down; their edges span 1, 2, 4, ... ranks as a binomial tree's do (the
+// split of the edges between host and link is the binomial tree's).
+Work dbtree_work(CollectiveKind kind, const CostTerms& t) {
+  Work w;
+  if (kind != CollectiveKind::kAllreduce) return w;
+  for (double d = 1; d < t.n; d *= 2) {
+    const double edges = std::ceil((t.n - d) / (2 * d));
+    w.add(t.leaves_host(d), 4 * edges * t.pieces(t.m / 2), 2 * edges * t.m);
+  }
+  w.reduced = (t.n - 1) * t.m;  // two trees of n - 1 edges, half the buffer each
+  return w;
+}
+
 double dbtree_cost(CollectiveKind kind, const CostTerms& t) {
   const double m = t.m, a = t.a, b = t.b, g = t.g, lg = t.lg, k = t.k;
   if (kind != CollectiveKind::kAllreduce) return std::numeric_limits<double>::infinity();

@@ -137,3 +137,28 @@ double hier_cost(CollectiveKind kind, const CostTerms& t) {
 }
 
 }  // namespace rdmaflow
+
+namespace rdmaflow {
+
+// Allreduce on two levels: within each of the H hosts a ring reduce-scatter
+// and allgather among its q ranks (2(q - 1) steps of m/q from every rank),
+// between the hosts the q lanes' allreduces of m/q, each the lanes'
+// algorithm's sends over H ranks.
+Work hier_work(CollectiveKind kind, const CostTerms& t) {
+  Work w;
+  if (kind != CollectiveKind::kAllreduce || t.model == nullptr || !t.model->two_level()) return w;
+  const CostModel& m = *t.model;
+  const double hosts = m.hosts(), q = m.per_host();
+  const double steps = 2 * (q - 1) * q * hosts;
+  w.add(false, steps * t.pieces(t.m / q), steps * t.m / q);  // reduce-scatter: (q - 1) m reduced
+  const auto bytes = static_cast<size_t>(t.m);
+  const AlgorithmInfo* lane = find_algorithm(lane_choice(m, kind, bytes));
+  if (lane == nullptr || lane->work == nullptr) return Work{};
+  const CostModel lanes(m.hosts(), m.params());
+  const Work one = lane->work(kind, lanes.terms(bytes / static_cast<size_t>(q)));
+  w.add(true, q * one.messages, q * one.bytes);
+  w.reduced = hosts * (q - 1) * t.m + q * one.reduced;
+  return w;
+}
+
+}  // namespace rdmaflow

@@ -167,6 +167,23 @@ double rabenseifner_rounds(CollectiveKind kind, const CostTerms& t) {
          fold;
 }
 
+// Allreduce: the halving step at distance d and the doubling step at the same
+// distance each send d/p of the buffer from every one of the p ranks; a folded
+// pair sends 2.5 buffers (three halves in, the result out).
+Work rabenseifner_work(CollectiveKind kind, const CostTerms& t) {
+  Work w;
+  if (kind != CollectiveKind::kAllreduce) return w;
+  for (double d = 1; d < t.p; d *= 2) {
+    w.add(t.leaves_host(d), 2 * t.p * t.pieces(t.m * d / t.p), 2 * t.m * d);
+  }
+  if (t.folded) {
+    w.add(t.leaves_host(1), (t.n - t.p) * (3 * t.pieces(t.m / 2) + t.pieces(t.m)),
+          2.5 * t.m * (t.n - t.p));
+  }
+  w.reduced = (t.p - 1 + (t.n - t.p)) * t.m;  // the halving's blocks; a fold's halves
+  return w;
+}
+
 double rabenseifner_cost(CollectiveKind kind, const CostTerms& t) {
   const double m = t.m, a = t.a, b = t.b, g = t.g, p = t.p, lgp = t.lgp;
   const bool folded = t.folded;

@@ -98,6 +98,18 @@ double rd_rounds(CollectiveKind, const CostTerms& t) {
   return t.lgp + fold;
 }
 
+// Allreduce: in round k each of the p ranks sends the buffer to the rank 2^k
+// away; the n - p ranks beyond fold in and out with a neighbour.
+Work rd_work(CollectiveKind kind, const CostTerms& t) {
+  Work w;
+  if (kind != CollectiveKind::kAllreduce) return w;
+  const double pieces = t.pieces(t.m);
+  for (double d = 1; d < t.p; d *= 2) w.add(t.leaves_host(d), t.p * pieces, t.p * t.m);
+  if (t.folded) w.add(t.leaves_host(1), 2 * (t.n - t.p) * pieces, 2 * (t.n - t.p) * t.m);
+  w.reduced = (t.p * t.lgp + t.n - t.p) * t.m;  // what every round receives; a fold's once
+  return w;
+}
+
 double rd_cost(CollectiveKind kind, const CostTerms& t) {
   const double m = t.m, a = t.a, b = t.b, g = t.g, p = t.p, lgp = t.lgp;
   const bool folded = t.folded;

@@ -14,6 +14,7 @@ void ring_reduce(const CollArgs& a, Program& p);     // ring reduce-scatter + ga
 size_t ring_scratch(const CollArgs& a);
 double ring_rounds(CollectiveKind kind, const CostTerms& t);
 double ring_cost(CollectiveKind kind, const CostTerms& t);
+Work ring_work(CollectiveKind kind, const CostTerms& t);
 // binomial_tree.cc
 void tree_allreduce(const CollArgs& a, Program& p);  // binomial reduce to 0 + broadcast
 void tree_broadcast(const CollArgs& a, Program& p);
@@ -22,10 +23,12 @@ void tree_barrier(const CollArgs& a, Program& p);
 size_t tree_scratch(const CollArgs& a);
 double tree_rounds(CollectiveKind kind, const CostTerms& t);
 double tree_cost(CollectiveKind kind, const CostTerms& t);
+Work tree_work(CollectiveKind kind, const CostTerms& t);
 // double_binary_tree.cc
 void dbtree_allreduce(const CollArgs& a, Program& p);
 double dbtree_rounds(CollectiveKind kind, const CostTerms& t);
 double dbtree_cost(CollectiveKind kind, const CostTerms& t);
+Work dbtree_work(CollectiveKind kind, const CostTerms& t);
 // rabenseifner.cc
 void rabenseifner_allreduce(const CollArgs& a, Program& p);
 void rabenseifner_reduce_scatter(const CollArgs& a, Program& p);
@@ -33,6 +36,7 @@ void rabenseifner_reduce(const CollArgs& a, Program& p);
 size_t rabenseifner_scratch(const CollArgs& a);
 double rabenseifner_rounds(CollectiveKind kind, const CostTerms& t);
 double rabenseifner_cost(CollectiveKind kind, const CostTerms& t);
+Work rabenseifner_work(CollectiveKind kind, const CostTerms& t);
 // recursive_doubling.cc
 void rd_allreduce(const CollArgs& a, Program& p);
 void rd_reduce_scatter(const CollArgs& a, Program& p);
@@ -40,6 +44,7 @@ void rd_allgather(const CollArgs& a, Program& p);
 size_t rd_scratch(const CollArgs& a);
 double rd_rounds(CollectiveKind kind, const CostTerms& t);
 double rd_cost(CollectiveKind kind, const CostTerms& t);
+Work rd_work(CollectiveKind kind, const CostTerms& t);
 // pairwise.cc
 void pairwise_alltoall(const CollArgs& a, Program& p);
 size_t pairwise_scratch(const CollArgs& a);
@@ -56,6 +61,7 @@ void direct_allgather(const CollArgs& a, Program& p);
 size_t direct_scratch(const CollArgs& a);
 double direct_rounds(CollectiveKind kind, const CostTerms& t);
 double direct_cost(CollectiveKind kind, const CostTerms& t);
+Work direct_work(CollectiveKind kind, const CostTerms& t);
 // hier.cc
 void hier_allreduce(const CollArgs& a, Program& p);
 // hier_ops.cc
@@ -67,6 +73,7 @@ void hier_barrier(const CollArgs& a, Program& p);
 size_t hier_scratch(const CollArgs& a);
 double hier_rounds(CollectiveKind kind, const CostTerms& t);
 double hier_cost(CollectiveKind kind, const CostTerms& t);
+Work hier_work(CollectiveKind kind, const CostTerms& t);
 
 namespace {
 
@@ -79,23 +86,23 @@ constexpr AlgorithmInfo kTable[] = {
      builders({{K::kAllreduce, ring_allreduce}, {K::kReduceScatter, ring_reduce_scatter},
                {K::kAllgather, ring_allgather}, {K::kBroadcast, ring_broadcast},
                {K::kReduce, ring_reduce}}),
-     ring_scratch, ring_rounds, ring_cost},
+     ring_scratch, ring_rounds, ring_cost, ring_work},
     {A::kTree, "tree", {"binomial", "binomial_tree"},
      builders({{K::kAllreduce, tree_allreduce}, {K::kBroadcast, tree_broadcast},
                {K::kReduce, tree_reduce}, {K::kBarrier, tree_barrier}}),
-     tree_scratch, tree_rounds, tree_cost},
+     tree_scratch, tree_rounds, tree_cost, tree_work},
     {A::kDoubleBinaryTree, "dbtree", {"double_binary_tree", "double_tree"},
      builders({{K::kAllreduce, dbtree_allreduce}}),
-     nullptr, dbtree_rounds, dbtree_cost},
+     nullptr, dbtree_rounds, dbtree_cost, dbtree_work},
     {A::kRabenseifner, "rabenseifner", {"halving_doubling", "rhd"},
      builders({{K::kAllreduce, rabenseifner_allreduce},
                {K::kReduceScatter, rabenseifner_reduce_scatter},
                {K::kReduce, rabenseifner_reduce}}),
-     rabenseifner_scratch, rabenseifner_rounds, rabenseifner_cost},
+     rabenseifner_scratch, rabenseifner_rounds, rabenseifner_cost, rabenseifner_work},
     {A::kRecursiveDoubling, "rd", {"recursive_doubling"},
      builders({{K::kAllreduce, rd_allreduce}, {K::kReduceScatter, rd_reduce_scatter},
                {K::kAllgather, rd_allgather}}),
-     rd_scratch, rd_rounds, rd_cost},
+     rd_scratch, rd_rounds, rd_cost, rd_work},
     {A::kPairwise, "pairwise", {},
      builders({{K::kAlltoall, pairwise_alltoall}}),
      pairwise_scratch, pairwise_rounds, pairwise_cost},
@@ -104,12 +111,12 @@ constexpr AlgorithmInfo kTable[] = {
      dissemination_scratch, dissemination_rounds, dissemination_cost},
     {A::kDirect, "direct", {},
      builders({{K::kAllreduce, direct_allreduce}, {K::kAllgather, direct_allgather}}),
-     direct_scratch, direct_rounds, direct_cost},
+     direct_scratch, direct_rounds, direct_cost, direct_work},
     {A::kHier, "hier", {"hierarchical"},
      builders({{K::kAllreduce, hier_allreduce}, {K::kReduceScatter, hier_reduce_scatter},
                {K::kAllgather, hier_allgather}, {K::kBroadcast, hier_broadcast},
                {K::kReduce, hier_reduce}, {K::kBarrier, hier_barrier}}),
-     hier_scratch, hier_rounds, hier_cost},
+     hier_scratch, hier_rounds, hier_cost, hier_work},
 };
 // clang-format on
 

@@ -83,6 +83,10 @@ struct AlgorithmInfo {
   // Seconds on the wire and in reductions for a call of t.m bytes, for the
   // kinds it implements.
   double (*cost)(CollectiveKind kind, const CostTerms& t);
+  // Every rank's sends for a call of t.m bytes (CostModel::crowded), for the
+  // kinds it says; null, or nothing sent, where it does not (the model then
+  // costs the rounds even on crowded CPUs).
+  Work (*work)(CollectiveKind kind, const CostTerms& t) = nullptr;
 
   bool implements(CollectiveKind kind) const { return build[static_cast<size_t>(kind)] != nullptr; }
 };

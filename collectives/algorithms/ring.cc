@@ -133,6 +133,18 @@ double ring_rounds(CollectiveKind kind, const CostTerms& t) {
   return kind == CollectiveKind::kReduce ? t.n : t.n - 1;
 }
 
+// Allreduce: 2(n - 1) steps in which every rank sends a block of m/n to the
+// next; numbered host by host, n/q of the n edges leave a host.
+Work ring_work(CollectiveKind kind, const CostTerms& t) {
+  Work w;
+  if (kind != CollectiveKind::kAllreduce) return w;
+  const double steps = 2 * (t.n - 1), across = t.q > 1 ? t.n / t.q : t.n;
+  w.add(true, steps * across * t.pieces(t.m / t.n), steps * across * t.m / t.n);
+  w.add(false, steps * (t.n - across) * t.pieces(t.m / t.n), steps * (t.n - across) * t.m / t.n);
+  w.reduced = (t.n - 1) * t.m;  // the reduce-scatter's n - 1 blocks on every rank
+  return w;
+}
+
 double ring_cost(CollectiveKind kind, const CostTerms& t) {
   const double n = t.n, m = t.m, a = t.a, b = t.b, g = t.g, k = t.k;
   switch (kind) {

@@ -207,8 +207,8 @@ TEST_P(Collectives, EnvironmentForcesTheAlgorithm) {
 // Ranks that share cores the launcher cannot see (containers, the namespaces of
 // scripts/cluster) are told so as Open MPI's are, with mpi_yield_when_idle: the
 // communicator then prices each dependent round (cost_model.h, round) and
-// yields instead of spinning. Unset, two ranks on a host of two or more cores
-// are not crowded.
+// every rank's sends on the shared CPUs (cpus), and yields instead of spinning. Unset, two ranks on
+// a host of two or more cores are not crowded.
 TEST_P(Collectives, YieldWhenIdleMarksTheRanksOversubscribed) {
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs 2 cores: 2 ranks on 1 are crowded";
   for (const char* yield : {"0", "1"}) {
@@ -218,6 +218,10 @@ TEST_P(Collectives, YieldWhenIdleMarksTheRanksOversubscribed) {
       RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node));
       EXPECT_EQ(node.comm->cost_model().params().round > 0, yield[0] == '1')
           << "OMPI_MCA_mpi_yield_when_idle=" << yield << ": "
+          << node.comm->cost_model().params().to_string();
+      // Crowded, an allreduce is costed by every rank's sends over the CPUs.
+      EXPECT_EQ(node.comm->cost_model().params().cpus,
+                yield[0] == '1' ? sysconf(_SC_NPROCESSORS_ONLN) : 0)
           << node.comm->cost_model().params().to_string();
       return 0;
     });

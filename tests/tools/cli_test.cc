@@ -29,7 +29,7 @@ const std::vector<Tool>& tools() {
       {"rdmaflow_coll_bench",
        RDMAFLOW_TOOL_RDMAFLOW_COLL_BENCH,
        {"--op", "--type", "--redop", "--sizes", "--min", "--max", "--factor", "--iters", "--warmup",
-        "--vs", "--json", "--transport", "--algo", "--load"}},
+        "--vs", "--json", "--transport", "--algo", "--rounds", "--load"}},
       {"e2e", RDMAFLOW_TOOL_E2E, {"--steps", "--transports", "--quick", "--json"}},
       {"rdmaflow-demo",
        RDMAFLOW_TOOL_RDMAFLOW_DEMO,
@@ -163,6 +163,15 @@ TEST(ToolsCli, P2pReadsSizeSuffixes) {
   EXPECT_EQ(row["latency_us"][0]["size"].get<uint64_t>(), 8u);
 }
 
+// The JSON a tool wrote to `path` (discarded when missing or malformed).
+nlohmann::json read_json(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return nlohmann::json(nlohmann::json::value_t::discarded);
+  auto j = nlohmann::json::parse(f, nullptr, false);
+  std::fclose(f);
+  return j;
+}
+
 // --vs socket and --load: the socket ping-pong is a row beside rdmaflow's,
 // timed, never checked for a reduction; the load is recorded. Two ranks
 // under mpirun, over tcp (no figure is judged: benchmarks hold those).
@@ -178,11 +187,8 @@ TEST(ToolsCli, CollBenchSocketReferenceUnderLoad) {
                                    json + "'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("competing load: 1 busy process"), std::string::npos) << r.output;
-  std::FILE* f = std::fopen(json.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  auto j = nlohmann::json::parse(f, nullptr, false);
-  std::fclose(f);
-  ASSERT_FALSE(j.is_discarded());
+  const nlohmann::json j = read_json(json);
+  ASSERT_FALSE(j.is_discarded()) << json;
   EXPECT_EQ(j["load"].get<int>(), 1);
   ASSERT_EQ(j["rows"].size(), 2u);
   for (const auto& row : j["rows"]) {
@@ -191,6 +197,48 @@ TEST(ToolsCli, CollBenchSocketReferenceUnderLoad) {
     EXPECT_EQ(row["socket"]["algo"].get<std::string>(), "pingpong");
     EXPECT_GT(row["socket"]["time_us"].get<double>(), 0.0);
   }
+}
+
+// --algo all --rounds: every algorithm and the selector's column are timed in
+// each round (a median per round in the JSON, progress per round on stderr),
+// the selector line compares the selector's column with the fastest forced
+// one and with its own algorithm forced. Two ranks over tcp; no figure is
+// judged.
+TEST(ToolsCli, CollBenchAlgoAllInterleavesRounds) {
+  const Tool& t = tool("rdmaflow_coll_bench");
+  SKIP_IF_NOT_BUILT(t);
+  const std::string mpirun = RDMAFLOW_TOOLS_MPIRUN;
+  if (mpirun.empty()) GTEST_SKIP() << "no mpirun";
+  const std::string json = ::testing::TempDir() + "coll_bench_rounds.json";
+  Outcome r =
+      run_tool(mpirun, "--allow-run-as-root --oversubscribe -np 2 '" + std::string(t.path) +
+                           "' --transport tcp --algo all --rounds 3 --sizes 8,64K -n 6 -w 1 "
+                           "--json '" +
+                           json + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("# 65536 B: round 3 of 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("interleaved in 3 rounds"), std::string::npos) << r.output;
+  const nlohmann::json j = read_json(json);
+  ASSERT_FALSE(j.is_discarded()) << json;
+  EXPECT_EQ(j["rounds"].get<int>(), 3);
+  ASSERT_EQ(j["rows"].size(), 2u);
+  for (const auto& row : j["rows"]) {
+    const auto& sel = row["selector"];
+    ASSERT_TRUE(sel.contains("time_vs_fastest")) << row.dump();
+    EXPECT_EQ(sel["chose"], row["rdmaflow"]["algo"]) << row.dump();
+    EXPECT_TRUE(row.contains(sel["fastest"].get<std::string>())) << row.dump();
+    EXPECT_TRUE(sel.contains("forced_same_us")) << row.dump();
+    for (const char* col : {"rdmaflow", "ring", "tree", "rd"}) {
+      ASSERT_TRUE(row.contains(col)) << col << ": " << row.dump();
+      EXPECT_EQ(row[col]["wrong"].get<uint64_t>(), 0u) << col;
+      EXPECT_EQ(row[col]["rounds_us"].size(), 3u) << col;
+      EXPECT_EQ(row[col]["iters"].get<int>(), 6) << col;  // 2 per round
+    }
+  }
+  // A round count of 0 is refused with the option's name.
+  Outcome bad = run_tool(t.path, "--algo all --rounds 0");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--rounds"), std::string::npos) << bad.output;
 }
 
 TEST(ToolsCli, PlanReadsSizeSuffixes) {
