@@ -31,7 +31,7 @@ rdmaflow::fuzz::Seeds fuzz_seeds() {
     return out;
   };
   rdmaflow::RemoteKey tcp{
-      .backend = "tcp", .key_id = 3, .secret = 0x1234, .addr = 0x7f0000001000, .length = 4096};
+      .backend = "tcp", .key_id = 3, .secret = {0x1234}, .addr = 0x7f0000001000, .length = 4096};
   rdmaflow::RemoteKey ucx = tcp;
   ucx.backend = "ucx";
   ucx.blob.assign(96, 0xab);

@@ -64,7 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 }
 
 rdmaflow::fuzz::Seeds fuzz_seeds() {
-  RemoteKey key{.backend = "tcp", .key_id = 5, .secret = 77, .addr = 4096, .length = 1 << 20};
+  RemoteKey key{.backend = "tcp", .key_id = 5, .secret = {77}, .addr = 4096, .length = 1 << 20};
   auto seed = [](uint8_t which, uint8_t copies, std::span<const uint8_t> body) {
     std::vector<uint8_t> out{which, copies};
     rdmaflow::fuzz::append(out, body);

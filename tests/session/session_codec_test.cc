@@ -13,7 +13,7 @@ namespace {
 using testing::contains;
 
 RemoteKey key(uint64_t id, uint64_t length) {
-  return RemoteKey{.backend = "tcp", .key_id = id, .secret = 99, .addr = 4096, .length = length};
+  return RemoteKey{.backend = "tcp", .key_id = id, .secret = {99}, .addr = 4096, .length = length};
 }
 
 // 2^31 x 2^31 f32 elements are 2^64 bytes: the product wrapped to 0 and a header
