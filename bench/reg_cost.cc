@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/local_pair.h"
 #include "collectives/communicator.h"
 #include "runtime/rendezvous/bootstrap.h"
 #include "runtime/selection/transport_select.h"
@@ -189,16 +190,7 @@ struct ReduceRow {
 // Rank `rank` of the 2-rank allreduce comparison; rank 0 returns the rows.
 std::vector<ReduceRow> allreduce_rank(int rank, const Options& o, const std::string& rendezvous) {
   using namespace rdmaflow;
-  BootstrapOptions bo;
-  RankInfo info;
-  info.rank = rank;
-  info.world_size = 2;
-  info.local_rank = rank;
-  info.local_size = 2;
-  info.single_host = true;
-  info.source = "reg_cost_bench";
-  bo.rank_info = info;
-  bo.rendezvous = rendezvous;
+  const BootstrapOptions bo = bench::local_pair(rank, "reg_cost_bench", rendezvous);
   auto fail = [&](const char* step, const Status& st) {
     std::fprintf(stderr, "rank %d: %s: %s\n", rank, step, st.to_string().c_str());
     std::exit(1);
