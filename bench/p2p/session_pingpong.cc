@@ -17,6 +17,7 @@
 // processes for the whole run, as bench/p2p --load does.
 #include <cmath>
 
+#include "bench/local_pair.h"
 #include "bench/p2p/harness.h"
 #include "graph/analyze.h"
 #include "graph/graph_json.h"
@@ -89,16 +90,8 @@ int run(int rank, Oob& oob, const Options& o, size_t size) {
     // Rank 0's bootstrap serves the store on a port it picks.
     const std::string port = rank == 0 ? std::to_string(dev::free_port()) : std::string();
     if (rank == 0) oob.send(port);
-    BootstrapOptions bo;
-    RankInfo info;
-    info.rank = rank;
-    info.world_size = 2;
-    info.local_rank = rank;
-    info.local_size = 2;
-    info.single_host = true;
-    info.source = "p2p-session";
-    bo.rank_info = info;
-    bo.rendezvous = "127.0.0.1:" + (rank == 0 ? port : oob.recv());
+    BootstrapOptions bo =
+        bench::local_pair(rank, "p2p-session", "127.0.0.1:" + (rank == 0 ? port : oob.recv()));
     auto boot = Bootstrap::create(bo);
     check(boot.status(), "bootstrap");
     SessionOptions so;

@@ -91,9 +91,10 @@ RunResult run_revoke_fence(const BackendRow& backend, int prot, const CheckStatu
 // that was arriving (TCP places a chunk over many socket reads; UCX waits for the
 // writer to drop the key): the region goes read-only, the writes end refused, and
 // the channel stays healthy.
-// On verbs with grant windows (RDMAFLOW_IB_GRANT_PROTECTION) the revoke is a
-// fence at the NIC: a write still in flight meets a deallocated window and the
-// queue pair breaks on both sides (kPeerFailed), as a dead rkey does.
+// On verbs with grant windows (RDMAFLOW_IB_GRANT_PROTECTION; the default where
+// the device has type 2 windows) the revoke is a fence at the NIC: a write still
+// in flight meets a deallocated window and the queue pair breaks on both sides
+// (kPeerFailed), as a dead rkey does.
 TEST_P(Conformance, RevokeFencesWritesInFlight) {
   const bool verbs = std::string(backend().label) == "verbs";
   auto r = run_revoke_fence(
@@ -131,7 +132,9 @@ TEST_P(Conformance, RevokeFencesReadsBeingServed) {
             << st.to_string();
       },
       [verbs = std::string(backend().label) == "verbs"](const Status& st) {
-        // verbs with grant windows: the owner's queue pair broke on the dead window.
+        // verbs with grant windows: the owner's queue pair broke on the dead window
+        // (rdma_rxe's responder stops the read there; the reader's retries run out
+        // in about half a second: kRetryCount in verbs_transport.cc).
         EXPECT_TRUE(st.is_ok() || st.code() == Code::kNotFound ||
                     (verbs && st.code() == Code::kPeerFailed))
             << st.to_string();

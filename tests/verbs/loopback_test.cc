@@ -203,7 +203,13 @@ TEST(VerbsLoopback, TheTargetRefusesForgedRevokedAndInflatedKeys) {
     for (int i = 0; i < 100 && after.is_ok(); ++i) {  // the notice travels on its own
       after = wait_op([&](Callback cb) { ch->read(mem.data, 8, half, 0, cb, kWait); });
     }
-    RF_ASSERT(after.code() == Code::kNotFound);
+    // Refused by the key check once the notice is in (kNotFound), or, with grant
+    // windows (the default where the device has type 2 windows), by the NIC
+    // before that: the window is gone, the read fails with 'remote access error'
+    // and breaks the channel (kPeerFailed), as in the conformance revoke rows.
+    RF_ASSERT(after.code() == Code::kNotFound ||
+              (after.code() == Code::kPeerFailed &&
+               after.to_string().find("remote access error") != std::string::npos));
     RF_ASSERT_OK(ex.barrier());
     t->shutdown();
     return 0;

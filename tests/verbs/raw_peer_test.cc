@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <vector>
 
 #include "common/handshake.h"
@@ -222,17 +223,21 @@ TEST(VerbsRawPeer, PeersThatDoNotProveTheJobSecretReachNoMemory) {
   RF_EXPECT_RUN_OK(r);
 }
 
-// Grant windows (RDMAFLOW_IB_GRANT_PROTECTION=window): a peer that proved the
-// job secret and got the target's verdict on a genuine key, then skips every
-// other check, reaches exactly the grant. The NIC refuses a write past the
-// grant's end and a read before its start (both inside the registered slab),
-// any access with the slab's own rkey, and the grant's window once the grant is
-// revoked; only the writes inside the grant land.
-TEST(VerbsRawPeer, GrantWindowsConfineAPeerToItsGrant) {
+// Grant windows: a peer that proved the job secret and got the target's verdict
+// on a genuine key, then skips every other check, reaches exactly the grant. The
+// NIC refuses a write past the grant's end and a read before its start (both
+// inside the registered slab), any access with the slab's own rkey, and the
+// grant's window once the grant is revoked; only the writes inside the grant
+// land. `protection` is RDMAFLOW_IB_GRANT_PROTECTION's value (nullptr: unset).
+void expect_a_peer_confined_to_its_grant(const char* protection) {
   constexpr size_t kSlab = 64 << 10;
   constexpr size_t kAt = 16 << 10;  // the grant: [kAt, kAt + kLen) of the slab
   constexpr size_t kLen = 4 << 10;
-  ::setenv("RDMAFLOW_IB_GRANT_PROTECTION", "window", 1);
+  if (protection != nullptr) {
+    ::setenv("RDMAFLOW_IB_GRANT_PROTECTION", protection, 1);
+  } else {
+    ::unsetenv("RDMAFLOW_IB_GRANT_PROTECTION");
+  }
   auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
     Node node;
     RF_ASSERT_OK(node.create(kVerbs, rank, world, ex));
@@ -332,6 +337,41 @@ TEST(VerbsRawPeer, GrantWindowsConfineAPeerToItsGrant) {
   });
   ::unsetenv("RDMAFLOW_IB_GRANT_PROTECTION");
   RF_EXPECT_RUN_OK(r);
+}
+
+// Whether the RDMA device the backend would pick (RDMAFLOW_IB_DEVICE, or the
+// first) supports type 2 memory windows; nullopt without a device.
+std::optional<bool> device_has_type2_windows() {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (list == nullptr) return std::nullopt;
+  std::optional<bool> has;
+  const char* want = std::getenv("RDMAFLOW_IB_DEVICE");
+  for (int i = 0; i < n && !has; ++i) {
+    if (want != nullptr && *want != 0 && std::strcmp(ibv_get_device_name(list[i]), want) != 0) {
+      continue;
+    }
+    ibv_context* ctx = ibv_open_device(list[i]);
+    if (ctx == nullptr) continue;
+    ibv_device_attr a{};
+    has = ibv_query_device(ctx, &a) == 0 &&
+          (a.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B) != 0 && a.max_mw > 0;
+    ibv_close_device(ctx);
+  }
+  ibv_free_device_list(list);
+  return has;
+}
+
+TEST(VerbsRawPeer, GrantWindowsConfineAPeerToItsGrant) {
+  expect_a_peer_confined_to_its_grant("window");
+}
+
+// The default (auto) is windows wherever the device has them.
+TEST(VerbsRawPeer, ByDefaultGrantWindowsConfineAPeerToItsGrant) {
+  if (device_has_type2_windows() == false) {
+    GTEST_SKIP() << "this RDMA device has no type 2 memory windows, so auto means slab";
+  }
+  expect_a_peer_confined_to_its_grant(nullptr);
 }
 
 // A global (not link-local) IPv6 address on the netdev of an RDMA port, or "".

@@ -27,7 +27,7 @@ struct VerbsConfig {
   //           queue pair when it first presents the key, invalidated on revoke;
   //           slabs are registered without remote access
   //   slab    the slab's rkey (rdmaflow's key check only; docs/security.md)
-  //   auto    slab for now (docs/security.md says why windows are opt-in)
+  //   auto    window where the device supports type 2 windows, else slab
   enum class GrantProtection { kAuto, kWindow, kSlab };
   GrantProtection grant_protection = GrantProtection::kAuto;
 

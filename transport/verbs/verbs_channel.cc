@@ -22,8 +22,8 @@ std::string wc_error(const ibv_wc& wc) {
   switch (wc.status) {
     case IBV_WC_RETRY_EXC_ERR:
       out +=
-          ": the peer stopped acknowledging (process gone, link down, or a GID / MTU "
-          "mismatch)";
+          ": the peer stopped acknowledging (process gone, link down, a GID / MTU "
+          "mismatch, or the peer revoked the grant this operation accessed)";
       break;
     case IBV_WC_RNR_RETRY_EXC_ERR:
       out += ": the peer had no receive buffer posted";

@@ -66,10 +66,7 @@ Result<std::shared_ptr<VerbsCore>> VerbsCore::open(ibv_context* ctx, const Verbs
       core->grant_windows_ = true;
       break;
     case VerbsConfig::GrantProtection::kAuto:
-      // Windows stay opt-in for now: on rdma_rxe (6.1) an RDMA read being served
-      // when its window is deallocated (a revoke) stalls until the reader's
-      // timeout instead of failing (docs/security.md).
-      core->grant_windows_ = false;
+      core->grant_windows_ = has_windows;
       break;
     case VerbsConfig::GrantProtection::kSlab:
       break;

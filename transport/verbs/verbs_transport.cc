@@ -21,10 +21,19 @@
 
 namespace rdmaflow::verbs {
 
-// Local ACK timeout exponent: 4.096 us * 2^14 = 67 ms per try, 8 tries, so a
-// silently vanished peer fails a work request in about half a second (a peer
-// whose process died is usually reported sooner, by a DISCONNECTED event).
+// Local ACK timeout exponent: 4.096 us * 2^14 = 67 ms per try, 7 tries (the
+// first and kRetryCount retries), so a silently vanished peer fails a work
+// request in about half a second (a peer whose process died is usually reported
+// sooner, by a DISCONNECTED event).
 constexpr uint8_t kAckTimeout = 14;
+// 6, not 7: the IB spec makes only rnr_retry 7 infinite, but rdma_rxe treats a
+// retry_cnt of 7 as infinite too (rxe_comp.c: `if (qp->comp.retry_cnt != 7)
+// qp->comp.retry_cnt--`). With 7, an RDMA read whose memory window a revoke
+// deallocated mid-read retried forever: rxe's responder stops at the dead rkey
+// and NAKs with the read's first PSN, which the requester, already past it,
+// ignores (docs/security.md). The passive side takes the count from our
+// connect request.
+constexpr uint8_t kRetryCount = 6;
 
 void set_ack_timeout(rdma_cm_id* id) {
   uint8_t t = kAckTimeout;
@@ -411,7 +420,7 @@ Result<std::shared_ptr<Channel>> VerbsTransport::connect(int peer_rank, const st
   param.private_data_len = static_cast<uint8_t>(auth_hello->size());
   param.responder_resources = static_cast<uint8_t>(std::min<uint32_t>(core_->max_rd_atomic(), 255));
   param.initiator_depth = param.responder_resources;
-  param.retry_count = 7;
+  param.retry_count = kRetryCount;
   param.rnr_retry_count = 7;  // infinite; credits keep receive buffers posted anyway
   if (rdma_connect(id, &param) != 0) return fail_errno("rdma_connect");
 
