@@ -21,11 +21,14 @@
 
 namespace rdmaflow::verbs {
 
-// Local ACK timeout exponent: 4.096 us * 2^14 = 67 ms per try, 7 tries (the
+// Local ACK timeout exponent: 4.096 us * 2^16 = 268 ms per try, 7 tries (the
 // first and kRetryCount retries), so a silently vanished peer fails a work
-// request in about half a second (a peer whose process died is usually reported
-// sooner, by a DISCONNECTED event).
-constexpr uint8_t kAckTimeout = 14;
+// request in about 2 s (a peer whose process died is usually reported sooner,
+// by a DISCONNECTED event). Not shorter: with a finite retry count (below) a
+// responder starved of CPU for every try, as an emulated guest under load can
+// be, would fail a healthy channel. (NCCL's default, 18 with 7 retries, waits
+// about 8 s.)
+constexpr uint8_t kAckTimeout = 16;
 // 6, not 7: the IB spec makes only rnr_retry 7 infinite, but rdma_rxe treats a
 // retry_cnt of 7 as infinite too (rxe_comp.c: `if (qp->comp.retry_cnt != 7)
 // qp->comp.retry_cnt--`). With 7, an RDMA read whose memory window a revoke
