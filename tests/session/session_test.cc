@@ -339,10 +339,10 @@ TEST(Session, PlanHashMismatchIsRefused) {
 
 // A RemoteKey over the receiver's RDMAFLOW_MAX_KEY_BYTES (the knob's floor, 32
 // bytes, on rank 0 only: a tcp key is 52) comes through the real key exchange of
-// Session::create: rank 0 refuses it before parsing it and fails naming the knob
-// and rank 1, never uses the key (no read or write through it reaches its
-// memory), and rank 1 does not hang: its create, or its first receive from the
-// rank that left, fails within the timeout.
+// Session::create: rank 0 refuses it by its length alone, before parsing it or
+// allocating for it, fails naming the knob and rank 1 (so it never writes or
+// reads through the key), and rank 1 does not hang: its create, or its first
+// receive from the rank that left, fails within the timeout.
 TEST(Session, ARemoteKeyOverTheReceiversLimitFailsTheSetupNamingThePeer) {
   const int port = free_port();
   auto r = run_ranks(2, [&](int rank, int world, testing::Exchange& ex) -> int {
