@@ -118,12 +118,11 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t lanes, knob("RDMAFLOW_COLL_LANES", options.lanes, 2, 1));
   // A rank with a core of its own spins (driving progress) for up to 10 ms
   // before it sleeps. On an oversubscribed host it sleeps at once: the ranks
-  // it waits for need the core. Polling and yielding for up to 1 ms there
-  // (RDMAFLOW_COLL_SPIN_US=1000) made 8 B allreduce across 4 simulated hosts
-  // on 2 cores 1.2-2x faster, but a wait whose answer comes on another
-  // channel than the one it drives then waits out the whole millisecond, once
-  // per step: 64 KiB Rabenseifner took 8.0 ms instead of 0.75 ms, 1 MiB
-  // 15.5 ms instead of 3.6-5.4 (docs/benchmarks.md, "Waits under load").
+  // it waits for need the core. Over tcp that sleep is itself a drive (one
+  // ppoll over every peer's socket, WaitDriver::join), so the answer wakes
+  // the waiter directly; polling and yielding for 1 ms first
+  // (RDMAFLOW_COLL_SPIN_US=1000) no longer costs mid sizes 4-10x, but gains
+  // nothing either (docs/benchmarks.md, "One wait over every peer's socket").
   const bool crowded = oversubscribed(setup.world);
   int64_t spin = options.spin_us;
   const bool spin_given = spin >= 0 || env_string("RDMAFLOW_COLL_SPIN_US").has_value();

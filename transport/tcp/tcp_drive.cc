@@ -121,8 +121,7 @@ class ChannelDriver final : public WaitDriver {
 
 }  // namespace
 
-std::shared_ptr<WaitDriver> make_channel_driver(std::weak_ptr<TcpChannel> channel,
-                                                bool exclusive) {
+std::shared_ptr<WaitDriver> make_channel_driver(std::weak_ptr<TcpChannel> channel, bool exclusive) {
   return std::make_shared<ChannelDriver>(std::move(channel), exclusive);
 }
 
