@@ -118,12 +118,11 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t lanes, knob("RDMAFLOW_COLL_LANES", options.lanes, 2, 1));
   // A rank with a core of its own spins (driving progress) for up to 10 ms
   // before it sleeps. On an oversubscribed host it sleeps at once: the ranks
-  // it waits for need the core. Polling and yielding for up to 1 ms there
-  // (RDMAFLOW_COLL_SPIN_US=1000) made 8 B allreduce across 4 simulated hosts
-  // on 2 cores 1.2-2x faster, but a wait whose answer comes on another
-  // channel than the one it drives then waits out the whole millisecond, once
-  // per step: 64 KiB Rabenseifner took 8.0 ms instead of 0.75 ms, 1 MiB
-  // 15.5 ms instead of 3.6-5.4 (docs/benchmarks.md, "Waits under load").
+  // it waits for need the core. Over tcp that sleep is itself a drive (one
+  // ppoll over every peer's socket, WaitDriver::join), so the answer wakes
+  // the waiter directly; polling and yielding for 1 ms first
+  // (RDMAFLOW_COLL_SPIN_US=1000) no longer costs mid sizes 4-10x, but gains
+  // nothing either (docs/benchmarks.md, "One wait over every peer's socket").
   const bool crowded = oversubscribed(setup.world);
   int64_t spin = options.spin_us;
   const bool spin_given = spin >= 0 || env_string("RDMAFLOW_COLL_SPIN_US").has_value();
@@ -537,7 +536,12 @@ Status Communicator::prepare(Call& call, CollectiveKind kind, const void* in, vo
   call.what = &call_label(kind, algo);
   RDMAFLOW_RETURN_IF_ERROR(prepare_codec(call, options, seq));
 
-  // Piece size: a quarter of a rank's share, between 32 KiB and a slot.
+  // Piece size: a quarter of a rank's share, between 64 KiB and a slot. Each
+  // piece over tcp costs a frame, a credit frame back and a wake-up; with 32
+  // KiB, 64 KiB allreduce on 4 cluster hosts x 1 took 798 us against 703 and
+  // 256 KiB 1994 against 1580 (2 ranks on loopback: 64 KiB 86 against 93 us,
+  // 256 KiB 342 against 264; docs/benchmarks.md, "One wait over every peer's
+  // socket"). 128 KiB lost at 1 MiB in one run.
   const size_t slot = fabric_->config().slot_bytes;
   size_t piece = options_.piece_bytes;
   if (piece == 0) {
@@ -546,9 +550,9 @@ Status Communicator::prepare(Call& call, CollectiveKind kind, const void* in, vo
         kind == CollectiveKind::kAlltoall) {
       total *= static_cast<size_t>(world_);
     }
-    // (std::clamp needs lo <= hi: a slot may be smaller than 32 KiB.)
+    // (std::clamp needs lo <= hi: a slot may be smaller than 64 KiB.)
     piece = std::clamp<size_t>(total / (static_cast<size_t>(world_) * 4),
-                               std::min<size_t>(32 * 1024, slot), slot);
+                               std::min<size_t>(64 * 1024, slot), slot);
   }
   piece = std::min(piece, slot);
   call.piece_elems = std::max<size_t>(1, piece / es);

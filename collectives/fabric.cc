@@ -238,14 +238,20 @@ Status Fabric::setup_direct(const std::vector<Transport*>& transports) {
 }
 
 void Fabric::find_common_driver() {
-  std::shared_ptr<WaitDriver> common;
+  // One driver for every peer (a UCX worker), or one the backend joins from
+  // the peers' drivers (tcp: one poll over every peer's socket), so a wait
+  // is woken by the answer on whichever channel it comes.
+  std::vector<std::shared_ptr<WaitDriver>> drivers;
+  bool same = true;
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
     auto d = peers_[p].channel->inbox().wait_driver();
-    if (!d || (common && d != common)) return;
-    common = std::move(d);
+    if (!d) return;
+    same = same && (drivers.empty() || d == drivers.front());
+    drivers.push_back(std::move(d));
   }
-  common_driver_ = std::move(common);
+  if (drivers.empty()) return;
+  common_driver_ = same ? drivers.front() : drivers.front()->join(drivers);
 }
 
 void Fabric::install_listeners() {
@@ -299,7 +305,9 @@ Status Fabric::return_credit(int p, int lane, uint64_t seq) {
   Peer& peer = peers_[p];
   if (peer.direct) return peer.memory.signal(credit_word_offset(lane, seq), seq + 1);
   const std::byte* source = peer.local + control_offset() + 8;
-  peer.channel->write(
+  // Nobody waits for a credit's completion: a posted write (no acknowledgement
+  // frame on tcp; a refusal fails the channel, which the next call sees).
+  peer.channel->post_write(
       source, 8, peer.remote, control_offset(),
       notify_code::encode(notify_code::kCredit, lane, seq), [](const Status&) {}, config_.timeout);
   return Status::ok();
@@ -323,7 +331,7 @@ void Fabric::send_small(int p, int lane, uint64_t seq, const void* src, size_t b
   std::memcpy(cell, src, bytes);
   shared_->detached.fetch_add(1, std::memory_order_acq_rel);
   std::shared_ptr<Shared> s = shared_;
-  peer.channel->write(
+  peer.channel->post_write(
       cell, bytes, peer.remote, slot_offset(lane, seq),
       notify_code::encode(notify_code::kData, lane, seq),
       [s](const Status& st) {

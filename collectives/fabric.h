@@ -43,7 +43,8 @@
 // to every peer on its own key).
 //
 // Small sends (<= kSmallBytes) are copied into this rank's staging cell for
-// (peer, lane, slot) and posted from there; the executor does not wait for
+// (peer, lane, slot) and posted from there (Channel::post_write, as credits
+// are: on tcp a frame with no acknowledgement); the executor does not wait for
 // their completion (on UCX that is the receiver's acknowledgement, a round
 // trip). The cell is reused by piece seq + slots, which is only sent after
 // CREDIT(l, seq), i.e. after the receiver consumed the piece, so the bytes have

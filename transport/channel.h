@@ -51,6 +51,15 @@ class WaitDriver {
   // (Inbox::poll_notify with nothing queued): a thread that spins on a poll
   // then makes progress itself instead of waiting for the backend's thread.
   virtual void poll() {}
+  // A driver whose drive() waits on the progress of every one of `drivers` at
+  // once (this one among them), for a waiter whose condition any of their
+  // channels may satisfy (the collectives' executor waiting on several
+  // peers): the answer on any channel then wakes the waiter itself. Null when
+  // the backend cannot combine them (the default).
+  virtual std::shared_ptr<WaitDriver> join(
+      const std::vector<std::shared_ptr<WaitDriver>>& /*drivers*/) {
+    return nullptr;
+  }
 };
 
 // Lets waits on `done` drive `driver`, when `done` came from Completion::callback()
@@ -141,6 +150,18 @@ class Channel {
   // nothing.
   virtual void write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                      std::optional<uint64_t> notify, Callback done, Millis timeout) = 0;
+
+  // write() for a caller that needs no word back from the peer about it (the
+  // collectives' small pieces and slot credits, whose receiver answers in
+  // its own way): `done` may run once the bytes left this process rather
+  // than once they are in the peer's memory, and a refusal by the peer (a bad
+  // key or range) fails the channel, sticky, instead of only this write. The
+  // notify, ordering and source-buffer rules are write()'s. Backends without
+  // a cheaper way run write() (the default).
+  virtual void post_write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
+                          std::optional<uint64_t> notify, Callback done, Millis timeout) {
+    write(src, len, dst, dst_offset, notify, std::move(done), timeout);
+  }
 
   // One-sided read of `len` bytes of `src` at `src_offset` into `dst`.
   virtual void read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,

@@ -409,6 +409,71 @@ TEST_P(Conformance, BadKeysAreRefusedAndMemoryIsUntouched) {
   RF_EXPECT_RUN_OK(r);
 }
 
+// ---------------------------------------------------------- posted writes
+
+// Channel::post_write (the collectives' small pieces and credits): the data
+// and notify rules of write() hold, every callback runs once, and a refused
+// posted write is reported with its reason, naming the peer: by its callback
+// (the default: a plain write) or, where the backend completes it when sent
+// (tcp: no acknowledgement frame), by the channel failing stickily. Either
+// way it writes nothing.
+TEST_P(Conformance, PostedWritesLandInOrderAndARefusalIsReported) {
+  constexpr int kWrites = 500;
+  constexpr size_t kCell = 64;
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    if (rank == 1) {
+      Buffer region(kWrites * kCell + 4096);
+      std::memset(region.p, 0, region.size);
+      RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, kWrites * kCell));
+      RF_ASSERT_OK(ex.allgather(key_bytes(key)));
+      for (int i = 0; i < kWrites; ++i) {
+        RF_ASSIGN_OR_FAIL(uint64_t v, ch.inbox().wait_notify(kOpTimeout));
+        RF_ASSERT(v == static_cast<uint64_t>(i));  // in issue order, after the data
+        RF_ASSERT(check_pattern(region.p + i * kCell, kCell, 900 + i) == -1);
+      }
+      const uint64_t before = checksum(region.p, region.size);
+      RF_ASSERT_OK(ex.barrier());  // rank 0 posts a refused write
+      RF_ASSERT_OK(ex.barrier());
+      EXPECT_EQ(checksum(region.p, region.size), before) << "a refused posted write wrote";
+      return 0;
+    }
+    RF_ASSIGN_OR_FAIL(auto keys, ex.allgather(""));
+    RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(keys[1]));
+    Buffer src(kWrites * kCell);
+    RF_ASSERT_OK(node.local(src));
+    CompletionGroup group;
+    for (int i = 0; i < kWrites; ++i) {
+      fill_pattern(src.p + i * kCell, kCell, 900 + i);
+      ch.post_write(src.p + i * kCell, kCell, key, i * kCell, static_cast<uint64_t>(i), group.add(),
+                    kOpTimeout);
+    }
+    RF_ASSERT_OK(group.wait(kOpTimeout + Millis(5000), "posted writes"));
+    RF_ASSERT_OK(ex.barrier());
+    RemoteKey unknown = key;
+    unknown.key_id += 1000;
+    Completion c;
+    ch.post_write(src.p, kCell, unknown, 0, 1, c.callback(), kOpTimeout);
+    Status st = c.wait(kOpTimeout + Millis(5000), "refused posted write");
+    if (st.is_ok()) {  // completed when sent: the refusal fails the channel
+      const auto until = std::chrono::steady_clock::now() + kOpTimeout;
+      while (ch.error().is_ok() && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(Millis(1));
+      }
+      st = ch.error();
+      EXPECT_FALSE(write_sync(ch, src.p, 1, key, 0, 2).is_ok()) << "the failure is not sticky";
+    }
+    EXPECT_EQ(st.code(), Code::kNotFound) << st.to_string();
+    EXPECT_EQ(st.peer(), 1) << st.to_string();
+    EXPECT_NE(st.to_string().find("peer rank 1"), std::string::npos) << st.to_string();
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
 // ------------------------------------------------------------ capabilities
 
 // What a channel announces holds: with any_source_memory a write takes its

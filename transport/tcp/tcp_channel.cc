@@ -17,29 +17,6 @@
 
 namespace rdmaflow::tcp {
 
-namespace {
-
-// ------------------------------------------------------------------ driver
-
-// The WaitDriver attached to a channel's inbox and operations. Holds the
-// channel weakly: the inbox it is attached to is a member of the channel.
-class ChannelDriver final : public WaitDriver {
- public:
-  // `exclusive`: only this channel can satisfy the wait (its inbox).
-  ChannelDriver(std::weak_ptr<TcpChannel> ch, bool exclusive)
-      : ch_(std::move(ch)), exclusive_(exclusive) {}
-  bool drive(const std::function<bool()>& ready, Clock::time_point deadline) override {
-    auto ch = ch_.lock();
-    return ch ? ch->drive(ready, deadline, exclusive_) : false;
-  }
-
- private:
-  std::weak_ptr<TcpChannel> ch_;
-  bool exclusive_;
-};
-
-}  // namespace
-
 TcpChannel::TcpChannel(std::shared_ptr<IoLoop> loop, std::shared_ptr<GrantTable> grants, int fd,
                        int self_rank, int peer_rank, TcpOptions options)
     : loop_(std::move(loop)),
@@ -69,8 +46,8 @@ void TcpChannel::start() {
   enable_zerocopy();
   watch_id_ = loop_->watch(fd_, weak_from_this());
   if (options_.drive_us > 0) {
-    driver_ = std::make_shared<ChannelDriver>(weak_from_this(), false);
-    inbox_.set_wait_driver(std::make_shared<ChannelDriver>(weak_from_this(), true));
+    driver_ = make_channel_driver(weak_from_this(), /*exclusive=*/false);
+    inbox_.set_wait_driver(make_channel_driver(weak_from_this(), /*exclusive=*/true));
     // A driving inbox waiter blocks in recvmsg, bounded by SO_RCVTIMEO; every
     // other call passes MSG_DONTWAIT, so the descriptor itself is left blocking.
     int flags = ::fcntl(fd_, F_GETFL);
@@ -262,6 +239,7 @@ bool TcpChannel::sweep(Clock::time_point now) {
     if (!rx_lock.owns_lock()) return true;
     std::lock_guard<std::mutex> lock(mu_);
     if (failed_) return false;
+    settle_sent_locked(done);  // sent posted writes are complete, not overdue
     pending_.sweep(
         now,
         [](const Op& op) -> std::string_view {

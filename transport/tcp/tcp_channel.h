@@ -73,6 +73,12 @@ class TcpChannel final : public Channel,
   ChannelCapabilities capabilities() const override { return {.any_source_memory = true}; }
   void write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
              std::optional<uint64_t> notify, Callback done, Millis timeout) override;
+  // A WRITE frame flagged NO_ACK: the peer sends no ACK; the operation
+  // completes once sent, its callback delivered by the next receive turn or
+  // tick (no thread hop of its own). Large writes on several streams are
+  // plain writes.
+  void post_write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
+                  std::optional<uint64_t> notify, Callback done, Millis timeout) override;
   void read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,
             Millis timeout) override;
   void send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) override;
@@ -114,6 +120,19 @@ class TcpChannel final : public Channel,
   // WaitDriver body (see the thread model above): receives on this thread
   // until `ready()`, the deadline, or RDMAFLOW_TCP_WAIT_POLL microseconds.
   bool drive(const std::function<bool()>& ready, Clock::time_point deadline, bool exclusive);
+
+  // The steps of a drive, also run over several channels at once by one
+  // waiter (tcp_drive.cc, GroupDriver). begin_drive() takes the socket from
+  // the progress thread (false: another waiter drives it, or the channel
+  // stopped receiving); drive_turn() runs the receive path after poll()
+  // reported `revents` on fd(); end_drive() keeps the socket leased after a
+  // satisfied wait (`ok`), else hands it back to the progress thread.
+  bool begin_drive();
+  void drive_turn(short revents);
+  void end_drive(bool ok);
+  int fd() const { return fd_; }
+  bool receiving() const { return !rx_stopped_.load(); }
+  const std::shared_ptr<IoLoop>& loop() const { return loop_; }
 
   // RDMAFLOW_TCP_STREAMS > 1 (tcp_stripes.cc): the other connections to the
   // same peer. This channel (stream 0) carries every notify, message and read
@@ -214,7 +233,12 @@ class TcpChannel final : public Channel,
   };
   void write_now(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                  std::optional<uint64_t> notify, Callback done, Millis timeout,
-                 const Share* share = nullptr);
+                 const Share* share = nullptr, bool no_ack = false);
+  void write_routed(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
+                    std::optional<uint64_t> notify, Callback done, Millis timeout, bool no_ack);
+  // NO_ACK writes that were sent (mu_): their completions wait for the next
+  // receive turn or sweep, which run them without a thread hop.
+  void settle_sent_locked(DoneList& done);
   void read_now(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,
                 Millis timeout);
   void send_message_now(std::vector<uint8_t> bytes, Callback done, Millis timeout);
@@ -265,6 +289,8 @@ class TcpChannel final : public Channel,
   size_t pending_user_ops_ = 0;
   Op* send_head_ = nullptr;  // FIFO of ops with frames still to emit
   Op* send_tail_ = nullptr;
+  std::vector<uint64_t> sent_no_ack_;  // ids of sent NO_ACK writes not yet completed
+  std::atomic<bool> has_sent_no_ack_{false};
   std::vector<Ctrl> ctrl_;  // ACK / NACK frames, sent before the next FIFO frame
   size_t ctrl_head_ = 0;
   Sender sender_ = Sender::kIdle;

@@ -34,6 +34,12 @@ inline int thread_event_fd() {
   return efd.fd;
 }
 
+// The WaitDriver of a channel's operations and (`exclusive`: only this
+// channel can satisfy the wait) of its inbox (tcp_drive.cc). It joins the
+// drivers of other channels of the same transport into one that waits on all
+// of their sockets at once (WaitDriver::join).
+std::shared_ptr<WaitDriver> make_channel_driver(std::weak_ptr<TcpChannel> channel, bool exclusive);
+
 // One operation: a user write / read / message, or the serving side of a peer's
 // read. Pooled in the channel's OpTable (no allocation per operation once warm);
 // its id (generation << 32 | slot) rides in its frames, so a late reply never

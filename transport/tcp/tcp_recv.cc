@@ -1,7 +1,6 @@
 // TcpChannel, receiver side: the receive path, run by the progress thread or by
 // a waiter driving the channel (see the thread model in tcp_channel.h), and the
 // handling of each frame type.
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -25,95 +24,6 @@ constexpr size_t kReceiveBudget = 8 << 20;   // bytes one receive turn may take 
 }  // namespace
 
 // ----------------------------------------------------------------- receiving
-
-bool TcpChannel::drive(const std::function<bool()>& ready, Clock::time_point deadline,
-                       bool exclusive) {
-  const auto horizon =
-      std::min(deadline, Clock::now() + std::chrono::microseconds(options_.drive_us));
-  {
-    std::lock_guard<std::mutex> lock(arm_mu_);
-    if (rx_driving_ || unwatched_ || rx_stopped_.load()) {
-      flush_deferred(Clock::now(), Clock::duration::zero());  // about to sleep: no answer coming
-      return false;
-    }
-    rx_driving_ = true;
-    if (!rx_waiter_) {  // else: still leased from the previous wait, nothing to change
-      rx_waiter_ = true;
-      rearm_locked();  // withdraw EPOLLIN from the progress thread
-    }
-  }
-  driving_.fetch_add(1);
-  // An inbox wait can only be satisfied by this socket (or its failure, which
-  // shuts the socket down): block in recvmsg itself, one system call per
-  // message. A wait on operations may be satisfied by other channels too: poll
-  // the socket and this thread's eventfd, which every delivery pokes.
-  const int efd = exclusive ? -1 : thread_event_fd();
-  if (efd >= 0) loop_->add_waiter(efd);
-  bool ok = false;
-  for (;;) {
-    if (ready()) {
-      ok = true;
-      break;
-    }
-    if (rx_stopped_.load()) break;
-    // About to block. Deferred ACKs go out now, not at the start of the drive:
-    // ready() may have posted the answer they were waiting to ride along with
-    // (an executor's next piece), which took them already.
-    flush_deferred(Clock::now(), Clock::duration::zero());
-    auto left = horizon - Clock::now();
-    if (left <= Clock::duration::zero()) break;
-    if (exclusive) {
-      std::lock_guard<std::mutex> rx_lock(rx_mu_);
-      rx_holder_.store(std::this_thread::get_id());
-      receive_turn(/*block=*/true);
-      rx_holder_.store(std::thread::id());
-      continue;
-    }
-    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
-    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-    pollfd fds[2] = {{fd_, POLLIN | POLLRDHUP, 0}, {efd, POLLIN, 0}};
-    int r = ::ppoll(fds, efd >= 0 ? 2 : 1, &ts, nullptr);
-    if (r < 0 && errno != EINTR) break;
-    if (r <= 0) continue;
-    if (fds[0].revents & POLLERR) drain_zerocopy();  // else POLLERR stays up: a busy loop
-    if (efd >= 0 && fds[1].revents != 0) {           // a delivery elsewhere: re-check ready()
-      uint64_t v;
-      [[maybe_unused]] ssize_t n = ::read(efd, &v, sizeof(v));
-    }
-    if (fds[0].revents != 0) {
-      std::lock_guard<std::mutex> rx_lock(rx_mu_);
-      rx_holder_.store(std::this_thread::get_id());
-      receive_turn(/*block=*/false);
-      rx_holder_.store(std::thread::id());
-    }
-  }
-  if (efd >= 0) loop_->remove_waiter(efd);
-  {
-    std::lock_guard<std::mutex> lock(arm_mu_);
-    rx_driving_ = false;
-    if (ok && !rx_stopped_.load()) {
-      // Keep the socket away from the progress thread for a moment: a thread in
-      // a wait loop is back soon, and re-arming costs two epoll_ctl per wait.
-      // release_lease() hands it back after 1 ms without a driver.
-      lease_since_ = Clock::now();
-    } else {
-      rx_waiter_ = false;
-      rearm_locked();  // level triggered: bytes that arrived meanwhile fire at once
-    }
-  }
-  driving_.fetch_sub(1);
-  if (ok) loop_->request_ticks();
-  return ok;
-}
-
-bool TcpChannel::release_lease(Clock::time_point now, Clock::duration after) {
-  std::lock_guard<std::mutex> lock(arm_mu_);
-  if (!rx_waiter_ || rx_driving_) return rx_waiter_;
-  if (now - lease_since_ < after) return true;
-  rx_waiter_ = false;
-  rearm_locked();
-  return false;
-}
 
 uint8_t* TcpChannel::discard_buffer() {
   if (!rx_.discard) rx_.discard = std::make_unique<uint8_t[]>(kDiscardBytes);
@@ -249,6 +159,14 @@ void TcpChannel::receive_turn(bool block) {
       break;
     }
     if (budget == 0) break;
+  }
+  if (has_sent_no_ack_.load(std::memory_order_relaxed)) {
+    DoneList done;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      settle_sent_locked(done);
+    }
+    deliver(done, true);
   }
   if (rx_delivered_ && !loop_->on_loop_thread()) {
     // A waiter took a notify or message: its thread is likely to answer at once.
@@ -428,6 +346,7 @@ bool TcpChannel::on_payload_done() {
         nack.type = static_cast<uint8_t>(FrameType::kWriteNack);
         nack.op_id = h.op_id;
         nack.code = static_cast<uint16_t>(rx_.refusal.code());
+        nack.flags = h.flags & kFlagNoAck;  // the initiator fails its channel on it
         std::string reason = rx_.refusal.reason();
         if (reason.size() > kMaxReasonBytes) reason.resize(kMaxReasonBytes);
         enqueue_ctrl_locked(nack, std::move(reason));
@@ -438,10 +357,12 @@ bool TcpChannel::on_payload_done() {
         break;
       }
       if (last) {
-        FrameHeader ack;
-        ack.type = static_cast<uint8_t>(FrameType::kWriteAck);
-        ack.op_id = h.op_id;
-        enqueue_ctrl_locked(ack, {});
+        if (!(h.flags & kFlagNoAck)) {  // a posted write completed when it was sent
+          FrameHeader ack;
+          ack.type = static_cast<uint8_t>(FrameType::kWriteAck);
+          ack.op_id = h.op_id;
+          enqueue_ctrl_locked(ack, {});
+        }
         notify = (h.flags & kFlagHasNotify) != 0;
       }
       break;
@@ -457,6 +378,12 @@ bool TcpChannel::on_payload_done() {
         st = Status(code, is_write ? "write" : "read", peer_,
                     "refused by peer rank " + std::to_string(peer_) + ": " +
                         std::string(rx_.bytes.begin(), rx_.bytes.end()));
+      }
+      if (type == FrameType::kWriteNack && (h.flags & kFlagNoAck)) {
+        // A posted write was refused after it completed: nobody else can
+        // learn of it, so the channel fails (sticky), naming the reason.
+        fail(st);
+        return false;
       }
       std::lock_guard<std::mutex> lock(mu_);
       if (failed_) return false;

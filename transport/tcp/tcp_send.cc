@@ -37,7 +37,7 @@ void TcpChannel::submit(Op* op, std::unique_lock<std::mutex>& lock) {
 
 void TcpChannel::write_now(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                            std::optional<uint64_t> notify, Callback done, Millis timeout,
-                           const Share* share) {
+                           const Share* share, bool no_ack) {
   if (Status st = check_key(dst, dst_offset, len, "write"); !st.is_ok()) {
     return complete_soon(std::move(done), std::move(st));
   }
@@ -53,7 +53,7 @@ void TcpChannel::write_now(const void* src, size_t len, const RemoteKey& dst, ui
   Op* op = new_op_locked(Op::kWrite, std::move(done), timeout);
   FrameHeader& h = op->header;
   h.type = static_cast<uint8_t>(FrameType::kWrite);
-  h.flags = notify ? kFlagHasNotify : 0;
+  h.flags = static_cast<uint8_t>((notify ? kFlagHasNotify : 0) | (no_ack ? kFlagNoAck : 0));
   h.op_id = op->id;
   h.key_id = dst.key_id;
   h.secret = dst.secret;
@@ -233,10 +233,25 @@ void TcpChannel::settle_batch_locked(DoneList& done) {
       complete_locked(op, op->finish_status, done);
     } else if (b.op_last[i] && (op->kind == Op::kMessage || op->kind == Op::kServeRead)) {
       complete_locked(op, Status::ok(), done);
+    } else if (b.op_last[i] && op->kind == Op::kWrite && (op->header.flags & kFlagNoAck)) {
+      // Completing here would post the callback to the progress thread (a
+      // wake-up per write) when the sender is a user thread: leave it to the
+      // next receive turn or sweep, which run callbacks where they are.
+      sent_no_ack_.push_back(op->id);
+      has_sent_no_ack_.store(true, std::memory_order_relaxed);
     }
     // Writes wait for their ACK, reads for their response.
   }
   b.op_count = 0;
+}
+
+void TcpChannel::settle_sent_locked(DoneList& done) {
+  if (!has_sent_no_ack_.load(std::memory_order_relaxed)) return;
+  for (uint64_t id : sent_no_ack_) {
+    if (Op* op = ops_.find(id)) complete_locked(op, Status::ok(), done);  // else timed out
+  }
+  sent_no_ack_.clear();
+  has_sent_no_ack_.store(false, std::memory_order_relaxed);
 }
 
 void TcpChannel::pump() {

@@ -43,6 +43,9 @@ enum FrameFlags : uint8_t {
   kFlagHasNotify = 4,  // write: push `value` to the receiver's inbox after the data
   kFlagShare = 8,      // write: a share of a striped write; `value` and `total` are the
                        // whole write's offset and length, which the first chunk checks
+  kFlagNoAck = 16,     // write (Channel::post_write): no ACK, the initiator completed it
+                       // when sent; a refusal's NACK echoes the flag and fails the
+                       // initiator's channel
 };
 
 struct FrameHeader {
