@@ -155,16 +155,83 @@ inline int connect_to(const std::string& host, uint16_t port, Millis timeout) {
   }
 }
 
+// Rank 0 takes the first connection that passes the job handshake. Each
+// connection handshakes on a thread of its own, so a stray (a port scan, a
+// health check, an idle or garbage-sending client, a peer of another job)
+// costs the real peer nothing: it is refused and logged with its address when
+// its handshake fails or times out (RDMAFLOW_AUTH_TIMEOUT_MS), or dropped when
+// the peer wins. At most RDMAFLOW_AUTH_PENDING_MAX wait at once; more are
+// closed at once, logged.
 inline int accept_one(int listen_fd) {
-  for (;;) {
-    int fd = ::accept(listen_fd, nullptr, nullptr);
-    if (fd < 0) die(std::string("accept: ") + std::strerror(errno));
-    Status st = auth::authenticate_accept(fd, kHandshakeLabel, "accept the peer rank",
-                                          Clock::now() + auth::handshake_timeout());
-    if (st.is_ok()) return fd;
-    std::fprintf(stderr, "p2p: %s; still waiting for the peer\n", st.to_string().c_str());
-    ::close(fd);
+  struct Pending {
+    int fd = -1;
+    std::string address;
+    std::atomic<bool> done{false};
+    Status status;
+    std::thread thread;
+  };
+  std::vector<std::unique_ptr<Pending>> pending;
+  int winner = -1;
+  // Joins the handshakes that ended: a refused one is logged and closed, the
+  // first good one wins (a later good one is a second peer: dropped below).
+  auto reap = [&] {
+    for (auto it = pending.begin(); it != pending.end();) {
+      Pending& p = **it;
+      if (!p.done.load()) {
+        ++it;
+        continue;
+      }
+      p.thread.join();
+      if (p.status.is_ok() && winner < 0) {
+        winner = p.fd;
+      } else {
+        const std::string why = p.status.is_ok()
+                                    ? "dropped " + p.address + ": a peer rank connected first"
+                                    : p.status.to_string();
+        std::fprintf(stderr, "p2p: %s; still waiting for the peer\n", why.c_str());
+        ::close(p.fd);
+      }
+      it = pending.erase(it);
+    }
+  };
+  while (winner < 0) {
+    pollfd pfd{listen_fd, POLLIN, 0};
+    int ready = ::poll(&pfd, 1, 20);
+    if (ready < 0 && errno != EINTR) die(std::string("poll: ") + std::strerror(errno));
+    if (ready > 0) {
+      int fd = ::accept(listen_fd, nullptr, nullptr);
+      if (fd < 0 && errno != EINTR && errno != ECONNABORTED) {
+        die(std::string("accept: ") + std::strerror(errno));
+      }
+      if (fd >= 0 && static_cast<int>(pending.size()) >= auth::max_pending_handshakes()) {
+        std::fprintf(stderr,
+                     "p2p: refused %s: %zu connections already in the handshake "
+                     "(RDMAFLOW_AUTH_PENDING_MAX); still waiting for the peer\n",
+                     auth::peer_address(fd).c_str(), pending.size());
+        ::close(fd);
+      } else if (fd >= 0) {
+        auto p = std::make_unique<Pending>();
+        p->fd = fd;
+        p->address = auth::peer_address(fd);
+        p->thread = std::thread([q = p.get()] {
+          q->status = auth::authenticate_accept(q->fd, kHandshakeLabel, "accept the peer rank",
+                                                Clock::now() + auth::handshake_timeout());
+          q->done.store(true);
+        });
+        pending.push_back(std::move(p));
+      }
+    }
+    reap();
   }
+  // Whoever is still in the handshake loses: unblock its thread and drop it.
+  for (auto& p : pending) ::shutdown(p->fd, SHUT_RDWR);
+  for (auto& p : pending) {
+    p->thread.join();
+    std::fprintf(stderr, "p2p: dropped %s: it had not finished the handshake when the peer did\n",
+                 p->address.c_str());
+    ::close(p->fd);
+  }
+  return winner;
 }
 
 inline void nodelay(int fd) {
