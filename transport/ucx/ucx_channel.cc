@@ -302,4 +302,12 @@ std::shared_ptr<shm::NotifyRing> notify_ring_for_testing(Channel& channel) {
   return ch->tx_ring();
 }
 
+bool skip_sequence_numbers_for_testing(Channel& channel, uint64_t n) {
+  auto* ch = dynamic_cast<UcxChannel*>(&channel);
+  if (ch == nullptr) return false;
+  std::lock_guard<std::mutex> lock(ch->core_->worker_mu_);
+  ch->tx_seq_ += n;
+  return true;
+}
+
 }  // namespace rdmaflow::ucx

@@ -257,11 +257,17 @@ class UcxChannel final : public Channel {
 
   friend class UcxCore;
   friend std::shared_ptr<shm::NotifyRing> notify_ring_for_testing(Channel& channel);
+  friend bool skip_sequence_numbers_for_testing(Channel& channel, uint64_t n);
 };
 
 // Test hook: the notify ring `channel` (a UCX channel) publishes into, or null when
 // it has none (not a direct channel, ring off, or no key resolved yet). Lets a test
 // play a misbehaving peer by writing into the shared ring.
 std::shared_ptr<shm::NotifyRing> notify_ring_for_testing(Channel& channel);
+
+// Test hook: the next `n` sequence numbers of `channel` (a UCX channel; false if
+// not) are never sent, as a hostile or broken peer would leave them out, so the
+// receiver holds back everything after them (RDMAFLOW_MAX_PEER_QUEUED bounds it).
+bool skip_sequence_numbers_for_testing(Channel& channel, uint64_t n);
 
 }  // namespace rdmaflow::ucx

@@ -344,6 +344,7 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
 
   friend class UcxChannel;
   friend std::shared_ptr<shm::NotifyRing> notify_ring_for_testing(Channel& channel);
+  friend bool skip_sequence_numbers_for_testing(Channel& channel, uint64_t n);
 };
 
 }  // namespace rdmaflow::ucx
