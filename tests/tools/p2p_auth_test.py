@@ -80,7 +80,7 @@ def main():
                                text=True, capture_output=True, timeout=BOUND_S)
         check(wrong.returncode != 0,
               f"the rank with a wrong secret exited {wrong.returncode}:\n{wrong.stdout}{wrong.stderr}")
-        check("secret" in wrong.stderr,
+        check("job secret differs" in wrong.stderr,
               f"the rank with a wrong secret does not say why it was refused:\n{wrong.stderr}")
 
         real = subprocess.run([p2p, "--rank", "1"] + common, env=env_with(secret), text=True,
@@ -104,6 +104,7 @@ def main():
     refused = [line for line in err0.splitlines() if line.startswith("p2p:")]
     check(len(refused) >= 3, f"rank 0 logged {len(refused)} refused connections, expected 3:\n{err0}")
     print("\n".join(refused))
+    print("the rank with a wrong secret:", (wrong.stderr.strip().splitlines() or [""])[-1])
     print(f"p2p with an idle stray, a garbage stray and a wrong secret before the real rank 1: "
           f"{'FAILED' if failures else 'ok'} in {took:.1f} s (handshake timeout 60 s)")
     return 1 if failures else 0
