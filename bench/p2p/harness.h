@@ -188,7 +188,8 @@ inline int accept_one(int listen_fd) {
         const std::string why = p.status.is_ok()
                                     ? "dropped " + p.address + ": a peer rank connected first"
                                     : p.status.to_string();
-        std::fprintf(stderr, "p2p: %s; still waiting for the peer\n", why.c_str());
+        std::fprintf(stderr, "p2p: %s%s\n", why.c_str(),
+                     winner < 0 ? "; still waiting for the peer" : "");
         ::close(p.fd);
       }
       it = pending.erase(it);
