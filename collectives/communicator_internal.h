@@ -93,4 +93,12 @@ struct Communicator::P2pQueue {
   bool stop = false;
 };
 
+// The model of the layout: two levels where hosts have several ranks each,
+// else one (the between-host costs once ranks span hosts).
+inline CostModel model_for(const HostGroups& g, const CostParams& within,
+                           const CostParams& between) {
+  if (g.hierarchical()) return CostModel(g.hosts(), g.per_host(), within, between);
+  return CostModel(g.world(), g.hosts() > 1 ? between : within);
+}
+
 }  // namespace rdmaflow

@@ -1,13 +1,8 @@
 #include "runtime/rendezvous/tcp_store.h"
 
 #include <algorithm>
-#include <atomic>
 #include <boost/asio.hpp>
 #include <charconv>
-#include <condition_variable>
-#include <set>
-#include <thread>
-#include <unordered_map>
 
 #include "common/handshake_asio.h"
 #include "common/log.h"
@@ -16,15 +11,6 @@
 #include "runtime/rendezvous/tcp_store_protocol.h"
 
 namespace rdmaflow {
-
-namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
-using Clock = std::chrono::steady_clock;
-using boost::system::error_code;
-namespace wire = store_wire;
-
-using store_detail::ms;
-using store_detail::resolve;
 
 namespace {
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
-#include <charconv>
 #include <condition_variable>
 #include <set>
 #include <thread>
@@ -18,15 +17,6 @@
 #include "runtime/rendezvous/tcp_store_protocol.h"
 
 namespace rdmaflow {
-
-namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
-using Clock = std::chrono::steady_clock;
-using boost::system::error_code;
-namespace wire = store_wire;
-
-using store_detail::ms;
-using store_detail::resolve;
 
 // ---- server ----
 
