@@ -141,5 +141,33 @@ def test_dead_rank_raises_on_every_survivor():
         assert "raised after" in out, out[-3000:]
 
 
+@pytest.mark.parametrize("transport", ["tcp", "ucx"])
+def test_secret_mismatch_refuses_the_group(transport):
+    # Each rank its own job secret: a peer that cannot prove the job's secret
+    # must be refused by every rank (docs/security.md), not served.
+    port, timeout = str(free_port()), 10
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RDMAFLOW_TRANSPORT=transport,
+                   RDMAFLOW_JOB_SECRET=f"secret-of-rank-{rank}-0123456789abcdef")
+        env.pop("RDMAFLOW_JOB_SECRET_FILE", None)
+        procs.append(subprocess.Popen(
+            [PYTHON, os.path.join(HERE, "torch_secret_worker.py"), str(rank), "2", port,
+             str(timeout)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=timeout + 60)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise AssertionError(f"a rank with the wrong job secret hung past {timeout + 60} s")
+        outs.append((p.returncode, out))
+    for rank, (rc, out) in enumerate(outs):
+        assert rc == 3, f"rank {rank} was not refused (exit {rc}):\n{out[-3000:]}"
+    text = "\n".join(out for _, out in outs)
+    assert "job secret" in text, text[-3000:]
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
