@@ -105,7 +105,10 @@ int main(int argc, char** argv) {
     for (int i = 0; i < kWrites; ++i) {
       ch.write(buffer.data(), write_bytes(me, p), keys[p], 0, std::nullopt, ops.add(), 10000ms);
     }
-    ch.read(buffer.data() + kBuffer / 2, read_bytes(p), keys[p], 0, ops.add(), 10000ms);
+    // Each peer's read into its own range: the responses of different peers
+    // may land at once, on different threads (a joined wait drives some).
+    ch.read(buffer.data() + kBuffer / 2 + static_cast<size_t>(p) * 8192, read_bytes(p), keys[p], 0,
+            ops.add(), 10000ms);
     ch.send_message(std::vector<uint8_t>(message_bytes(me), 7), ops.add(), 10000ms);
   }
   if (Status st = ops.wait(20000ms); !st.is_ok()) return fail(st.to_string());
