@@ -94,28 +94,23 @@ Status OneSidedEngine::setup(const SessionLayout& layout, const AllGather& allga
   core_->pending.resize(copies);
   header_step_.assign(layout.me->buffers.size() * copies, -1);
 
-  for (int p : layout.senders) {
-    if (!core_->peers[static_cast<size_t>(p)].channel) {
-      return RDMAFLOW_ERROR(Code::kInvalidArgument, op, p,
-                            "no channel to a rank this one receives from");
+  // Every rank this one receives from or sends to needs a channel and a transport.
+  auto check_peers = [&](const std::vector<int>& peers, const std::string& relation) -> Status {
+    for (int p : peers) {
+      if (!core_->peers[static_cast<size_t>(p)].channel) {
+        return RDMAFLOW_ERROR(Code::kInvalidArgument, op, p,
+                              "no channel to a rank this one " + relation);
+      }
+      if (!transport_for(p)) {
+        return RDMAFLOW_ERROR(Code::kInvalidArgument, op, p,
+                              "rank " + std::to_string(rank_) + " " + relation +
+                                  " this rank but has no transport for it");
+      }
     }
-    if (!transport_for(p)) {
-      return RDMAFLOW_ERROR(
-          Code::kInvalidArgument, op, p,
-          "rank " + std::to_string(rank_) + " receives from this rank but has no transport for it");
-    }
-  }
-  for (int p : layout.receivers) {
-    if (!core_->peers[static_cast<size_t>(p)].channel) {
-      return RDMAFLOW_ERROR(Code::kInvalidArgument, op, p,
-                            "no channel to a rank this one sends to");
-    }
-    if (!transport_for(p)) {
-      return RDMAFLOW_ERROR(
-          Code::kInvalidArgument, op, p,
-          "rank " + std::to_string(rank_) + " sends to this rank but has no transport for it");
-    }
-  }
+    return Status::ok();
+  };
+  RDMAFLOW_RETURN_IF_ERROR(check_peers(layout.senders, "receives from"));
+  RDMAFLOW_RETURN_IF_ERROR(check_peers(layout.receivers, "sends to"));
 
   // Frames and the control words, in one registered arena.
   ArenaOptions ao;
