@@ -320,7 +320,13 @@ Result<ChannelMesh> Bootstrap::connect_mesh(const TransportSelector& select,
   const auto deadline = start + t;
   const int world = world_size();
   const int me = rank();
-  const std::string op = "connect_mesh #" + std::to_string(meshes_++);
+  const int mesh_index = meshes_++;
+  const std::string op = "connect_mesh #" + std::to_string(mesh_index);
+  // A rank whose connect fails counts itself here at once, so that ranks still
+  // waiting in accept stop within a slice instead of at the deadline (a wrong
+  // job secret is known the moment it is refused, and torch's default timeout
+  // is 30 minutes).
+  const std::string failed_key = "mesh/" + std::to_string(mesh_index) + "/failed";
   ChannelMesh mesh(world);
 
   // 1. Choose a transport per peer and start listening on each.
@@ -409,11 +415,31 @@ Result<ChannelMesh> Bootstrap::connect_mesh(const TransportSelector& select,
   Status accept_error, connect_error;
   double accept_ms = 0, connect_ms = 0;
   int accepted = 0, connected = 0;
+  // Accepts in slices; between them, asks whether any rank has failed to connect.
+  auto accept_from = [&](int p) -> Result<std::shared_ptr<Channel>> {
+    constexpr Millis kSlice(250);
+    for (;;) {
+      const Millis left = remaining(deadline);
+      auto ch = chosen[p]->accept(p, std::min(left, kSlice));
+      if (ch.is_ok() || ch.status().code() != Code::kTimeout) return ch;
+      if (left <= kSlice) {
+        return RDMAFLOW_ERROR(Code::kTimeout, "accept", p,
+                              "rank " + std::to_string(p) + " did not connect within " +
+                                  std::to_string(t.count()) + " ms (" + ch.status().reason() +
+                                  ")");
+      }
+      auto failures = internal_->add(failed_key, 0, kSlice);
+      if (failures.is_ok() && *failures > 0) {
+        return RDMAFLOW_ERROR(Code::kCancelled, "accept", p,
+                              "stopped waiting: a rank failed to connect (its error follows)");
+      }
+    }
+  };
   {
     std::thread acceptor([&] {
       const auto t0 = Clock::now();
       for (int p = me + 1; p < world; ++p) {
-        auto ch = chosen[p]->accept(p, remaining(deadline));
+        auto ch = accept_from(p);
         if (ch.is_ok()) {
           mesh[p] = std::move(*ch);
           ++accepted;
@@ -423,6 +449,7 @@ Result<ChannelMesh> Bootstrap::connect_mesh(const TransportSelector& select,
             accept_error = ch.status().with_op(op + ": accept from rank " + std::to_string(p) +
                                                " over " + chosen[p]->name());
           }
+          if (ch.status().code() == Code::kCancelled) break;  // the mesh fails anyway
         }
       }
       accept_ms = ms_since(t0);
@@ -439,6 +466,7 @@ Result<ChannelMesh> Bootstrap::connect_mesh(const TransportSelector& select,
           connect_error =
               ch.status().with_op(op + ": connect to rank " + std::to_string(p) + " at " +
                                   peer_address[p] + " over " + chosen[p]->name());
+          (void)internal_->add(failed_key, 1, remaining(deadline));  // best effort
         }
       }
     }

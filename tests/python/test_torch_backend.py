@@ -1,6 +1,7 @@
 """torch.distributed's "rdmaflow" backend in real processes (pytest; ctest
 runs it with the build tree's python/ on PYTHONPATH, label "torch")."""
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -144,8 +145,10 @@ def test_dead_rank_raises_on_every_survivor():
 @pytest.mark.parametrize("transport", ["tcp", "ucx"])
 def test_secret_mismatch_refuses_the_group(transport):
     # Each rank its own job secret: a peer that cannot prove the job's secret
-    # must be refused by every rank (docs/security.md), not served.
-    port, timeout = str(free_port()), 10
+    # must be refused by every rank (docs/security.md), not served; and at
+    # once, not when the group's timeout runs out (the connecting rank knows
+    # at the refusal and says so through the store).
+    port, timeout = str(free_port()), 120
     procs = []
     for rank in range(2):
         env = dict(os.environ, RDMAFLOW_TRANSPORT=transport,
@@ -165,6 +168,8 @@ def test_secret_mismatch_refuses_the_group(transport):
         outs.append((p.returncode, out))
     for rank, (rc, out) in enumerate(outs):
         assert rc == 3, f"rank {rank} was not refused (exit {rc}):\n{out[-3000:]}"
+        took = float(re.search(r"refused after ([0-9.]+) s", out).group(1))
+        assert took < timeout / 2, f"rank {rank} was refused only after {took} s:\n{out[-3000:]}"
     text = "\n".join(out for _, out in outs)
     assert "job secret" in text, text[-3000:]
 
