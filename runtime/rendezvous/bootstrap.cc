@@ -425,8 +425,7 @@ Result<ChannelMesh> Bootstrap::connect_mesh(const TransportSelector& select,
       if (left <= kSlice) {
         return RDMAFLOW_ERROR(Code::kTimeout, "accept", p,
                               "rank " + std::to_string(p) + " did not connect within " +
-                                  std::to_string(t.count()) + " ms (" + ch.status().reason() +
-                                  ")");
+                                  std::to_string(t.count()) + " ms (" + ch.status().reason() + ")");
       }
       auto failures = internal_->add(failed_key, 0, kSlice);
       if (failures.is_ok() && *failures > 0) {

@@ -412,6 +412,36 @@ TEST(BootstrapMesh, DisagreementFailsFastOnEveryRank) {
   RF_EXPECT_RUN_OK(run);
 }
 
+// Rank 2 holds another job secret once the store is joined: its connects are
+// refused at the handshake. Rank 0 would otherwise wait for rank 2 in accept
+// until the 20 s timeout; the refusal, counted in the store, stops it at once.
+TEST(BootstrapMesh, ARefusedConnectFailsEveryRankAtOnce) {
+  const int port = free_port();
+  constexpr int kWorld = 3;
+  auto run = run_ranks(kWorld, [&](int rank, int, Exchange&) -> int {
+    ::setenv("RDMAFLOW_JOB_SECRET", "the-job-secret-0123456789abcdef", 1);
+    auto boot = Bootstrap::create(options_for(rank, kWorld, port, 20000ms));
+    RF_ASSERT_OK(boot);
+    Bootstrap& b = **boot;
+    if (rank == 2) ::setenv("RDMAFLOW_JOB_SECRET", "another-secret-0123456789abcdef", 1);
+    auto tcp = make_transport("tcp", b.transport_config());
+    RF_ASSERT_OK(tcp);
+    const auto t0 = Clock::now();
+    auto mesh = b.connect_mesh(**tcp);
+    const auto took = Clock::now() - t0;
+    RF_ASSERT(!mesh.is_ok());
+    const std::string msg = mesh.status().to_string();
+    if (!contains(msg, rank == 2 ? "job secret" : "rank 2")) {
+      std::fprintf(stderr, "rank %d: unexpected: %s\n", rank, msg.c_str());
+      return 1;
+    }
+    RF_ASSERT(took < 10000ms);  // nobody waited for the 20 s timeout
+    (*tcp)->shutdown();
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(run);
+}
+
 TEST(BootstrapMesh, ARankWithoutATransportFailsTheMeshEverywhere) {
   const int port = free_port();
   constexpr int kWorld = 3;
