@@ -16,6 +16,9 @@ then prints each figure beside Gloo's and the ratio (> 1: rdmaflow faster).
   bench/torch/torch_bench.py --cluster 0 --hosts 2 --per-host 1   # simulated hosts
   RDMAFLOW_TRANSPORT=tcp RDMAFLOW_COLL_STAGE=1 bench/torch/torch_bench.py --registered
       # also rdmaflow.torch.empty tensors: staging copies against none
+  bench/torch/torch_bench.py --rounds 3 --variant nocheck:RDMAFLOW_TORCH_CHECK=0
+      # A/B: rdmaflow as it is, rdmaflow under each variant's environment and
+      # Gloo, interleaved in 3 rounds; each figure the median of its rounds
 
 With --cluster, rank r runs on host h<r / per-host> of the simulated cluster
 (scripts/cluster --id ID up --hosts K first): both backends then go over the
@@ -79,26 +82,31 @@ def worker(args):
         for _ in range(3):
             dist.all_reduce(x)
         dist.barrier(group=agree)
-        times = []
+        times, calls = [], []
         for _ in range(iters):
             t0 = time.perf_counter()
-            dist.all_reduce(x)
+            work = dist.all_reduce(x, async_op=True)  # what all_reduce(x) does, timed in two
+            t1 = time.perf_counter()
+            work.wait()
             times.append(time.perf_counter() - t0)
-        return statistics.median(slowest(times))
+            calls.append(t1 - t0)
+        # The call alone (until the Work is returned: what the backend does on
+        # the caller's thread) beside the whole, both of the slowest rank.
+        return statistics.median(slowest(times)), statistics.median(slowest(calls))
 
     out = {"backend": args.backend, "world": world, "allreduce": [], "ddp": {}}
     for size in args.sizes:
         n = max(1, size // 4)
         iters = max(5, min(200, (256 << 20) // max(size, 1)))
-        p50 = p50_allreduce(torch.ones(n), iters)
+        p50, call = p50_allreduce(torch.ones(n), iters)
         algbw = n * 4 / p50 / 1e9
-        row = {"size": n * 4, "time_us": p50 * 1e6, "algbw_gbs": algbw,
+        row = {"size": n * 4, "time_us": p50 * 1e6, "call_us": call * 1e6, "algbw_gbs": algbw,
                "busbw_gbs": algbw * 2 * (world - 1) / world if world > 1 else algbw,
                "iters": iters}
         if args.registered and args.backend == "rdmaflow":
             reg = rdmaflow.torch.empty(n)
             reg.fill_(1)
-            row["registered_time_us"] = p50_allreduce(reg, iters) * 1e6
+            row["registered_time_us"] = p50_allreduce(reg, iters)[0] * 1e6
             row["staging"] = rdmaflow.torch.stats()
         out["allreduce"].append(row)
     for model_name in args.models:
@@ -160,7 +168,8 @@ def rank_prefix(args, rank):
     return [cluster_script(), "--id", str(args.cluster), "exec", f"h{rank // args.per_host}"]
 
 
-def run_backend(args, backend, out):
+def run_backend(args, backend, out, env=None):
+    """One job of `backend` on every rank, with `env` added to the environment."""
     port = str(free_port())
     cmd = [PYTHON, os.path.abspath(__file__), "--worker", "--backend", backend, "--port", port,
            "--master", args.master,
@@ -170,13 +179,72 @@ def run_backend(args, backend, out):
            "--threads", str(args.threads), "--timeout", str(args.timeout)]
     if args.registered:
         cmd.append("--registered")
-    procs = [subprocess.Popen(rank_prefix(args, r) + cmd + ["--rank", str(r)])
+    environ = dict(os.environ, **(env or {}))
+    procs = [subprocess.Popen(rank_prefix(args, r) + cmd + ["--rank", str(r)], env=environ)
              for r in range(args.world)]
     rcs = [p.wait() for p in procs]
     if any(rcs):
         sys.exit(f"torch_bench: the {backend} run failed (exit codes {rcs})")
     with open(out) as f:
         return json.load(f)
+
+
+def median_of_rounds(runs):
+    """One backend's results over rounds: each figure the median of its rounds
+    (the rounds' own figures kept beside it)."""
+    merged = json.loads(json.dumps(runs[0]))
+    for i, row in enumerate(merged["allreduce"]):
+        times = [r["allreduce"][i]["time_us"] for r in runs]
+        row["time_us"] = statistics.median(times)
+        row["rounds_us"] = times
+        if all("call_us" in r["allreduce"][i] for r in runs):
+            row["call_us"] = statistics.median(r["allreduce"][i]["call_us"] for r in runs)
+        row["algbw_gbs"] = row["size"] / (row["time_us"] * 1e-6) / 1e9
+        world = merged["world"]
+        row["busbw_gbs"] = row["algbw_gbs"] * (2 * (world - 1) / world if world > 1 else 1)
+    for name, d in merged["ddp"].items():
+        steps = [r["ddp"][name]["step_ms"] for r in runs]
+        d["step_ms"] = statistics.median(steps)
+        d["rounds_ms"] = steps
+    return merged
+
+
+def parse_variant(text):
+    """LABEL:VAR=VALUE[,VAR=VALUE...] -> (label, {VAR: VALUE})."""
+    label, sep, assigns = text.partition(":")
+    env = {}
+    for a in assigns.split(",") if sep else []:
+        var, eq, value = a.partition("=")
+        if not eq or not var:
+            raise ValueError(f"--variant '{text}': expected LABEL:VAR=VALUE[,VAR=VALUE...]")
+        env[var] = value
+    if not label or not env or label in ("rdmaflow", "gloo"):
+        raise ValueError(f"--variant '{text}': expected LABEL:VAR=VALUE[,VAR=VALUE...] "
+                         "(a label other than rdmaflow and gloo)")
+    return label, env
+
+
+def report_variants(base, gloo, variants):
+    """Each variant beside rdmaflow as it is and Gloo (ratio = base time / variant time)."""
+    lines = []
+    for label, (env, v) in variants.items():
+        lines.append("")
+        lines.append("# variant %s (%s): p50 us of each round; ratio = rdmaflow / variant" % (
+            label, " ".join(f"{k}={val}" for k, val in env.items())))
+        lines.append("%8s | %26s | %26s | %26s | %6s" % ("size", "rdmaflow", label, "gloo",
+                                                         "ratio"))
+        for a, b, g in zip(base["allreduce"], v["allreduce"], gloo["allreduce"]):
+            def fmt(row):
+                return "%9.1f (%s)" % (row["time_us"], ",".join("%.0f" % t for t in
+                                                               row.get("rounds_us", [])))
+            lines.append("%8s | %26s | %26s | %26s | %5.2fx" % (
+                human(a["size"]), fmt(a), fmt(b), fmt(g), a["time_us"] / b["time_us"]))
+        for name, d in v["ddp"].items():
+            a, g = base["ddp"][name], gloo["ddp"][name]
+            lines.append("%-11s DDP step: rdmaflow %8.2f ms, %s %8.2f ms, gloo %8.2f ms: "
+                         "%5.2fx" % (name, a["step_ms"], label, d["step_ms"], g["step_ms"],
+                                     a["step_ms"] / d["step_ms"]))
+    return lines
 
 
 def report(ours, gloo, where):
@@ -191,6 +259,7 @@ def report(ours, gloo, where):
         rows.append({"size": a["size"], "rdmaflow": a, "gloo": b, "ratio": ratio})
         lines.append("%8s | %12.1f %10.3f | %12.1f %10.3f | %6.2fx" % (
             human(a["size"]), a["time_us"], a["busbw_gbs"], b["time_us"], b["busbw_gbs"], ratio))
+        lines[-1] += "  | rdmaflow's call returns after %8.1f us" % a.get("call_us", 0)
         if "registered_time_us" in a:
             lines[-1] += "  | rdmaflow.torch.empty: %10.1f us" % a["registered_time_us"]
     lines.append("")
@@ -226,6 +295,12 @@ def main():
     p.add_argument("--registered", action="store_true",
                    help="rdmaflow also times each size on an rdmaflow.torch.empty tensor "
                    "(with RDMAFLOW_COLL_STAGE=1: staged against registered sources)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the backends (and variants) this many times, interleaved; each "
+                   "figure is the median of its rounds (default 1)")
+    p.add_argument("--variant", action="append", default=[],
+                   help="LABEL:VAR=VALUE[,VAR=VALUE...]: also run rdmaflow with these "
+                   "environment variables set, interleaved with the others (repeatable)")
     p.add_argument("--json", help="also write the report as JSON here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--backend", default="rdmaflow", help=argparse.SUPPRESS)
@@ -241,6 +316,12 @@ def main():
             p.error(f"unknown model '{m}' (comm-heavy, resnet18)")
     if args.worker:
         return worker(args)
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    try:
+        variants = dict(parse_variant(v) for v in args.variant)
+    except ValueError as e:
+        p.error(str(e))
     if args.cluster is not None:
         if args.hosts < 1 or args.per_host < 1:
             p.error("--hosts and --per-host must be at least 1")
@@ -253,10 +334,27 @@ def main():
         where = "on this host"
     # Cluster hosts have their own /tmp: results go through the working directory.
     scratch = os.getcwd() if args.cluster is not None else None
+    configs = [("rdmaflow", "rdmaflow", {})]
+    configs += [(label, "rdmaflow", env) for label, env in variants.items()]
+    configs.append(("gloo", "gloo", {}))
+    runs = {label: [] for label, _, _ in configs}
     with tempfile.TemporaryDirectory(prefix="torch_bench.", dir=scratch) as tmp:
-        results = {b: run_backend(args, b, os.path.join(tmp, f"{b}.json"))
-                   for b in ("rdmaflow", "gloo")}
+        for r in range(args.rounds):
+            for label, backend, env in configs:
+                out = os.path.join(tmp, f"{label}.{r}.json")
+                runs[label].append(run_backend(args, backend, out, env))
+    results = {label: median_of_rounds(rs) for label, rs in runs.items()}
     summary, lines = report(results["rdmaflow"], results["gloo"], where)
+    if args.rounds > 1:
+        lines[0] += f"; median of {args.rounds} interleaved rounds"
+    if variants:
+        lines += report_variants(results["rdmaflow"], results["gloo"],
+                                 {label: (env, results[label]) for label, env in variants.items()})
+        summary["variants"] = {label: {"env": env, "result": results[label]}
+                               for label, env in variants.items()}
+    summary["rounds"] = args.rounds
+    summary["rdmaflow_rounds"] = runs["rdmaflow"]
+    summary["gloo_rounds"] = runs["gloo"]
     print("\n".join(lines))
     if args.json:
         with open(args.json, "w") as f:
