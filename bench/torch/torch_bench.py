@@ -56,6 +56,24 @@ def human(n):
 
 # ------------------------------------------------------------------ worker
 
+def make_model(name):
+    """The model, one batch of inputs and targets, and the loss (seeded alike everywhere)."""
+    import torch
+    import torch.nn as nn
+    torch.manual_seed(0)
+    if name == "comm-heavy":
+        width = 4096
+        model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width),
+                              nn.ReLU(), nn.Linear(width, width))
+        # One sample: Debian's CPU torch computes these layers at a few
+        # GFLOP/s, so a larger batch would make the step compute-bound.
+        return model, torch.randn(1, width), torch.randn(1, width), nn.MSELoss()
+    import torchvision
+    model = torchvision.models.resnet18(num_classes=10)
+    return (model, torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,)),
+            nn.CrossEntropyLoss())
+
+
 def worker(args):
     import torch
     import torch.distributed as dist
@@ -110,22 +128,7 @@ def worker(args):
             row["staging"] = rdmaflow.torch.stats()
         out["allreduce"].append(row)
     for model_name in args.models:
-        torch.manual_seed(0)
-        if model_name == "comm-heavy":
-            width = 4096
-            model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width),
-                                  nn.ReLU(), nn.Linear(width, width))
-            # One sample: Debian's CPU torch computes these layers at a few
-            # GFLOP/s, so a larger batch would make the step compute-bound.
-            x = torch.randn(1, width)
-            y = torch.randn(1, width)
-            loss_fn = nn.MSELoss()
-        else:
-            import torchvision
-            model = torchvision.models.resnet18(num_classes=10)
-            x = torch.randn(8, 3, 32, 32)
-            y = torch.randint(0, 10, (8,))
-            loss_fn = nn.CrossEntropyLoss()
+        model, x, y, loss_fn = make_model(model_name)
         ddp = DDP(model)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
         steps = []
@@ -142,6 +145,97 @@ def worker(args):
         out["ddp"][model_name] = {"step_ms": statistics.median(steps) * 1e3,
                                   "params": params, "grad_bytes": params * 4,
                                   "steps": args.steps}
+    if rank == 0:
+        with open(args.out, "w") as f:
+            json.dump(out, f)
+    dist.destroy_process_group()
+
+
+def worker_interleaved(args):
+    """--interleave: every configuration is a process group of this one job
+    (each rdmaflow group made with its variant's environment set), and the
+    timed calls and DDP steps alternate between the groups, A B C A B C ...:
+    each sees the same machine load, at the cost of sharing the process."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import rdmaflow.torch  # noqa: F401 (registers the backend)
+
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", args.rank))
+    world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", args.world))
+    torch.set_num_threads(max(1, args.threads))
+    dist.init_process_group("gloo", init_method=f"tcp://{args.master}:{args.port}",
+                            rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=args.timeout))
+    agree = dist.new_group(backend="gloo")
+    groups = {}
+    for label, backend, env in json.loads(args.groups):
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)  # read when the group is made
+        groups[label] = dist.new_group(backend=backend)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
+
+    def slowest(times):
+        t = torch.tensor(times, dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=agree)
+        return t.tolist()
+
+    out = {label: {"backend": label, "world": world, "allreduce": [], "ddp": {}}
+           for label in groups}
+    for size in args.sizes:
+        n = max(1, size // 4)
+        iters = max(5, min(200, (256 << 20) // max(size, 1))) * args.rounds
+        x = torch.ones(n)
+        times = {label: [] for label in groups}
+        calls = {label: [] for label in groups}
+        for g in groups.values():
+            for _ in range(3):
+                dist.all_reduce(x, group=g)
+        for _ in range(iters):
+            for label, g in groups.items():
+                dist.barrier(group=agree)
+                t0 = time.perf_counter()
+                work = dist.all_reduce(x, group=g, async_op=True)
+                t1 = time.perf_counter()
+                work.wait()
+                times[label].append(time.perf_counter() - t0)
+                calls[label].append(t1 - t0)
+        for label in groups:
+            p50 = statistics.median(slowest(times[label]))
+            algbw = n * 4 / p50 / 1e9
+            out[label]["allreduce"].append({
+                "size": n * 4, "time_us": p50 * 1e6,
+                "call_us": statistics.median(slowest(calls[label])) * 1e6, "algbw_gbs": algbw,
+                "busbw_gbs": algbw * 2 * (world - 1) / world if world > 1 else algbw,
+                "iters": iters})
+    for model_name in args.models:
+        # Each group trains its own copy of the model (the same seed), one
+        # step of each in turn.
+        runs = {}
+        for label, g in groups.items():
+            model, x, y, loss_fn = make_model(model_name)
+            ddp = DDP(model, process_group=g)
+            runs[label] = (ddp, x, y, loss_fn, torch.optim.SGD(ddp.parameters(), lr=0.01), [])
+        for step in range(args.warmup + args.steps * args.rounds):
+            for label, (ddp, x, y, loss_fn, opt, steps) in runs.items():
+                dist.barrier(group=agree)
+                t0 = time.perf_counter()
+                opt.zero_grad()
+                loss_fn(ddp(x), y).backward()
+                opt.step()
+                if step >= args.warmup:
+                    steps.append(time.perf_counter() - t0)
+        for label, (ddp, _, _, _, _, steps) in runs.items():
+            params = sum(p.numel() for p in ddp.module.parameters())
+            out[label]["ddp"][model_name] = {
+                "step_ms": statistics.median(slowest(steps)) * 1e3, "params": params,
+                "grad_bytes": params * 4, "steps": len(steps)}
+        del runs
     if rank == 0:
         with open(args.out, "w") as f:
             json.dump(out, f)
@@ -168,8 +262,9 @@ def rank_prefix(args, rank):
     return [cluster_script(), "--id", str(args.cluster), "exec", f"h{rank // args.per_host}"]
 
 
-def run_backend(args, backend, out, env=None):
-    """One job of `backend` on every rank, with `env` added to the environment."""
+def run_backend(args, backend, out, env=None, groups=None):
+    """One job of `backend` on every rank, with `env` added to the environment
+    (or, with `groups`, one job of every configuration: --interleave)."""
     port = str(free_port())
     cmd = [PYTHON, os.path.abspath(__file__), "--worker", "--backend", backend, "--port", port,
            "--master", args.master,
@@ -179,6 +274,8 @@ def run_backend(args, backend, out, env=None):
            "--threads", str(args.threads), "--timeout", str(args.timeout)]
     if args.registered:
         cmd.append("--registered")
+    if groups is not None:
+        cmd += ["--groups", json.dumps(groups), "--rounds", str(args.rounds)]
     environ = dict(os.environ, **(env or {}))
     procs = [subprocess.Popen(rank_prefix(args, r) + cmd + ["--rank", str(r)], env=environ)
              for r in range(args.world)]
@@ -301,6 +398,10 @@ def main():
     p.add_argument("--variant", action="append", default=[],
                    help="LABEL:VAR=VALUE[,VAR=VALUE...]: also run rdmaflow with these "
                    "environment variables set, interleaved with the others (repeatable)")
+    p.add_argument("--interleave", action="store_true",
+                   help="one job in which every configuration (rdmaflow, each variant, Gloo) "
+                   "is a process group and the timed calls and steps alternate between them; "
+                   "--rounds then multiplies the iterations")
     p.add_argument("--json", help="also write the report as JSON here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--backend", default="rdmaflow", help=argparse.SUPPRESS)
@@ -308,6 +409,7 @@ def main():
     p.add_argument("--port", default="29555", help=argparse.SUPPRESS)
     p.add_argument("--master", default="", help=argparse.SUPPRESS)
     p.add_argument("--out", default="", help=argparse.SUPPRESS)
+    p.add_argument("--groups", help=argparse.SUPPRESS)
     args = p.parse_args()
     args.sizes = [parse_size(s) for s in args.sizes.split(",") if s]
     args.models = [m for m in args.models.split(",") if m]
@@ -315,7 +417,7 @@ def main():
         if m not in ("comm-heavy", "resnet18"):
             p.error(f"unknown model '{m}' (comm-heavy, resnet18)")
     if args.worker:
-        return worker(args)
+        return worker_interleaved(args) if args.groups else worker(args)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     try:
@@ -339,13 +441,19 @@ def main():
     configs.append(("gloo", "gloo", {}))
     runs = {label: [] for label, _, _ in configs}
     with tempfile.TemporaryDirectory(prefix="torch_bench.", dir=scratch) as tmp:
-        for r in range(args.rounds):
-            for label, backend, env in configs:
-                out = os.path.join(tmp, f"{label}.{r}.json")
-                runs[label].append(run_backend(args, backend, out, env))
+        if args.interleave:
+            one = run_backend(args, "gloo", os.path.join(tmp, "all.json"), groups=configs)
+            runs = {label: [one[label]] for label in runs}
+        else:
+            for r in range(args.rounds):
+                for label, backend, env in configs:
+                    out = os.path.join(tmp, f"{label}.{r}.json")
+                    runs[label].append(run_backend(args, backend, out, env))
     results = {label: median_of_rounds(rs) for label, rs in runs.items()}
     summary, lines = report(results["rdmaflow"], results["gloo"], where)
-    if args.rounds > 1:
+    if args.interleave:
+        lines[0] += "; every configuration a group of one job, calls alternating between them"
+    elif args.rounds > 1:
         lines[0] += f"; median of {args.rounds} interleaved rounds"
     if variants:
         lines += report_variants(results["rdmaflow"], results["gloo"],
