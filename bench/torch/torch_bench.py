@@ -193,24 +193,30 @@ def worker_interleaved(args):
         x = torch.ones(n)
         times = {label: [] for label in groups}
         calls = {label: [] for label in groups}
+        cpus = {label: [] for label in groups}
         for g in groups.values():
             for _ in range(3):
                 dist.all_reduce(x, group=g)
         for _ in range(iters):
             for label, g in groups.items():
                 dist.barrier(group=agree)
+                c0 = time.process_time()  # every thread of this process, user + system
                 t0 = time.perf_counter()
                 work = dist.all_reduce(x, group=g, async_op=True)
                 t1 = time.perf_counter()
                 work.wait()
                 times[label].append(time.perf_counter() - t0)
+                cpus[label].append(time.process_time() - c0)
                 calls[label].append(t1 - t0)
         for label in groups:
             p50 = statistics.median(slowest(times[label]))
             algbw = n * 4 / p50 / 1e9
             out[label]["allreduce"].append({
                 "size": n * 4, "time_us": p50 * 1e6,
-                "call_us": statistics.median(slowest(calls[label])) * 1e6, "algbw_gbs": algbw,
+                "call_us": statistics.median(slowest(calls[label])) * 1e6,
+                # CPU the rank spent (all its threads; the mean, as the clock
+                # ticks coarsely): on 2 shared cores, what DDP's backward loses.
+                "cpu_us": statistics.mean(slowest(cpus[label])) * 1e6, "algbw_gbs": algbw,
                 "busbw_gbs": algbw * 2 * (world - 1) / world if world > 1 else algbw,
                 "iters": iters})
     for model_name in args.models:
@@ -294,8 +300,9 @@ def median_of_rounds(runs):
         times = [r["allreduce"][i]["time_us"] for r in runs]
         row["time_us"] = statistics.median(times)
         row["rounds_us"] = times
-        if all("call_us" in r["allreduce"][i] for r in runs):
-            row["call_us"] = statistics.median(r["allreduce"][i]["call_us"] for r in runs)
+        for key in ("call_us", "cpu_us"):
+            if all(key in r["allreduce"][i] for r in runs):
+                row[key] = statistics.median(r["allreduce"][i][key] for r in runs)
         row["algbw_gbs"] = row["size"] / (row["time_us"] * 1e-6) / 1e9
         world = merged["world"]
         row["busbw_gbs"] = row["algbw_gbs"] * (2 * (world - 1) / world if world > 1 else 1)
@@ -326,12 +333,15 @@ def report_variants(base, gloo, variants):
     lines = []
     for label, (env, v) in variants.items():
         lines.append("")
-        lines.append("# variant %s (%s): p50 us of each round; ratio = rdmaflow / variant" % (
+        lines.append("# variant %s (%s): p50 us (of each round, or the CPU us a call took); "
+                     "ratio = rdmaflow / variant" % (
             label, " ".join(f"{k}={val}" for k, val in env.items())))
         lines.append("%8s | %26s | %26s | %26s | %6s" % ("size", "rdmaflow", label, "gloo",
                                                          "ratio"))
         for a, b, g in zip(base["allreduce"], v["allreduce"], gloo["allreduce"]):
             def fmt(row):
+                if "cpu_us" in row:  # --interleave: one round, and the CPU it took
+                    return "%9.1f (cpu %7.0f)" % (row["time_us"], row["cpu_us"])
                 return "%9.1f (%s)" % (row["time_us"], ",".join("%.0f" % t for t in
                                                                row.get("rounds_us", [])))
             lines.append("%8s | %26s | %26s | %26s | %5.2fx" % (
@@ -357,6 +367,9 @@ def report(ours, gloo, where):
         lines.append("%8s | %12.1f %10.3f | %12.1f %10.3f | %6.2fx" % (
             human(a["size"]), a["time_us"], a["busbw_gbs"], b["time_us"], b["busbw_gbs"], ratio))
         lines[-1] += "  | rdmaflow's call returns after %8.1f us" % a.get("call_us", 0)
+        if "cpu_us" in a:
+            lines[-1] += "; CPU per call: rdmaflow %8.0f us, gloo %8.0f us" % (a["cpu_us"],
+                                                                             b["cpu_us"])
         if "registered_time_us" in a:
             lines[-1] += "  | rdmaflow.torch.empty: %10.1f us" % a["registered_time_us"]
     lines.append("")
