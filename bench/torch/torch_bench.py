@@ -226,20 +226,24 @@ def worker_interleaved(args):
         for label, g in groups.items():
             model, x, y, loss_fn = make_model(model_name)
             ddp = DDP(model, process_group=g)
-            runs[label] = (ddp, x, y, loss_fn, torch.optim.SGD(ddp.parameters(), lr=0.01), [])
+            runs[label] = (ddp, x, y, loss_fn, torch.optim.SGD(ddp.parameters(), lr=0.01), [],
+                           [])
         for step in range(args.warmup + args.steps * args.rounds):
-            for label, (ddp, x, y, loss_fn, opt, steps) in runs.items():
+            for label, (ddp, x, y, loss_fn, opt, steps, cpus) in runs.items():
                 dist.barrier(group=agree)
+                c0 = time.process_time()
                 t0 = time.perf_counter()
                 opt.zero_grad()
                 loss_fn(ddp(x), y).backward()
                 opt.step()
                 if step >= args.warmup:
                     steps.append(time.perf_counter() - t0)
-        for label, (ddp, _, _, _, _, steps) in runs.items():
+                    cpus.append(time.process_time() - c0)
+        for label, (ddp, _, _, _, _, steps, cpus) in runs.items():
             params = sum(p.numel() for p in ddp.module.parameters())
             out[label]["ddp"][model_name] = {
                 "step_ms": statistics.median(slowest(steps)) * 1e3, "params": params,
+                "cpu_ms": statistics.mean(slowest(cpus)) * 1e3,
                 "grad_bytes": params * 4, "steps": len(steps)}
         del runs
     if rank == 0:
@@ -310,6 +314,8 @@ def median_of_rounds(runs):
         steps = [r["ddp"][name]["step_ms"] for r in runs]
         d["step_ms"] = statistics.median(steps)
         d["rounds_ms"] = steps
+        if all("cpu_ms" in r["ddp"][name] for r in runs):
+            d["cpu_ms"] = statistics.median(r["ddp"][name]["cpu_ms"] for r in runs)
     return merged
 
 
@@ -382,6 +388,9 @@ def report(ours, gloo, where):
                      "params": a["params"]}
         lines.append("%-11s (%5.1fM params): rdmaflow %8.2f ms, gloo %8.2f ms: %5.2fx" % (
             name, a["params"] / 1e6, a["step_ms"], b["step_ms"], ratio))
+        if "cpu_ms" in a:
+            lines[-1] += "; CPU per step: rdmaflow %8.2f ms, gloo %8.2f ms" % (a["cpu_ms"],
+                                                                             b["cpu_ms"])
     return {"world": world, "where": where, "allreduce": rows, "ddp": ddp}, lines
 
 
