@@ -185,6 +185,14 @@ def worker_interleaved(args):
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=agree)
         return t.tolist()
 
+    def rotated(items, k):
+        # Iteration k starts with configuration k: none always runs right
+        # after the same other one (DDP steps measured 10-15% slower in the
+        # second place than in the first, whatever ran there).
+        items = list(items)
+        k %= len(items)
+        return items[k:] + items[:k]
+
     out = {label: {"backend": label, "world": world, "allreduce": [], "ddp": {}}
            for label in groups}
     for size in args.sizes:
@@ -197,8 +205,8 @@ def worker_interleaved(args):
         for g in groups.values():
             for _ in range(3):
                 dist.all_reduce(x, group=g)
-        for _ in range(iters):
-            for label, g in groups.items():
+        for it in range(iters):
+            for label, g in rotated(groups.items(), it):
                 dist.barrier(group=agree)
                 c0 = time.process_time()  # every thread of this process, user + system
                 t0 = time.perf_counter()
@@ -229,7 +237,7 @@ def worker_interleaved(args):
             runs[label] = (ddp, x, y, loss_fn, torch.optim.SGD(ddp.parameters(), lr=0.01), [],
                            [])
         for step in range(args.warmup + args.steps * args.rounds):
-            for label, (ddp, x, y, loss_fn, opt, steps, cpus) in runs.items():
+            for label, (ddp, x, y, loss_fn, opt, steps, cpus) in rotated(runs.items(), step):
                 dist.barrier(group=agree)
                 c0 = time.process_time()
                 t0 = time.perf_counter()
