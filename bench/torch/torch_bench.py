@@ -74,10 +74,20 @@ def make_model(name):
             nn.CrossEntropyLoss())
 
 
+def timed_step(dist, agree, ddp, x, y, loss_fn, opt):
+    """One DDP training step after a barrier: (wall seconds, CPU seconds of the process)."""
+    dist.barrier(group=agree)
+    c0 = time.process_time()  # every thread of this process, user + system
+    t0 = time.perf_counter()
+    opt.zero_grad()
+    loss_fn(ddp(x), y).backward()
+    opt.step()
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
 def worker(args):
     import torch
     import torch.distributed as dist
-    import torch.nn as nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     import rdmaflow.torch
@@ -133,13 +143,9 @@ def worker(args):
         opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
         steps = []
         for step in range(args.warmup + args.steps):
-            dist.barrier(group=agree)
-            t0 = time.perf_counter()
-            opt.zero_grad()
-            loss_fn(ddp(x), y).backward()
-            opt.step()
+            wall, _ = timed_step(dist, agree, ddp, x, y, loss_fn, opt)
             if step >= args.warmup:
-                steps.append(time.perf_counter() - t0)
+                steps.append(wall)
         steps = slowest(steps)
         params = sum(p.numel() for p in model.parameters())
         out["ddp"][model_name] = {"step_ms": statistics.median(steps) * 1e3,
@@ -238,15 +244,10 @@ def worker_interleaved(args):
                            [])
         for step in range(args.warmup + args.steps * args.rounds):
             for label, (ddp, x, y, loss_fn, opt, steps, cpus) in rotated(runs.items(), step):
-                dist.barrier(group=agree)
-                c0 = time.process_time()
-                t0 = time.perf_counter()
-                opt.zero_grad()
-                loss_fn(ddp(x), y).backward()
-                opt.step()
+                wall, cpu = timed_step(dist, agree, ddp, x, y, loss_fn, opt)
                 if step >= args.warmup:
-                    steps.append(time.perf_counter() - t0)
-                    cpus.append(time.process_time() - c0)
+                    steps.append(wall)
+                    cpus.append(cpu)
         for label, (ddp, _, _, _, _, steps, cpus) in runs.items():
             params = sum(p.numel() for p in ddp.module.parameters())
             out[label]["ddp"][model_name] = {
