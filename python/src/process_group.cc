@@ -141,9 +141,14 @@ ProcessGroupRdmaflow::ProcessGroupRdmaflow(const c10::intrusive_ptr<c10d::Store>
   // group's waits sleep at once unless RDMAFLOW_COLL_SPIN_US says otherwise.
   if (!env_string("RDMAFLOW_COLL_SPIN_US")) co.spin_us = 0;
   co.p2p = true;  // send and recv
-  // One lane more than the Communicator's default, for check_agree's
-  // descriptors: they never wait behind the collectives in flight.
-  if (!env_string("RDMAFLOW_COLL_LANES")) co.lanes = 3;
+  // One lane for the collectives, so they run one after another in call
+  // order (as a NCCL communicator's stream runs them), and one for
+  // check_agree's descriptors, which so never wait behind the collectives in
+  // flight. DDP starts a bucket's allreduce while the previous one runs: on
+  // two lanes they shared the link and the cores, and the comm-heavy DDP step
+  // on 2 hosts x 1 took 1.10x longer and 8% more CPU than with them in turn
+  // (docs/benchmarks.md, "2 x 1: where the time goes").
+  if (!env_string("RDMAFLOW_COLL_LANES")) co.lanes = 2;
   auto check = env_int("RDMAFLOW_TORCH_CHECK", 1);
   TORCH_CHECK_VALUE(check.is_ok() && (*check == 0 || *check == 1),
                     "rdmaflow: RDMAFLOW_TORCH_CHECK must be 0 or 1");

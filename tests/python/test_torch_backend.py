@@ -176,3 +176,39 @@ def test_secret_mismatch_refuses_the_group(transport):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+BENCH = os.path.join(HERE, "..", "..", "bench", "torch", "torch_bench.py")
+
+
+@pytest.mark.parametrize("mode", [["--interleave"], ["--rounds", "2"]])
+def test_bench_variants(mode, tmp_path):
+    # bench/torch's A/B: rdmaflow, a variant of it (its environment) and Gloo,
+    # alternating call by call in one job (--interleave) or job by job.
+    out = tmp_path / "bench.json"
+    run = subprocess.run([PYTHON, BENCH, "--world", "2", "--sizes", "8,64K", "--models", "",
+                          *mode, "--variant", "nocheck:RDMAFLOW_TORCH_CHECK=0",
+                          "--json", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "# variant nocheck (RDMAFLOW_TORCH_CHECK=0)" in run.stdout, run.stdout[-3000:]
+    import json
+    summary = json.loads(out.read_text())
+    variant = summary["variants"]["nocheck"]
+    assert variant["env"] == {"RDMAFLOW_TORCH_CHECK": "0"}
+    for rows in (summary["allreduce"], [{"rdmaflow": r} for r in variant["result"]["allreduce"]]):
+        assert [r["rdmaflow"]["size"] for r in rows] == [8, 65536]
+        for r in rows:
+            assert r["rdmaflow"]["time_us"] > 0 and r["rdmaflow"]["call_us"] > 0
+            assert r["rdmaflow"]["call_us"] <= r["rdmaflow"]["time_us"]
+    if "--interleave" in mode:
+        assert all("cpu_us" in r["gloo"] for r in summary["allreduce"])
+    else:
+        assert all(len(r["rdmaflow"]["rounds_us"]) == 2 for r in summary["allreduce"])
+
+
+def test_bench_refuses_bad_variants():
+    for bad in ["nocheck", "nocheck:", "gloo:RDMAFLOW_TORCH_CHECK=0", "x:=1"]:
+        run = subprocess.run([PYTHON, BENCH, "--variant", bad], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, timeout=60)
+        assert run.returncode != 0 and "expected LABEL:VAR=VALUE" in run.stdout, run.stdout
