@@ -461,10 +461,14 @@ TEST(CostModel, CrowdedRanksPayForEverySend) {
   crowded.cpus = 2;
   const CostModel four(4, link), four_crowded(4, crowded);
   EXPECT_EQ(four.choose(CollectiveKind::kAllreduce, 8), Algorithm::kRecursiveDoubling);
-  for (size_t m : {size_t{8}, size_t{64} << 10, size_t{256} << 10}) {
+  for (size_t m : {size_t{8}, size_t{64} << 10}) {
     EXPECT_EQ(four_crowded.choose(CollectiveKind::kAllreduce, m), Algorithm::kTree) << m;
   }
-  for (size_t m : {size_t{4} << 20, size_t{16} << 20, size_t{256} << 20}) {
+  // Counted in the call's pieces (64 KiB at 256 KiB on 4 ranks), the tree
+  // sends as many messages as Rabenseifner from 256 KiB: 4 x 1 measured them
+  // level there (tree 1616-1978 us, Rabenseifner 1565-2060, 4 runs,
+  // docs/benchmarks.md, "Hierarchical collectives (2 hosts x 2 ranks)").
+  for (size_t m : {size_t{256} << 10, size_t{4} << 20, size_t{16} << 20, size_t{256} << 20}) {
     const Algorithm a = four_crowded.choose(CollectiveKind::kAllreduce, m);
     // They send and reduce what the tree does; their shorter chains break the tie.
     EXPECT_TRUE(a == Algorithm::kRing || a == Algorithm::kRabenseifner)
@@ -483,12 +487,13 @@ TEST(CostModel, CrowdedRanksPayForEverySend) {
   for (size_t m : {size_t{8}, size_t{64} << 10}) {
     EXPECT_EQ(two.choose(CollectiveKind::kAllreduce, m), Algorithm::kTree) << m;
   }
-  // From a piece up, hier sends what the tree sends (numbered host by host,
-  // the tree's one edge between the hosts carries the buffer each way, as
-  // hier's two lanes do with half each), and the rounds decide.
-  for (size_t m : {size_t{1} << 20, size_t{16} << 20}) {
-    const Algorithm a = two.choose(CollectiveKind::kAllreduce, m);
-    EXPECT_TRUE(a == Algorithm::kTree || a == Algorithm::kHier) << m << ": " << algorithm_name(a);
+  // From 256 KiB (4 pieces), hier sends what the tree sends (numbered host
+  // by host, the tree's one edge between the hosts carries the buffer each
+  // way, as hier's two lanes do with half each), and its shorter path
+  // decides: hier was 1.5x faster than the tree at 256 KiB on the quiet
+  // machine (docs/benchmarks.md, "Network targets in one run").
+  for (size_t m : {size_t{256} << 10, size_t{1} << 20, size_t{16} << 20}) {
+    EXPECT_EQ(two.choose(CollectiveKind::kAllreduce, m), Algorithm::kHier) << m;
   }
 
   // The sums against the schedules: every send of every rank's program, to
