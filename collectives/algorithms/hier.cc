@@ -10,11 +10,11 @@
 // across each host boundary it passes.
 //
 // The lanes' algorithm is the cost model's choice for the block on links
-// that all lanes share (CostModel::between_hosts: ring, Rabenseifner,
-// recursive doubling, ...). Each phase is a sub-collective built by its own
-// schedule in a group of ranks (build_in_group); the Program's buffer
-// dependencies join them, so a piece of block i leaves for the other hosts
-// as soon as the host has reduced it.
+// that all lanes share, by its path (CostModel::between_hosts): on 2 hosts
+// recursive doubling, one exchange each way at once. Each phase is a
+// sub-collective built by its own schedule in a group of ranks
+// (build_in_group); the Program's buffer dependencies join them, so a piece
+// of block i leaves for the other hosts as soon as the host has reduced it.
 //
 // Layouts without two levels run a flat schedule, which the cost model never
 // prefers to the flat algorithms themselves (hier costs +inf there): one host,

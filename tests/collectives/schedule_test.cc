@@ -602,6 +602,25 @@ TEST(CostModel, HierWhereTheHostIsCheaperThanTheLink) {
             2 + CostModel(2, between).rounds(CollectiveKind::kAllreduce, two.between_hosts(0)));
 }
 
+// The lanes' algorithm is chosen by its path, crowded or not: every allreduce
+// over 2 hosts moves the same bytes, so their crowded costs tie and the
+// choice fell to noise (tree at 1 MiB, Rabenseifner at 16 MiB). 2 hosts take
+// recursive doubling (one exchange each way at once), which measured 0.6-0.9x
+// the time of ring lanes on the cluster's 2 x 2 (docs/benchmarks.md).
+TEST(CostModel, HierLanesByTheirPath) {
+  auto [within, between] = cluster_levels();
+  within.round = between.round = 5e-6;
+  for (int cpus : {0, 2}) {
+    within.cpus = between.cpus = cpus;
+    const CostModel two(2, 2, within, between);
+    for (size_t bytes :
+         {size_t{8}, size_t{64} << 10, size_t{256} << 10, size_t{1} << 20, size_t{16} << 20}) {
+      EXPECT_EQ(two.between_hosts(bytes / 2), Algorithm::kRecursiveDoubling)
+          << cpus << " cpus, " << bytes;
+    }
+  }
+}
+
 // The other collectives on the same two levels: hier's lanes carry what
 // crosses a host's link once, so it is chosen for reduce_scatter and
 // allgather of large buffers and for the barrier (one round over the link
