@@ -52,10 +52,16 @@ CostTerms CostModel::terms(size_t bytes) const {
   t.lgp = std::log2(t.p);
   t.lg = ceil_log2(world_);
   t.folded = pof2 != world_;
-  t.k = static_cast<double>(
-      call_piece_bytes(bytes, world_, p_.min_piece_bytes, std::max<size_t>(1, p_.piece_bytes)));
+  t.k = static_cast<double>(p_.piece_bytes);
   t.q = two_level() ? per_host_ : 1;
   t.model = this;
+  return t;
+}
+
+CostTerms CostModel::work_terms(size_t bytes) const {
+  CostTerms t = terms(bytes);
+  t.k = static_cast<double>(
+      call_piece_bytes(bytes, world_, p_.min_piece_bytes, std::max<size_t>(1, p_.piece_bytes)));
   return t;
 }
 
@@ -81,9 +87,10 @@ double CostModel::cost(CollectiveKind kind, Algorithm algo, size_t bytes) const 
   // cannot tell them apart, the path can where the CPUs are not saturated
   // (2 hosts x 2 ranks, 256 KiB: hier 1.5x faster than the tree, which sends
   // and reduces as much); 5% of it still leaves the tree its lead below 256
-  // KiB, where it has the fewer messages.
+  // KiB, where it has the fewer messages. The work counts the pieces the
+  // call is really cut into (work_terms); the paths were fitted with slots.
   if (crowded() && info->work != nullptr) {
-    const Work w = info->work(kind, t);
+    const Work w = info->work(kind, work_terms(bytes));
     if (w.messages + w.host_messages > 0) {
       return p_.round * info->rounds(kind, t) + crowded(w) + kPathShare * path;
     }
@@ -155,12 +162,9 @@ CostModel::Estimate CostModel::hier_estimate(CollectiveKind kind, Algorithm betw
     e.seconds = std::numeric_limits<double>::infinity();
     return e;
   }
-  // Every phase runs in the call's pieces (one Program), whatever its share.
-  const size_t piece = static_cast<size_t>(terms(bytes).k);
-  CostParams link = path_only(p_), local = path_only(within_);
+  CostParams link = path_only(p_);
   link.beta *= per_host_;
-  link.piece_bytes = link.min_piece_bytes = local.piece_bytes = local.min_piece_bytes = piece;
-  const CostModel host(per_host_, local), lanes(hosts_, link);
+  const CostModel host(per_host_, path_only(within_)), lanes(hosts_, link);
   const size_t lane_bytes = bytes / static_cast<size_t>(per_host_);
   const Algorithm ring = Algorithm::kRing;
   // The phases within the host (collectives/algorithms/hier.cc, hier_ops.cc).

@@ -60,7 +60,7 @@ struct CostTerms {
   double lgp = 0;       // log2(p)
   double lg = 0;        // ceil(log2(n))
   bool folded = false;  // n is not a power of two: a fold step before and after
-  double k = 1;         // piece bytes of the call (call_piece_bytes)
+  double k = 1;         // piece bytes (terms: a slot; work_terms: the call's)
   // Ranks per host, numbered host by host (as launchers number them); 1 on
   // one level, where every send is costed at the model's one level.
   double q = 1;
@@ -136,8 +136,11 @@ class CostModel {
   int hosts() const { return hosts_; }
   int per_host() const { return per_host_; }
   bool two_level() const { return hosts_ > 1 && per_host_ > 1; }
-  // The terms of an estimate for a call moving `bytes`.
+  // The terms of an estimate for a call moving `bytes` (pieces of a slot).
   CostTerms terms(size_t bytes) const;
+  // The same in the pieces the call is cut into (call_piece_bytes), for the
+  // work of crowded ranks, which counts every message.
+  CostTerms work_terms(size_t bytes) const;
 
   // hier's allreduce between the hosts of a lane on its block of
   // `block_bytes`: the cheapest flat allreduce over `hosts` ranks on links

@@ -155,7 +155,9 @@ Work hier_work(CollectiveKind kind, const CostTerms& t) {
   const AlgorithmInfo* lane = find_algorithm(lane_choice(m, kind, bytes));
   if (lane == nullptr || lane->work == nullptr) return Work{};
   const CostModel lanes(m.hosts(), m.params());
-  const Work one = lane->work(kind, lanes.terms(bytes / static_cast<size_t>(q)));
+  CostTerms lane_terms = lanes.terms(bytes / static_cast<size_t>(q));
+  lane_terms.k = t.k;  // the lanes run in the call's pieces
+  const Work one = lane->work(kind, lane_terms);
   w.add(true, q * one.messages, q * one.bytes);
   w.reduced = hosts * (q - 1) * t.m + q * one.reduced;
   return w;
