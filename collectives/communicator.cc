@@ -197,6 +197,9 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   }
   CostParams params;
   params.piece_bytes = cfg.slot_bytes;
+  if (options.piece_bytes > 0) {  // every call cut into the caller's pieces
+    params.piece_bytes = params.min_piece_bytes = std::min(options.piece_bytes, cfg.slot_bytes);
+  }
   // On an oversubscribed host every dependent round waits for the partner to
   // be scheduled: 4 ranks on 2 cores, 8 B allreduce took 13-14 us in one
   // round (direct) against 12.6-46 us in two (recursive doubling). Ranks on
@@ -370,12 +373,7 @@ Status Communicator::prepare(Call& call, CollectiveKind kind, const void* in, vo
   call.what = &call_label(kind, algo);
   RDMAFLOW_RETURN_IF_ERROR(prepare_codec(call, options, seq));
 
-  // Piece size: a quarter of a rank's share, between 64 KiB and a slot. Each
-  // piece over tcp costs a frame, a credit frame back and a wake-up; with 32
-  // KiB, 64 KiB allreduce on 4 cluster hosts x 1 took 798 us against 703 and
-  // 256 KiB 1994 against 1580 (2 ranks on loopback: 64 KiB 86 against 93 us,
-  // 256 KiB 342 against 264; docs/benchmarks.md, "One wait over every peer's
-  // socket"). 128 KiB lost at 1 MiB in one run.
+  // Piece size: call_piece_bytes (cost_model.h), which the model counts too.
   const size_t slot = fabric_->config().slot_bytes;
   size_t piece = options_.piece_bytes;
   if (piece == 0) {
@@ -384,9 +382,7 @@ Status Communicator::prepare(Call& call, CollectiveKind kind, const void* in, vo
         kind == CollectiveKind::kAlltoall) {
       total *= static_cast<size_t>(world_);
     }
-    // (std::clamp needs lo <= hi: a slot may be smaller than 64 KiB.)
-    piece = std::clamp<size_t>(total / (static_cast<size_t>(world_) * 4),
-                               std::min<size_t>(64 * 1024, slot), slot);
+    piece = call_piece_bytes(total, world_, 64 * 1024, slot);
   }
   piece = std::min(piece, slot);
   call.piece_elems = std::max<size_t>(1, piece / es);

@@ -1,5 +1,6 @@
 #include "collectives/cost_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -22,6 +23,13 @@ std::string CostParams::to_string() const {
     std::snprintf(buf + len, sizeof(buf) - static_cast<size_t>(len), " crowded on %d CPUs", cpus);
   }
   return buf;
+}
+
+size_t call_piece_bytes(size_t total, int world, size_t smallest, size_t largest) {
+  // (std::clamp needs lo <= hi: a slot may be smaller than 64 KiB.)
+  smallest = std::min(smallest, largest);
+  return std::clamp<size_t>(total / (static_cast<size_t>(std::max(world, 1)) * 4), smallest,
+                            largest);
 }
 
 std::vector<Algorithm> algorithms_for(CollectiveKind kind) {
@@ -50,11 +58,21 @@ CostTerms CostModel::terms(size_t bytes) const {
   return t;
 }
 
+CostTerms CostModel::work_terms(size_t bytes) const {
+  CostTerms t = terms(bytes);
+  t.k = static_cast<double>(
+      call_piece_bytes(bytes, world_, p_.min_piece_bytes, std::max<size_t>(1, p_.piece_bytes)));
+  return t;
+}
+
 double CostModel::rounds(CollectiveKind kind, Algorithm algo) const {
   if (world_ <= 1) return 0;
   const AlgorithmInfo* info = find_algorithm(algo);
   return info ? info->rounds(kind, terms(0)) : 0;
 }
+
+// The share of an algorithm's path in its crowded cost (above).
+constexpr double kPathShare = 0.05;
 
 double CostModel::cost(CollectiveKind kind, Algorithm algo, size_t bytes) const {
   const AlgorithmInfo* info = find_algorithm(algo);
@@ -64,13 +82,17 @@ double CostModel::cost(CollectiveKind kind, Algorithm algo, size_t bytes) const 
   const double path = p_.round * info->rounds(kind, t) + info->cost(kind, t);
   // Crowded ranks: the work of every rank, where the algorithm says what it
   // is for the kind (allreduce); the longest chain of rounds otherwise. Of
-  // equal work (ring, tree and Rabenseifner send and reduce the same from a
-  // few pieces up), the shorter chain: a millionth of it orders exact ties
-  // and nothing else.
+  // equal work (ring, tree, Rabenseifner and hier send and reduce about the
+  // same from a few pieces up), the shorter path: kPathShare of it. The work
+  // cannot tell them apart, the path can where the CPUs are not saturated
+  // (2 hosts x 2 ranks, 256 KiB: hier 1.5x faster than the tree, which sends
+  // and reduces as much); 5% of it still leaves the tree its lead below 256
+  // KiB, where it has the fewer messages. The work counts the pieces the
+  // call is really cut into (work_terms); the paths were fitted with slots.
   if (crowded() && info->work != nullptr) {
-    const Work w = info->work(kind, t);
+    const Work w = info->work(kind, work_terms(bytes));
     if (w.messages + w.host_messages > 0) {
-      return p_.round * info->rounds(kind, t) + crowded(w) + 1e-6 * path;
+      return p_.round * info->rounds(kind, t) + crowded(w) + kPathShare * path;
     }
   }
   return path;
@@ -98,8 +120,12 @@ Algorithm CostModel::choose(CollectiveKind kind, size_t bytes) const {
 
 namespace {
 
-CostParams without_rounds(CostParams p) {
+// A phase of hier costed by its own path: no round term (hier counts its
+// rounds once, over the phases) and not crowded (hier's crowded cost is its
+// whole work, hier_work, not a phase's).
+CostParams path_only(CostParams p) {
   p.round = 0;
+  p.cpus = 0;
   return p;
 }
 
@@ -109,9 +135,18 @@ Algorithm CostModel::between_hosts(size_t block_bytes) const {
   return between_hosts(CollectiveKind::kAllreduce, block_bytes);
 }
 
+// The lanes' algorithm by its path, not by its work on crowded CPUs: the
+// work of hier as a whole is what the crowded model weighs (hier_work), and
+// within it every lane algorithm moves the same bytes, so the crowded costs of
+// the lanes tie and the choice fell to noise (tree at 1 MiB, Rabenseifner at
+// 16 MiB on 2 hosts x 2 ranks). By the path, 2 hosts take recursive doubling
+// (one exchange each way at once): on 2 x 2, 0.6-0.9x the time of hier with
+// ring lanes from 64 KiB to 16 MiB in the same runs (docs/benchmarks.md,
+// "Hierarchical collectives (2 hosts x 2 ranks)").
 Algorithm CostModel::between_hosts(CollectiveKind kind, size_t lane_bytes) const {
   CostParams link = p_;
   link.beta *= per_host_;  // the host's lanes share its link
+  link.cpus = 0;
   return CostModel(hosts_, link).choose(kind, lane_bytes);
 }
 
@@ -127,9 +162,9 @@ CostModel::Estimate CostModel::hier_estimate(CollectiveKind kind, Algorithm betw
     e.seconds = std::numeric_limits<double>::infinity();
     return e;
   }
-  CostParams link = without_rounds(p_);
+  CostParams link = path_only(p_);
   link.beta *= per_host_;
-  const CostModel host(per_host_, without_rounds(within_)), lanes(hosts_, link);
+  const CostModel host(per_host_, path_only(within_)), lanes(hosts_, link);
   const size_t lane_bytes = bytes / static_cast<size_t>(per_host_);
   const Algorithm ring = Algorithm::kRing;
   // The phases within the host (collectives/algorithms/hier.cc, hier_ops.cc).

@@ -30,9 +30,21 @@ struct CostParams {
   // a call then costs the CPU work of every rank's sends over these CPUs
   // (CostModel::crowded), not its longest chain of rounds.
   int cpus = 0;
+  // A call is cut into pieces of call_piece_bytes(), between these two.
   size_t piece_bytes = 512 * 1024;
+  size_t min_piece_bytes = 64 * 1024;
   std::string to_string() const;
 };
+
+// The piece a call of `total` bytes (its largest buffer; reduce_scatter's
+// input, allgather's output) over `world` ranks is cut into: a quarter of a
+// rank's share, between `smallest` and `largest` (the slot). The communicator
+// cuts calls so and the model counts messages so. Each piece over tcp costs a
+// frame, a credit frame back and a wake-up; with 32 KiB, 64 KiB allreduce on
+// 4 cluster hosts x 1 took 798 us against 703 and 256 KiB 1994 against 1580
+// (docs/benchmarks.md, "One wait over every peer's socket"). 128 KiB lost at
+// 1 MiB in one run.
+size_t call_piece_bytes(size_t total, int world, size_t smallest, size_t largest);
 
 class CostModel;
 
@@ -48,7 +60,7 @@ struct CostTerms {
   double lgp = 0;       // log2(p)
   double lg = 0;        // ceil(log2(n))
   bool folded = false;  // n is not a power of two: a fold step before and after
-  double k = 1;         // piece bytes
+  double k = 1;         // piece bytes (terms: a slot; work_terms: the call's)
   // Ranks per host, numbered host by host (as launchers number them); 1 on
   // one level, where every send is costed at the model's one level.
   double q = 1;
@@ -124,8 +136,11 @@ class CostModel {
   int hosts() const { return hosts_; }
   int per_host() const { return per_host_; }
   bool two_level() const { return hosts_ > 1 && per_host_ > 1; }
-  // The terms of an estimate for a call moving `bytes`.
+  // The terms of an estimate for a call moving `bytes` (pieces of a slot).
   CostTerms terms(size_t bytes) const;
+  // The same in the pieces the call is cut into (call_piece_bytes), for the
+  // work of crowded ranks, which counts every message.
+  CostTerms work_terms(size_t bytes) const;
 
   // hier's allreduce between the hosts of a lane on its block of
   // `block_bytes`: the cheapest flat allreduce over `hosts` ranks on links

@@ -10,11 +10,11 @@
 // across each host boundary it passes.
 //
 // The lanes' algorithm is the cost model's choice for the block on links
-// that all lanes share (CostModel::between_hosts: ring, Rabenseifner,
-// recursive doubling, ...). Each phase is a sub-collective built by its own
-// schedule in a group of ranks (build_in_group); the Program's buffer
-// dependencies join them, so a piece of block i leaves for the other hosts
-// as soon as the host has reduced it.
+// that all lanes share, by its path (CostModel::between_hosts): on 2 hosts
+// recursive doubling, one exchange each way at once. Each phase is a
+// sub-collective built by its own schedule in a group of ranks
+// (build_in_group); the Program's buffer dependencies join them, so a piece
+// of block i leaves for the other hosts as soon as the host has reduced it.
 //
 // Layouts without two levels run a flat schedule, which the cost model never
 // prefers to the flat algorithms themselves (hier costs +inf there): one host,
@@ -155,7 +155,9 @@ Work hier_work(CollectiveKind kind, const CostTerms& t) {
   const AlgorithmInfo* lane = find_algorithm(lane_choice(m, kind, bytes));
   if (lane == nullptr || lane->work == nullptr) return Work{};
   const CostModel lanes(m.hosts(), m.params());
-  const Work one = lane->work(kind, lanes.terms(bytes / static_cast<size_t>(q)));
+  CostTerms lane_terms = lanes.terms(bytes / static_cast<size_t>(q));
+  lane_terms.k = t.k;  // the lanes run in the call's pieces
+  const Work one = lane->work(kind, lane_terms);
   w.add(true, q * one.messages, q * one.bytes);
   w.reduced = hosts * (q - 1) * t.m + q * one.reduced;
   return w;

@@ -63,7 +63,11 @@ struct Layout {
   int hosts;
   bool interleaved;
 };
-constexpr Layout kLayouts[] = {{4, 2, false}, {6, 3, true}, {3, 0, false}};
+// 2 x 2, 3 x 2 interleaved, one host, then 2 x 3 (three local ranks: an
+// uneven split of the lanes' blocks, recursive-doubling lanes) and 3 x 1
+// (one rank per host: the lanes' algorithm over every rank).
+constexpr Layout kLayouts[] = {
+    {4, 2, false}, {6, 3, true}, {3, 0, false}, {6, 2, false}, {3, 3, false}};
 
 CommunicatorOptions layout_options(const Layout& l, int rank) {
   CommunicatorOptions co;
@@ -91,7 +95,13 @@ RunResult run_calls(const BackendRow& backend, const Layout& l, const std::vecto
         if (allreduce_env) setenv("RDMAFLOW_ALLREDUCE_ALGO", "hier", 1);
         CommNode node;
         RF_ASSERT_OK(make_comm_node(backend, rank, n, ex, node, layout_options(l, rank)));
-        EXPECT_EQ(node.comm->host_groups().hierarchical(), l.hosts > 0);
+        EXPECT_EQ(node.comm->host_groups().hierarchical(), l.hosts > 0 && l.world > l.hosts);
+        // Two hosts: the lanes exchange their blocks by recursive doubling
+        // (CostModel::between_hosts), whatever this machine measured.
+        const CostModel& model = node.comm->cost_model();
+        if (model.two_level() && model.hosts() == 2) {
+          EXPECT_EQ(model.between_hosts(4096), Algorithm::kRecursiveDoubling);
+        }
         if (allreduce_env) {
           auto chosen = node.comm->select(CollectiveKind::kAllreduce, 1000, DataType::kF32);
           RF_ASSERT_OK(chosen);
