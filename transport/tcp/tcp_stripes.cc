@@ -44,33 +44,39 @@ bool TcpChannel::route(bool big, std::function<void()>& issue) {
 
 void TcpChannel::write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                        std::optional<uint64_t> notify, Callback done, Millis timeout) {
-  write_routed(src, len, dst, dst_offset, notify, std::move(done), timeout, /*no_ack=*/false);
+  write_routed(src, len, dst, dst_offset, notify, std::move(done), timeout, Post::kAcked);
 }
 
 void TcpChannel::post_write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                             std::optional<uint64_t> notify, Callback done, Millis timeout) {
-  write_routed(src, len, dst, dst_offset, notify, std::move(done), timeout, /*no_ack=*/true);
+  write_routed(src, len, dst, dst_offset, notify, std::move(done), timeout, Post::kPosted);
+}
+
+void TcpChannel::post_write_lazy(const void* src, size_t len, const RemoteKey& dst,
+                                 uint64_t dst_offset, std::optional<uint64_t> notify, Callback done,
+                                 Millis timeout) {
+  write_routed(src, len, dst, dst_offset, notify, std::move(done), timeout, Post::kLazy);
 }
 
 void TcpChannel::write_routed(const void* src, size_t len, const RemoteKey& dst,
                               uint64_t dst_offset, std::optional<uint64_t> notify, Callback done,
-                              Millis timeout, bool no_ack) {
+                              Millis timeout, Post post) {
   trace_op(done, "write", *this, len);
   counters_->add_write(len);
   if (!striped_.load(std::memory_order_relaxed)) {  // one stream: nothing to order against
-    return write_now(src, len, dst, dst_offset, notify, std::move(done), timeout, nullptr, no_ack);
+    return write_now(src, len, dst, dst_offset, notify, std::move(done), timeout, nullptr, post);
   }
   const bool big = len >= options_.stripe_min;
   std::function<void()> issue = [this, src, len, dst, dst_offset, notify, done, timeout, big,
-                                 no_ack] {
+                                 post] {
     if (big) {
       write_striped(src, len, dst, dst_offset, notify, done, timeout);
     } else {
-      write_now(src, len, dst, dst_offset, notify, done, timeout, nullptr, no_ack);
+      write_now(src, len, dst, dst_offset, notify, done, timeout, nullptr, post);
     }
   };
   if (route(big, issue)) return;
-  write_now(src, len, dst, dst_offset, notify, std::move(done), timeout, nullptr, no_ack);
+  write_now(src, len, dst, dst_offset, notify, std::move(done), timeout, nullptr, post);
 }
 
 void TcpChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset,
