@@ -474,6 +474,96 @@ TEST_P(Conformance, PostedWritesLandInOrderAndARefusalIsReported) {
   RF_EXPECT_RUN_OK(r);
 }
 
+// Lazy posted writes (Channel::post_write_lazy, the collectives' slot
+// credits) may be held back to ride along with the next frame, but keep their
+// order among the channel's other writes and still arrive when nothing else
+// follows (tcp holds those issued from inside a drive of the channel: the
+// last ones here leave only with the backstop tick). A refused one, held
+// too, fails the channel naming the peer.
+TEST_P(Conformance, LazyPostedWritesKeepTheirOrderAndARefusalIsReported) {
+  constexpr int kWrites = 300;
+  constexpr size_t kCell = 8;
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    if (rank == 1) {
+      Buffer region(kWrites * kCell + 4096);
+      std::memset(region.p, 0, region.size);
+      RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, kWrites * kCell));
+      RF_ASSERT_OK(ex.allgather(key_bytes(key)));
+      for (int i = 0; i < kWrites; ++i) {
+        RF_ASSIGN_OR_FAIL(uint64_t v, ch.inbox().wait_notify(kOpTimeout));
+        RF_ASSERT(v == static_cast<uint64_t>(i));  // in issue order, after the data
+        RF_ASSERT(check_pattern(region.p + i * kCell, kCell, 300 + i) == -1);
+      }
+      const uint64_t before = checksum(region.p, region.size);
+      RF_ASSERT_OK(ex.barrier());  // rank 0 issues a refused lazy write
+      RF_ASSERT_OK(ex.barrier());
+      EXPECT_EQ(checksum(region.p, region.size), before) << "a refused lazy write wrote";
+      return 0;
+    }
+    RF_ASSIGN_OR_FAIL(auto keys, ex.allgather(""));
+    RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(keys[1]));
+    Buffer src(kWrites * kCell);
+    RF_ASSERT_OK(node.local(src));
+    CompletionGroup group;
+    // From inside a drive of the channel where the backend has one (as the
+    // executor returns credits), else from this thread.
+    auto in_drive = [&](const std::function<void()>& issue) {
+      if (auto driver = ch.inbox().wait_driver()) {
+        driver->drive(
+            [&] {
+              issue();
+              return true;
+            },
+            std::chrono::steady_clock::now() + kOpTimeout);
+      } else {
+        issue();
+      }
+    };
+    int i = 0;
+    while (i < kWrites) {
+      in_drive([&] {
+        // Lazy writes with, now and then, a posted or an acknowledged one between.
+        for (int k = 0; k < 3 && i < kWrites; ++k, ++i) {
+          fill_pattern(src.p + i * kCell, kCell, 300 + i);
+          const auto at = static_cast<uint64_t>(i) * kCell;
+          if (i % 7 == 3) {
+            ch.post_write(src.p + at, kCell, key, at, static_cast<uint64_t>(i), group.add(),
+                          kOpTimeout);
+          } else if (i % 11 == 5) {
+            ch.write(src.p + at, kCell, key, at, static_cast<uint64_t>(i), group.add(), kOpTimeout);
+          } else {
+            ch.post_write_lazy(src.p + at, kCell, key, at, static_cast<uint64_t>(i), group.add(),
+                               kOpTimeout);
+          }
+        }
+      });
+    }
+    RF_ASSERT_OK(group.wait(kOpTimeout + Millis(5000), "lazy posted writes"));
+    RF_ASSERT_OK(ex.barrier());
+    RemoteKey unknown = key;
+    unknown.key_id += 1000;
+    Completion c;
+    in_drive([&] { ch.post_write_lazy(src.p, kCell, unknown, 0, 1, c.callback(), kOpTimeout); });
+    Status st = c.wait(kOpTimeout + Millis(5000), "refused lazy write");
+    if (st.is_ok()) {  // completed when sent: the refusal fails the channel
+      const auto until = std::chrono::steady_clock::now() + kOpTimeout;
+      while (ch.error().is_ok() && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(Millis(1));
+      }
+      st = ch.error();
+    }
+    EXPECT_EQ(st.code(), Code::kNotFound) << st.to_string();
+    EXPECT_EQ(st.peer(), 1) << st.to_string();
+    EXPECT_NE(st.to_string().find("peer rank 1"), std::string::npos) << st.to_string();
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
 // ------------------------------------------------------------ capabilities
 
 // What a channel announces holds: with any_source_memory a write takes its
