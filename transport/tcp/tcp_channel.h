@@ -323,7 +323,7 @@ class TcpChannel final : public Channel,
   Clock::time_point lease_since_;
   bool unwatched_ = false;
   std::atomic<int> driving_{0};
-  bool rx_delivered_ = false;  // this receive turn pushed a notify / message (rx_mu_)
+  bool rx_delivered_ = false;              // this receive turn pushed a notify / message (rx_mu_)
   std::atomic<bool> ack_deferred_{false};  // ACKs or held posted writes wait in the queue
   // The thread inside drive() on this channel (begin_drive .. end_drive): the
   // small posted writes it issues are held for its next sendmsg (submit()).

@@ -34,8 +34,7 @@ void TcpChannel::submit(Op* op, std::unique_lock<std::mutex>& lock) {
   // held like a deferred ACK: the next frame this thread sends takes it along
   // (the next piece to this peer), else the drive sends it before it blocks,
   // at the latest the 1 ms tick. Its peer needs it only to reuse a slot.
-  if (op->lazy && sender_ == Sender::kIdle &&
-      drive_thread_.load() == std::this_thread::get_id()) {
+  if (op->lazy && sender_ == Sender::kIdle && drive_thread_.load() == std::this_thread::get_id()) {
     if (!ack_deferred_.load(std::memory_order_relaxed)) {
       deferred_since_ns_.store(Clock::now().time_since_epoch().count());
       ack_deferred_.store(true);
@@ -69,7 +68,8 @@ void TcpChannel::write_now(const void* src, size_t len, const RemoteKey& dst, ui
   Op* op = new_op_locked(Op::kWrite, std::move(done), timeout);
   FrameHeader& h = op->header;
   h.type = static_cast<uint8_t>(FrameType::kWrite);
-  h.flags = static_cast<uint8_t>((notify ? kFlagHasNotify : 0) | (post != Post::kAcked ? kFlagNoAck : 0));
+  h.flags =
+      static_cast<uint8_t>((notify ? kFlagHasNotify : 0) | (post != Post::kAcked ? kFlagNoAck : 0));
   h.op_id = op->id;
   h.key_id = dst.key_id;
   h.secret = dst.secret;
