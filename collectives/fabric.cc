@@ -309,10 +309,8 @@ Status Fabric::return_credit(int p, int lane, uint64_t seq) {
   if (peer.direct) return peer.memory.signal(credit_word_offset(lane, seq), seq + 1);
   const std::byte* source = peer.local + control_offset() + 8;
   // Nobody waits for a credit's completion: a posted write (no acknowledgement
-  // frame on tcp; a refusal fails the channel, which the next call sees). The
-  // peer needs it only to reuse the slot: lazy, so on tcp it rides along with
-  // the next piece to that peer (one sendmsg instead of two per round).
-  peer.channel->post_write_lazy(
+  // frame on tcp; a refusal fails the channel, which the next call sees).
+  peer.channel->post_write(
       source, 8, peer.remote, control_offset(),
       notify_code::encode(notify_code::kCredit, lane, seq), [](const Status&) {}, config_.timeout);
   return Status::ok();

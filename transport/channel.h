@@ -163,18 +163,6 @@ class Channel {
     write(src, len, dst, dst_offset, notify, std::move(done), timeout);
   }
 
-  // post_write() of a small write its peer needs only later (a slot credit:
-  // the peer waits for it only when it reuses that slot). The backend may
-  // hold it back, in order, to ride along with the next frame this channel
-  // sends, but no longer than until the issuing thread waits on the channel
-  // or about a millisecond (tcp: when issued by the thread driving the
-  // channel). The default posts it at once.
-  virtual void post_write_lazy(const void* src, size_t len, const RemoteKey& dst,
-                               uint64_t dst_offset, std::optional<uint64_t> notify, Callback done,
-                               Millis timeout) {
-    post_write(src, len, dst, dst_offset, notify, std::move(done), timeout);
-  }
-
   // One-sided read of `len` bytes of `src` at `src_offset` into `dst`.
   virtual void read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,
                     Millis timeout) = 0;

@@ -65,7 +65,7 @@ TcpChannel::Op* TcpChannel::new_op_locked(int kind, Callback done, Millis timeou
   Op* op = ops_.acquire();
   op->kind = static_cast<Op::Kind>(kind);
   op->peer = peer_;
-  op->queued = op->in_batch = op->finish_pending = op->lazy = false;
+  op->queued = op->in_batch = op->finish_pending = false;
   op->done = std::move(done);
   // A read served for the peer has no deadline of its own: the peer times it out.
   if (kind != Op::kServeRead) op->set_deadline(timeout);

@@ -79,12 +79,6 @@ class TcpChannel final : public Channel,
   // plain writes.
   void post_write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                   std::optional<uint64_t> notify, Callback done, Millis timeout) override;
-  // A posted write issued by the thread driving this channel waits in the
-  // queue for that thread's next sendmsg (the next piece to this peer takes
-  // it along), or until the thread is about to block, at the latest the
-  // 1 ms tick. From any other thread: post_write().
-  void post_write_lazy(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
-                       std::optional<uint64_t> notify, Callback done, Millis timeout) override;
   void read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,
             Millis timeout) override;
   void send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) override;
@@ -239,18 +233,15 @@ class TcpChannel final : public Channel,
   void close_stripes();
   // Fails every stripe with `error` (a failing channel takes its stripes along).
   void fail_stripes(const Status& error);
-  // How a write completes: with the peer's ACK, once sent (NO_ACK), or once
-  // sent and possibly held for the driving thread's next sendmsg (post_write_lazy).
-  enum class Post : uint8_t { kAcked, kPosted, kLazy };
   struct Share {  // the whole striped write a share belongs to
     uint64_t base = 0;
     uint64_t total = 0;
   };
   void write_now(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                  std::optional<uint64_t> notify, Callback done, Millis timeout,
-                 const Share* share = nullptr, Post post = Post::kAcked);
+                 const Share* share = nullptr, bool no_ack = false);
   void write_routed(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
-                    std::optional<uint64_t> notify, Callback done, Millis timeout, Post post);
+                    std::optional<uint64_t> notify, Callback done, Millis timeout, bool no_ack);
   // NO_ACK writes that were sent (mu_): their completions wait for the next
   // receive turn or sweep, which run them without a thread hop.
   void settle_sent_locked(DoneList& done);
@@ -323,11 +314,8 @@ class TcpChannel final : public Channel,
   Clock::time_point lease_since_;
   bool unwatched_ = false;
   std::atomic<int> driving_{0};
-  bool rx_delivered_ = false;              // this receive turn pushed a notify / message (rx_mu_)
-  std::atomic<bool> ack_deferred_{false};  // ACKs or held posted writes wait in the queue
-  // The thread inside drive() on this channel (begin_drive .. end_drive): the
-  // small posted writes it issues are held for its next sendmsg (submit()).
-  std::atomic<std::thread::id> drive_thread_{};
+  bool rx_delivered_ = false;  // this receive turn pushed a notify / message (rx_mu_)
+  std::atomic<bool> ack_deferred_{false};
   std::atomic<Clock::rep> deferred_since_ns_{0};
   Rx rx_;
 

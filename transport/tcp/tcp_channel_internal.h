@@ -50,7 +50,6 @@ struct TcpChannel::Op : OpRecord {
   bool queued = false;    // in the send FIFO (frames left to emit)
   bool in_batch = false;  // a frame of it is in the batch on the wire
   bool finish_pending = false;
-  bool lazy = false;  // a small post_write_lazy(): may be held (TcpChannel::submit)
   Callback done;
   FrameHeader header;  // template of this op's frames
   const uint8_t* src = nullptr;

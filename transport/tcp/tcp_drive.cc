@@ -133,7 +133,6 @@ bool TcpChannel::begin_drive() {
   std::lock_guard<std::mutex> lock(arm_mu_);
   if (rx_driving_ || unwatched_ || rx_stopped_.load()) return false;
   rx_driving_ = true;
-  drive_thread_.store(std::this_thread::get_id());
   if (!rx_waiter_) {  // else: still leased from the previous wait, nothing to change
     rx_waiter_ = true;
     rearm_locked();  // withdraw EPOLLIN from the progress thread
@@ -154,7 +153,6 @@ void TcpChannel::end_drive(bool ok) {
   {
     std::lock_guard<std::mutex> lock(arm_mu_);
     rx_driving_ = false;
-    drive_thread_.store(std::thread::id());
     if (ok && !rx_stopped_.load()) {
       // Keep the socket away from the progress thread for a moment: a thread in
       // a wait loop is back soon, and re-arming costs two epoll_ctl per wait.

@@ -15,7 +15,6 @@ namespace rdmaflow::tcp {
 namespace {
 
 constexpr size_t kSendBudget = 8 << 20;  // bytes one pump() turn may send
-constexpr uint64_t kHoldBytes = 4096;    // posted writes up to this size may be held (submit())
 
 }  // namespace
 
@@ -29,20 +28,6 @@ Status TcpChannel::check_key(const RemoteKey& key, uint64_t offset, uint64_t len
 void TcpChannel::submit(Op* op, std::unique_lock<std::mutex>& lock) {
   if (driver_) attach_wait_driver(op->done, driver_);
   enqueue_locked(op);
-  // A lazy posted write issued by the thread that drives this channel (the
-  // collectives' executor returning a slot credit from inside its wait) is
-  // held like a deferred ACK: the next frame this thread sends takes it along
-  // (the next piece to this peer), else the drive sends it before it blocks,
-  // at the latest the 1 ms tick. Its peer needs it only to reuse a slot.
-  if (op->lazy && sender_ == Sender::kIdle && drive_thread_.load() == std::this_thread::get_id()) {
-    if (!ack_deferred_.load(std::memory_order_relaxed)) {
-      deferred_since_ns_.store(Clock::now().time_since_epoch().count());
-      ack_deferred_.store(true);
-    }
-    lock.unlock();
-    loop_->request_ticks();
-    return;
-  }
   bool become_sender = sender_ == Sender::kIdle;
   if (become_sender) sender_ = Sender::kActive;
   lock.unlock();
@@ -52,7 +37,7 @@ void TcpChannel::submit(Op* op, std::unique_lock<std::mutex>& lock) {
 
 void TcpChannel::write_now(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                            std::optional<uint64_t> notify, Callback done, Millis timeout,
-                           const Share* share, Post post) {
+                           const Share* share, bool no_ack) {
   if (Status st = check_key(dst, dst_offset, len, "write"); !st.is_ok()) {
     return complete_soon(std::move(done), std::move(st));
   }
@@ -68,8 +53,7 @@ void TcpChannel::write_now(const void* src, size_t len, const RemoteKey& dst, ui
   Op* op = new_op_locked(Op::kWrite, std::move(done), timeout);
   FrameHeader& h = op->header;
   h.type = static_cast<uint8_t>(FrameType::kWrite);
-  h.flags =
-      static_cast<uint8_t>((notify ? kFlagHasNotify : 0) | (post != Post::kAcked ? kFlagNoAck : 0));
+  h.flags = static_cast<uint8_t>((notify ? kFlagHasNotify : 0) | (no_ack ? kFlagNoAck : 0));
   h.op_id = op->id;
   h.key_id = dst.key_id;
   h.secret = dst.secret;
@@ -83,7 +67,6 @@ void TcpChannel::write_now(const void* src, size_t len, const RemoteKey& dst, ui
   }
   op->src = static_cast<const uint8_t*>(src);
   op->len = len;
-  op->lazy = post == Post::kLazy && len <= kHoldBytes;
   submit(op, lock);
 }
 

@@ -44,39 +44,33 @@ bool TcpChannel::route(bool big, std::function<void()>& issue) {
 
 void TcpChannel::write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                        std::optional<uint64_t> notify, Callback done, Millis timeout) {
-  write_routed(src, len, dst, dst_offset, notify, std::move(done), timeout, Post::kAcked);
+  write_routed(src, len, dst, dst_offset, notify, std::move(done), timeout, /*no_ack=*/false);
 }
 
 void TcpChannel::post_write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                             std::optional<uint64_t> notify, Callback done, Millis timeout) {
-  write_routed(src, len, dst, dst_offset, notify, std::move(done), timeout, Post::kPosted);
-}
-
-void TcpChannel::post_write_lazy(const void* src, size_t len, const RemoteKey& dst,
-                                 uint64_t dst_offset, std::optional<uint64_t> notify, Callback done,
-                                 Millis timeout) {
-  write_routed(src, len, dst, dst_offset, notify, std::move(done), timeout, Post::kLazy);
+  write_routed(src, len, dst, dst_offset, notify, std::move(done), timeout, /*no_ack=*/true);
 }
 
 void TcpChannel::write_routed(const void* src, size_t len, const RemoteKey& dst,
                               uint64_t dst_offset, std::optional<uint64_t> notify, Callback done,
-                              Millis timeout, Post post) {
+                              Millis timeout, bool no_ack) {
   trace_op(done, "write", *this, len);
   counters_->add_write(len);
   if (!striped_.load(std::memory_order_relaxed)) {  // one stream: nothing to order against
-    return write_now(src, len, dst, dst_offset, notify, std::move(done), timeout, nullptr, post);
+    return write_now(src, len, dst, dst_offset, notify, std::move(done), timeout, nullptr, no_ack);
   }
   const bool big = len >= options_.stripe_min;
   std::function<void()> issue = [this, src, len, dst, dst_offset, notify, done, timeout, big,
-                                 post] {
+                                 no_ack] {
     if (big) {
       write_striped(src, len, dst, dst_offset, notify, done, timeout);
     } else {
-      write_now(src, len, dst, dst_offset, notify, done, timeout, nullptr, post);
+      write_now(src, len, dst, dst_offset, notify, done, timeout, nullptr, no_ack);
     }
   };
   if (route(big, issue)) return;
-  write_now(src, len, dst, dst_offset, notify, std::move(done), timeout, nullptr, post);
+  write_now(src, len, dst, dst_offset, notify, std::move(done), timeout, nullptr, no_ack);
 }
 
 void TcpChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset,
