@@ -259,7 +259,11 @@ class Run {
     fabric_.count_notify_piece();
     const int p = it.peer;
     Signal* s = &sig_;
-    peer.channel->write(
+    // Posted: nothing waits for the peer's word about the piece (its credit
+    // answers), so over tcp it completes once its bytes left this process
+    // rather than a round trip later (the ACK held the sender of the last
+    // piece of a step until the peer had read it).
+    peer.channel->post_write(
         src, bytes, peer.remote, fabric_.slot_offset(lane_, seq),
         notify_code::encode(notify_code::kData, lane_, seq),
         [comps = comps_, i, p, s](const Status& st) {

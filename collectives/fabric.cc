@@ -251,7 +251,10 @@ void Fabric::find_common_driver() {
     drivers.push_back(std::move(d));
   }
   if (drivers.empty()) return;
-  common_driver_ = same ? drivers.front() : drivers.front()->join(drivers);
+  // A single tcp peer joins too: its inbox's own driver blocks in recvmsg,
+  // which the completion of a piece sent by the progress thread cannot wake.
+  auto joined = drivers.front()->join(drivers);
+  common_driver_ = joined ? joined : same ? drivers.front() : nullptr;
 }
 
 void Fabric::install_listeners() {

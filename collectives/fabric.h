@@ -20,7 +20,9 @@
 // direction of a lane numbers its pieces 0, 1, 2, ... (seq). Piece `seq` goes to
 // slot seq % slots with notify DATA(l, seq). The receiver reduces or copies the
 // slot and returns the slot with a credit: an 8-byte write with notify
-// CREDIT(l, seq). The sender may use slot s for piece seq only once
+// CREDIT(l, seq). Pieces are posted writes too: nobody waits for the peer's
+// word about them (its credit answers), so on tcp a piece completes once
+// sent, not an ACK's round trip later. The sender may use slot s for piece seq only once
 // CREDIT(l, seq - slots) arrived. Notify values carry a magic byte so values of
 // other users of the channel are put back into the inbox untouched.
 //

@@ -152,7 +152,7 @@ class Channel {
                      std::optional<uint64_t> notify, Callback done, Millis timeout) = 0;
 
   // write() for a caller that needs no word back from the peer about it (the
-  // collectives' small pieces and slot credits, whose receiver answers in
+  // collectives' pieces and slot credits, whose receiver answers in
   // its own way): `done` may run once the bytes left this process rather
   // than once they are in the peer's memory, and a refusal by the peer (a bad
   // key or range) fails the channel, sticky, instead of only this write. The

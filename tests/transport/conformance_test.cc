@@ -420,19 +420,29 @@ TEST_P(Conformance, BadKeysAreRefusedAndMemoryIsUntouched) {
 TEST_P(Conformance, PostedWritesLandInOrderAndARefusalIsReported) {
   constexpr int kWrites = 500;
   constexpr size_t kCell = 64;
+  // Then two large ones (the collectives' pieces), several chunks each: on tcp
+  // they outgrow the socket, so the progress thread finishes sending them.
+  constexpr int kLarge = 2;
+  constexpr size_t kLargeBytes = 3 * 1024 * 1024 + 123;
+  constexpr size_t kSmallArea = kWrites * kCell;
   auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
     Node node;
     RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
     Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
     if (rank == 1) {
-      Buffer region(kWrites * kCell + 4096);
+      Buffer region(kSmallArea + kLarge * kLargeBytes + 4096);
       std::memset(region.p, 0, region.size);
-      RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, kWrites * kCell));
+      RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, kSmallArea + kLarge * kLargeBytes));
       RF_ASSERT_OK(ex.allgather(key_bytes(key)));
-      for (int i = 0; i < kWrites; ++i) {
+      for (int i = 0; i < kWrites + kLarge; ++i) {
         RF_ASSIGN_OR_FAIL(uint64_t v, ch.inbox().wait_notify(kOpTimeout));
         RF_ASSERT(v == static_cast<uint64_t>(i));  // in issue order, after the data
-        RF_ASSERT(check_pattern(region.p + i * kCell, kCell, 900 + i) == -1);
+        if (i < kWrites) {
+          RF_ASSERT(check_pattern(region.p + i * kCell, kCell, 900 + i) == -1);
+        } else {
+          RF_ASSERT(check_pattern(region.p + kSmallArea + (i - kWrites) * kLargeBytes, kLargeBytes,
+                                  900 + i) == -1);
+        }
       }
       const uint64_t before = checksum(region.p, region.size);
       RF_ASSERT_OK(ex.barrier());  // rank 0 posts a refused write
@@ -442,7 +452,7 @@ TEST_P(Conformance, PostedWritesLandInOrderAndARefusalIsReported) {
     }
     RF_ASSIGN_OR_FAIL(auto keys, ex.allgather(""));
     RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(keys[1]));
-    Buffer src(kWrites * kCell);
+    Buffer src(kSmallArea + kLarge * kLargeBytes);
     RF_ASSERT_OK(node.local(src));
     CompletionGroup group;
     for (int i = 0; i < kWrites; ++i) {
@@ -450,6 +460,13 @@ TEST_P(Conformance, PostedWritesLandInOrderAndARefusalIsReported) {
       ch.post_write(src.p + i * kCell, kCell, key, i * kCell, static_cast<uint64_t>(i), group.add(),
                     kOpTimeout);
     }
+    for (int k = 0; k < kLarge; ++k) {
+      const size_t at = kSmallArea + k * kLargeBytes;
+      fill_pattern(src.p + at, kLargeBytes, 900 + kWrites + k);
+      ch.post_write(src.p + at, kLargeBytes, key, at, static_cast<uint64_t>(kWrites + k),
+                    group.add(), kOpTimeout);
+    }
+    // Completes (each once its bytes left, on tcp) without any reply from the peer.
     RF_ASSERT_OK(group.wait(kOpTimeout + Millis(5000), "posted writes"));
     RF_ASSERT_OK(ex.barrier());
     RemoteKey unknown = key;

@@ -130,6 +130,12 @@ class TcpChannel final : public Channel,
   bool begin_drive();
   void drive_turn(short revents);
   void end_drive(bool ok);
+  // A driving waiter about to block: completes the posted (NO_ACK) writes
+  // that left since the last receive turn, running their callbacks on this
+  // thread. Without it a waiter whose wait such a completion satisfies (the
+  // collectives' executor, waiting for its pieces to leave) would sleep until
+  // the next frame arrives or the 10 ms sweep. True when it completed any.
+  bool settle_posted();
   int fd() const { return fd_; }
   bool receiving() const { return !rx_stopped_.load(); }
   const std::shared_ptr<IoLoop>& loop() const { return loop_; }

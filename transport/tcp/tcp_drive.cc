@@ -59,8 +59,12 @@ class GroupDriver final : public WaitDriver {
       if (std::any_of(driven.begin(), driven.end(), [](auto& ch) { return !ch->receiving(); })) {
         break;
       }
-      // About to block: ACKs held back for an answer that did not come go now.
+      // About to block: ACKs held back for an answer that did not come go now,
+      // and posted writes that left complete (which may satisfy the wait).
       for (auto& ch : driven) ch->flush_deferred(Clock::now(), Clock::duration::zero());
+      bool settled = false;
+      for (auto& ch : driven) settled = ch->settle_posted() || settled;
+      if (settled) continue;
       const auto left = deadline - Clock::now();
       if (left <= Clock::duration::zero()) break;
       fds.clear();
@@ -187,6 +191,7 @@ bool TcpChannel::drive(const std::function<bool()>& ready, Clock::time_point dea
     // ready() may have posted the answer they were waiting to ride along with
     // (an executor's next piece), which took them already.
     flush_deferred(Clock::now(), Clock::duration::zero());
+    if (settle_posted()) continue;  // posted writes that left: their completion may satisfy us
     auto left = horizon - Clock::now();
     if (left <= Clock::duration::zero()) break;
     if (exclusive) {
@@ -208,6 +213,21 @@ bool TcpChannel::drive(const std::function<bool()>& ready, Clock::time_point dea
   end_drive(ok);
   if (ok) loop_->request_ticks();
   return ok;
+}
+
+bool TcpChannel::settle_posted() {
+  if (!has_sent_no_ack_.load(std::memory_order_relaxed)) return false;
+  DoneList done;
+  std::lock_guard<std::mutex> rx_lock(rx_mu_);
+  rx_holder_.store(std::this_thread::get_id());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    settle_sent_locked(done);
+  }
+  const bool any = !done.empty();
+  deliver(done, /*receive_path=*/true);
+  rx_holder_.store(std::thread::id());
+  return any;
 }
 
 bool TcpChannel::release_lease(Clock::time_point now, Clock::duration after) {

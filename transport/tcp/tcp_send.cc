@@ -234,9 +234,16 @@ void TcpChannel::settle_batch_locked(DoneList& done) {
     } else if (b.op_last[i] && (op->kind == Op::kMessage || op->kind == Op::kServeRead)) {
       complete_locked(op, Status::ok(), done);
     } else if (b.op_last[i] && op->kind == Op::kWrite && (op->header.flags & kFlagNoAck)) {
+      if (loop_->on_loop_thread()) {
+        // The progress thread finished a posted write (its sender had parked on
+        // a full socket): complete it now; deliver() wakes the waiters.
+        complete_locked(op, Status::ok(), done);
+        continue;
+      }
       // Completing here would post the callback to the progress thread (a
       // wake-up per write) when the sender is a user thread: leave it to the
-      // next receive turn or sweep, which run callbacks where they are.
+      // next receive turn, the driving waiter's settle_posted() or the sweep,
+      // which run callbacks where they are.
       sent_no_ack_.push_back(op->id);
       has_sent_no_ack_.store(true, std::memory_order_relaxed);
     }
