@@ -315,24 +315,16 @@ class Run {
       finished_seen_ = finished_;
       deadline_ = std::max(deadline_, now + patience_);
     }
+    // The first ready item with a peer is what we wait for; its text is only
+    // made for a timeout (this runs at every wake-up). A failed peer is found
+    // by the scan below, within kPeerScan.
     waiting_peer_ = -1;
-    waiting_for_ = "write completions";
+    waiting_item_ = -1;
     for (uint32_t i : scratch_.ready) {
-      const Item& it = items_[i];
-      if (it.peer < 0) continue;
-      Status st = fabric_.peer_error(it.peer);
-      if (!st.is_ok()) {
-        failure_ = st;
-        return true;
-      }
-      if (waiting_peer_ < 0) {
-        waiting_peer_ = it.peer;
-        const uint64_t seq =
-            (it.kind == ItemKind::kSend ? scratch_.send_base : scratch_.recv_base)[it.peer] +
-            it.ordinal;
-        waiting_for_ = item_text(it, seq);
-        if (it.kind == ItemKind::kSend) waiting_for_ += " (waiting for its slot to be freed)";
-      }
+      if (items_[i].peer < 0) continue;
+      waiting_peer_ = items_[i].peer;
+      waiting_item_ = static_cast<int64_t>(i);
+      break;
     }
     failure_ = fabric_.detached_error();
     if (!failure_.is_ok()) return true;
@@ -362,9 +354,21 @@ class Run {
     return false;
   }
 
+  // What blocked() found us waiting for.
+  std::string waiting_text() const {
+    if (waiting_item_ < 0) return "write completions";
+    const Item& it = items_[static_cast<size_t>(waiting_item_)];
+    const uint64_t seq =
+        (it.kind == ItemKind::kSend ? scratch_.send_base : scratch_.recv_base)[it.peer] +
+        it.ordinal;
+    std::string text = item_text(it, seq);
+    if (it.kind == ItemKind::kSend) text += " (waiting for its slot to be freed)";
+    return text;
+  }
+
   Status timeout_error() const {
     return RDMAFLOW_ERROR(Code::kTimeout, what_, waiting_peer_,
-                          "no progress before the deadline while " + waiting_for_ + " (" +
+                          "no progress before the deadline while " + waiting_text() + " (" +
                               std::to_string(finished_) + " of " + std::to_string(n_) +
                               " pieces done)");
   }
@@ -565,7 +569,7 @@ class Run {
   Clock::time_point spin_until_;      // spin (drive, poll) rather than sleep until then
   Clock::time_point next_peer_scan_;  // blocked() looks at every peer's channel then
   int waiting_peer_ = -1;             // set by blocked(): the peer we wait on, or -1
-  std::string waiting_for_;           // ... and what for
+  int64_t waiting_item_ = -1;         // ... and the item, or -1: write completions
 };
 
 }  // namespace
