@@ -188,9 +188,11 @@ bool TcpChannel::build_batch_locked() {
             (last ? kFlagLast | (op->header.flags & kFlagHasNotify) : 0));
         b.iov[b.iov_count++] = {&h, sizeof(FrameHeader)};
         if (chunk > 0) {
-          // Zero copy only for write payloads (see tcp_zerocopy.cc for why not the others).
-          b.zero_copy[b.iov_count] =
-              op->kind == Op::kWrite && options_.zerocopy_min > 0 && chunk >= options_.zerocopy_min;
+          // Zero copy only for acknowledged write payloads (see tcp_zerocopy.cc
+          // for why not the others): a posted write completes once sent, while
+          // the kernel may still hold its pages.
+          b.zero_copy[b.iov_count] = op->kind == Op::kWrite && !(op->header.flags & kFlagNoAck) &&
+                                     options_.zerocopy_min > 0 && chunk >= options_.zerocopy_min;
           b.iov[b.iov_count++] = {const_cast<uint8_t*>(op->src + op->emitted), chunk};
           if (op->kind == Op::kServeRead) b.serving = true;
         }

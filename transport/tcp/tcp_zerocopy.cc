@@ -8,7 +8,9 @@
 // TCP acknowledgement covering those bytes (which frees their buffers, with
 // their page references) before the ACK frame reaches us, so the source is no
 // longer needed when the callback fires. The reports are drained only so the
-// error queue does not fill (its memory counts against the socket). Reads being
+// error queue does not fill (its memory counts against the socket). Posted
+// writes (NO_ACK, the collectives' pieces) never go zero-copy: they complete
+// once sent, when the kernel may still reference the pages. Reads being
 // served never go zero-copy: their bytes must leave before revoke_key() returns
 // (the grant fence), which a deferred page reference would break; messages own
 // their bytes, which die with the operation.
