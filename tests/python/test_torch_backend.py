@@ -2,20 +2,16 @@
 runs it with the build tree's python/ on PYTHONPATH, label "torch")."""
 import os
 import re
-import socket
 import subprocess
 import sys
 
 import pytest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checks import free_port  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON = os.environ.get("RDMAFLOW_TEST_PYTHON", "/usr/bin/python3")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_ranks(script, world, *args, timeout=240, env=None):

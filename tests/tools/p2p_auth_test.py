@@ -20,22 +20,10 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checks import check, failures, free_port  # noqa: E402
+
 BOUND_S = 30  # the whole run; an idle stray used to cost up to its handshake timeout (60 s)
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def env_with(secret):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RDMAFLOW_")}
     env.update(RDMAFLOW_JOB_SECRET=secret, RDMAFLOW_AUTH_TIMEOUT_MS="60000",

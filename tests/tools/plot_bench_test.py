@@ -14,16 +14,10 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checks import check, failures  # noqa: E402
+
 PNG = b"\x89PNG\r\n\x1a\n"
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-
-
 def plot(root, prefix, files):
     script = os.path.join(root, "scripts", "plot-bench.py")
     return subprocess.run(["/usr/bin/python3", script, prefix] + files, text=True,

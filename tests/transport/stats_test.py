@@ -13,10 +13,12 @@
 """
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checks import check, failures, free_port  # noqa: E402
 
 METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\.)*)"')
@@ -29,21 +31,6 @@ PROM = {"rdmaflow_sent_bytes_total": "bytes_sent",
         "rdmaflow_errors_total": "errors"}
 PROM_OPS = {"write": "writes", "read": "reads", "message_sent": "messages_sent",
             "message_received": "messages_received"}
-
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def run(probe, backend, world, mode, directory):
     port = free_port()
