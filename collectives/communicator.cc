@@ -373,18 +373,15 @@ Status Communicator::prepare(Call& call, CollectiveKind kind, const void* in, vo
   call.what = &call_label(kind, algo);
   RDMAFLOW_RETURN_IF_ERROR(prepare_codec(call, options, seq));
 
-  // Piece size: call_piece_bytes (cost_model.h), which the model counts too.
-  const size_t slot = fabric_->config().slot_bytes;
-  size_t piece = options_.piece_bytes;
-  if (piece == 0) {
-    size_t total = count * es;
-    if (kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllgather ||
-        kind == CollectiveKind::kAlltoall) {
-      total *= static_cast<size_t>(world_);
-    }
-    piece = call_piece_bytes(total, world_, 64 * 1024, slot);
+  // Piece size: call_piece_bytes (cost_model.h) between the bounds the model
+  // counts with (a caller's piece size, capped at a slot, is both bounds).
+  size_t total = count * es;
+  if (kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllgather ||
+      kind == CollectiveKind::kAlltoall) {
+    total *= static_cast<size_t>(world_);
   }
-  piece = std::min(piece, slot);
+  const CostParams& bounds = model_.params();
+  const size_t piece = call_piece_bytes(total, world_, bounds.min_piece_bytes, bounds.piece_bytes);
   call.piece_elems = std::max<size_t>(1, piece / es);
   RDMAFLOW_LOG_DEBUG(
       "collectives: {} of {} x {} on lane {}: {}", *call.what, count, dtype_name(type), call.lane,
