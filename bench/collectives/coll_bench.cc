@@ -65,6 +65,7 @@
 #include "bench/collectives/gloo_store.h"
 #include "bench/collectives/references.h"
 #include "bench/collectives/socket_reference.h"
+#include "bench/collectives/socket_ring.h"
 #include "bench/collectives/sweep.h"
 #include "bench/cpu_load.h"
 #include "collectives/algorithms/registry.h"
@@ -95,7 +96,8 @@ struct Args {
   int warmup = 3;
   int rounds = 0;  // 0: 5 with --algo all, else 1 (sweep.h)
   bool vs_gloo = false, vs_mpi = false, vs_socket = false;
-  int load = 0;  // busy processes beside the first rank of each host (CpuLoad)
+  int load = 0;              // busy processes beside the first rank of each host (CpuLoad)
+  double socket_ring_s = 0;  // --socket-ring: seconds of the plain-socket ring, 0: none
   std::string json;
   std::string transport;  // empty: RDMAFLOW_TRANSPORT, else auto
   Algorithm algo = Algorithm::kAuto;
@@ -181,6 +183,12 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
                  "N busy processes beside the first rank of each host for the whole run: "
                  "every library and reference under the same competing load")
       ->check(cli::at_least(0));
+  app.add_option("--socket-ring", a.socket_ring_s,
+                 "first measure what plain TCP sockets move in a ring (every rank sending to the "
+                 "next and receiving from the previous at once, about this many seconds): the "
+                 "ceiling of a flat ring allreduce's busbw over TCP on these hosts and cores")
+      ->check(CLI::Range(0.0, 60.0))
+      ->type_name("SECONDS");
   app.add_option("--json", a.json, "also write every field to FILE")->type_name("FILE");
   app.add_option("--transport", a.transport,
                  "rdmaflow's transport: auto (a transport per peer), ucx or tcp")
@@ -505,8 +513,18 @@ int main(int argc, char** argv) {
                     [](const Args&, size_t) { return std::string("pingpong"); }});
   }
 
+  std::optional<bench::SocketRing> ring;
+  if (a.socket_ring_s > 0 && world > 1) {
+    const std::string reach = (*boot)->transport_config().reach_address;
+    ring = bench::measure_socket_ring(rank, world, reach.empty() ? "127.0.0.1" : reach,
+                                      a.socket_ring_s);
+  }
+
   nlohmann::json out_json;
   out_json["load"] = a.load;
+  if (ring) {
+    out_json["socket_ring"] = {{"MBps", ring->MBps}, {"seconds", ring->seconds}};
+  }
   out_json["rounds"] = a.rounds;
   out_json["op"] = std::string(collective_name(a.op));
   out_json["type"] = std::string(dtype_name(a.type));
@@ -569,6 +587,13 @@ int main(int argc, char** argv) {
     if (a.vs_mpi) std::printf("# Open MPI: pml %s, btl %s\n", mpi_pml.c_str(), mpi_btl.c_str());
     if (a.vs_gloo) std::printf("# Gloo: its tcp transport on %s\n", gloo_address.c_str());
     if (sock) std::printf("# socket: a TCP ping-pong of the row's size between ranks 0 and 1\n");
+    if (ring) {
+      std::printf(
+          "# socket ring: plain TCP, every rank sending to the next and receiving from the "
+          "previous at once: %.0f MB/s per link (the slowest rank's %.2f s), the ceiling of a "
+          "flat ring allreduce over TCP here\n",
+          ring->MBps, ring->seconds);
+    }
     if (a.load > 0) {
       std::printf("# competing load: %d busy process%s beside the first rank of each host\n",
                   a.load, a.load == 1 ? "" : "es");

@@ -172,9 +172,10 @@ nlohmann::json read_json(const std::string& path) {
   return j;
 }
 
-// --vs socket and --load: the socket ping-pong is a row beside rdmaflow's,
-// timed, never checked for a reduction; the load is recorded. Two ranks
-// under mpirun, over tcp (no figure is judged: benchmarks hold those).
+// --vs socket, --socket-ring and --load: the socket ping-pong is a row beside
+// rdmaflow's, timed, never checked for a reduction; the plain-socket ring is
+// measured once, before the rows; the load is recorded. Two ranks under
+// mpirun, over tcp (no figure is judged: benchmarks hold those).
 TEST(ToolsCli, CollBenchSocketReferenceUnderLoad) {
   const Tool& t = tool("rdmaflow_coll_bench");
   SKIP_IF_NOT_BUILT(t);
@@ -183,13 +184,17 @@ TEST(ToolsCli, CollBenchSocketReferenceUnderLoad) {
   const std::string json = ::testing::TempDir() + "coll_bench_socket.json";
   Outcome r = run_tool(mpirun, "--allow-run-as-root --oversubscribe -np 2 '" + std::string(t.path) +
                                    "' --transport tcp --sizes 8,4K -n 5 -w 1 --vs socket "
-                                   "--load 1 --json '" +
+                                   "--socket-ring 0.2 --load 1 --json '" +
                                    json + "'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("competing load: 1 busy process"), std::string::npos) << r.output;
   const nlohmann::json j = read_json(json);
   ASSERT_FALSE(j.is_discarded()) << json;
   EXPECT_EQ(j["load"].get<int>(), 1);
+  EXPECT_NE(r.output.find("# socket ring: plain TCP"), std::string::npos) << r.output;
+  ASSERT_TRUE(j.contains("socket_ring")) << j.dump();
+  EXPECT_GT(j["socket_ring"]["MBps"].get<double>(), 0.0);
+  EXPECT_GT(j["socket_ring"]["seconds"].get<double>(), 0.0);
   ASSERT_EQ(j["rows"].size(), 2u);
   for (const auto& row : j["rows"]) {
     EXPECT_EQ(row["rdmaflow"]["wrong"].get<uint64_t>(), 0u);
