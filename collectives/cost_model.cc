@@ -32,8 +32,8 @@ size_t call_piece_bytes(size_t total, int world, size_t smallest, size_t largest
   // a second piece already lets the peer start on the first, and each further
   // one only adds a frame, a credit and a wake-up (see cost_model.h).
   const size_t per_share = world == 2 ? 2 : 4;
-  return std::clamp<size_t>(total / (static_cast<size_t>(std::max(world, 1)) * per_share),
-                            smallest, largest);
+  return std::clamp<size_t>(total / (static_cast<size_t>(std::max(world, 1)) * per_share), smallest,
+                            largest);
 }
 
 std::vector<Algorithm> algorithms_for(CollectiveKind kind) {
