@@ -28,7 +28,11 @@ std::string CostParams::to_string() const {
 size_t call_piece_bytes(size_t total, int world, size_t smallest, size_t largest) {
   // (std::clamp needs lo <= hi: a slot may be smaller than 64 KiB.)
   smallest = std::min(smallest, largest);
-  return std::clamp<size_t>(total / (static_cast<size_t>(std::max(world, 1)) * 4), smallest,
+  // Two ranks exchange every message both ways at once, each on its own CPU:
+  // a second piece already lets the peer start on the first, and each further
+  // one only adds a frame, a credit and a wake-up (see cost_model.h).
+  const size_t per_share = world == 2 ? 2 : 4;
+  return std::clamp<size_t>(total / (static_cast<size_t>(std::max(world, 1)) * per_share), smallest,
                             largest);
 }
 

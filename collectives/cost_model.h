@@ -38,12 +38,17 @@ struct CostParams {
 
 // The piece a call of `total` bytes (its largest buffer; reduce_scatter's
 // input, allgather's output) over `world` ranks is cut into: a quarter of a
-// rank's share, between `smallest` and `largest` (the slot). The communicator
-// cuts calls so and the model counts messages so. Each piece over tcp costs a
-// frame, a credit frame back and a wake-up; with 32 KiB, 64 KiB allreduce on
-// 4 cluster hosts x 1 took 798 us against 703 and 256 KiB 1994 against 1580
-// (docs/benchmarks.md, "One wait over every peer's socket"). 128 KiB lost at
-// 1 MiB in one run.
+// rank's share (half of it with two ranks), between `smallest` and `largest`
+// (the slot). The communicator cuts calls so and the model counts messages
+// so. Each piece over tcp costs a frame, a credit frame back and a wake-up;
+// with 32 KiB, 64 KiB allreduce on 4 cluster hosts x 1 took 798 us against
+// 703 and 256 KiB 1994 against 1580 (docs/benchmarks.md, "One wait over every
+// peer's socket"). 128 KiB lost at 1 MiB in one run. Two ranks (loopback tcp,
+// a rank per core) gain nothing from a deeper pipeline: each runs its sends,
+// receives and reductions on one thread, in parallel with the other, so 1 MiB
+// in 256 KiB pieces took 0.65-0.75x the time of 128 KiB pieces
+// (docs/benchmarks.md, "TCP path (issue #14 point 1)"); 512 KiB (one piece
+// per message) was slower than 256 KiB.
 size_t call_piece_bytes(size_t total, int world, size_t smallest, size_t largest);
 
 class CostModel;

@@ -443,6 +443,19 @@ TEST(CostModel, RoundsDecideTinyAllreduceOnACrowdedHost) {
             4);
 }
 
+// Two ranks exchange each message both ways at once, a rank per CPU: two
+// pieces per message are enough (docs/benchmarks.md, "TCP path"); wider
+// worlds keep four for their pipelines. Both between 64 KiB and the slot.
+TEST(CostModel, TwoRanksCutHalfAShare) {
+  constexpr size_t kKiB = 1024, lo = 64 * kKiB, slot = 512 * kKiB;
+  EXPECT_EQ(call_piece_bytes(1024 * kKiB, 2, lo, slot), 256 * kKiB);
+  EXPECT_EQ(call_piece_bytes(512 * kKiB, 2, lo, slot), 128 * kKiB);
+  EXPECT_EQ(call_piece_bytes(16384 * kKiB, 2, lo, slot), slot);
+  EXPECT_EQ(call_piece_bytes(64 * kKiB, 2, lo, slot), lo);
+  EXPECT_EQ(call_piece_bytes(1024 * kKiB, 4, lo, slot), 64 * kKiB);
+  EXPECT_EQ(call_piece_bytes(4096 * kKiB, 4, lo, slot), 256 * kKiB);
+}
+
 // Crowded ranks (4 simulated hosts on 2 cores) share the CPUs, so a call
 // costs every rank's sends, not its longest chain of rounds. The interleaved
 // sweep measured the binomial tree fastest from 8 B to 1 MiB on 4 x 1 and on
