@@ -379,6 +379,9 @@ class Run {
   // ring (and so do local completions, for peers on the notify path). The
   // sleep is cut into kDirectRecheck slices to notice a dead peer.
   void run_direct() {
+    if (WaitDriver* mixed = fabric_.mixed_driver()) {
+      if (run_mixed(*mixed)) return;
+    }
     shm::PollOptions options;
     options.spin = cfg_.direct_spin;
     options.yield_every = yield_every_;
@@ -387,6 +390,40 @@ class Run {
     fabric_.endpoint().poll([this] { return step(); }, [this] { return done(); },
                             [this](Clock::time_point now) { return blocked(now); },
                             Clock::time_point::max(), options);
+  }
+
+  // Direct peers and peers on other hosts at once (Fabric::mixed_driver):
+  // this thread drives the tcp sockets itself, in the driver's one ppoll, and
+  // that ppoll also watches the wake socket that direct peers' signals (and
+  // local events: completions, abort) send to while this thread is announced
+  // as an fd sleeper (common/doorbell.h "Fd sleepers", which argues that no
+  // wake-up is lost). So a tcp piece is read by the thread that consumes it
+  // and a same-host piece wakes it directly: one wake-up per piece, where
+  // run_direct's doorbell sleep needs the tcp progress thread to wake first
+  // and then ring. No polling spin: the ppoll is the wait (crowded ranks need
+  // the core, and a spin would leave the sockets unread). Every
+  // kDirectRecheck blocked() looks at deadline and peers. False when the
+  // driver gave up (a channel failed): run_direct's poll carries on.
+  bool run_mixed(WaitDriver& driver) {
+    const Doorbell& bell = fabric_.endpoint().doorbell();
+    const int wake_fd = fabric_.endpoint().wake_fd();
+    while (!done()) {
+      const auto now = Clock::now();
+      if (blocked(now)) return true;
+      const auto until = now + kDirectRecheck;
+      bell.announce_fd();
+      // The drive asks ready() before it first blocks: that is the look
+      // after the announcement.
+      const bool ok = driver.drive_watching(
+          [&] {
+            step();
+            return done() || Clock::now() >= until;
+          },
+          until + Millis(1), wake_fd);
+      bell.retire_fd();
+      if (!ok) return false;
+    }
+    return true;
   }
 
   // Drives the backend's progress on this thread while spinning: no thread
