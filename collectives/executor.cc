@@ -25,6 +25,8 @@ constexpr auto kSlice = std::chrono::microseconds(20);
 constexpr auto kRecheck = std::chrono::milliseconds(100);
 // ... or on the doorbell (direct peers).
 constexpr auto kDirectRecheck = std::chrono::milliseconds(20);
+// Longest poll of the words before a mixed wait blocks (run_mixed).
+constexpr auto kMixedSpin = std::chrono::microseconds(50);
 // How often a waiting executor looks at the channels of the peers it is not
 // waiting on.
 constexpr auto kPeerScan = std::chrono::milliseconds(5);
@@ -404,9 +406,17 @@ class Run {
   // the core, and a spin would leave the sockets unread). Every
   // kDirectRecheck blocked() looks at deadline and peers. False when the
   // driver gave up (a channel failed): run_direct's poll carries on.
+  //
+  // After progress it polls the words (and yields, when crowded) for up to
+  // kMixedSpin before it lets the driver block: a same-host answer due within
+  // microseconds is then seen without a wake-up. The spin is short because
+  // the sockets go unread meanwhile.
   bool run_mixed(WaitDriver& driver) {
     const Doorbell& bell = fabric_.endpoint().doorbell();
     const int wake_fd = fabric_.endpoint().wake_fd();
+    const auto spin = std::min<Clock::duration>(cfg_.direct_spin, kMixedSpin);
+    auto spin_until = Clock::now() + spin;
+    int polls = 0;
     while (!done()) {
       const auto now = Clock::now();
       if (blocked(now)) return true;
@@ -416,8 +426,18 @@ class Run {
       // after the announcement.
       const bool ok = driver.drive_watching(
           [&] {
-            step();
-            return done() || Clock::now() >= until;
+            for (;;) {
+              const bool moved = step();
+              if (done()) return true;
+              const auto t = Clock::now();
+              if (moved) spin_until = t + spin;
+              if (t >= until) return true;
+              if (t >= spin_until) return false;
+              if (yield_every_ > 0 && ++polls >= yield_every_) {
+                polls = 0;
+                sched_yield();
+              }
+            }
           },
           until + Millis(1), wake_fd);
       bell.retire_fd();

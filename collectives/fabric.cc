@@ -261,7 +261,10 @@ void Fabric::find_common_driver() {
 void Fabric::find_mixed_driver() {
   // The notify-path peers' drivers joined (tcp: one ppoll over their sockets),
   // when it can watch the wake socket every direct peer can reach.
-  if (direct_peers_ == 0 || direct_peers_ == world_ - 1 || endpoint_->wake_fd() < 0) return;
+  if (!config_.mixed_wait || direct_peers_ == 0 || direct_peers_ == world_ - 1 ||
+      endpoint_->wake_fd() < 0) {
+    return;
+  }
   std::vector<std::shared_ptr<WaitDriver>> drivers;
   for (int p = 0; p < world_; ++p) {
     if (p == rank_ || peers_[p].direct) continue;
@@ -338,6 +341,7 @@ FabricStats Fabric::stats() const {
   s.direct_pieces = direct_pieces_.load(std::memory_order_relaxed);
   s.notify_pieces = notify_pieces_.load(std::memory_order_relaxed);
   s.doorbell_sleeps = endpoint_ ? endpoint_->sleeps() : 0;
+  s.mixed_wait = mixed_driver_ != nullptr;
   s.staged_pieces = staged_pieces_.load(std::memory_order_relaxed);
   s.registered_source_pieces = registered_source_pieces_.load(std::memory_order_relaxed);
   return s;

@@ -83,6 +83,11 @@ struct FabricConfig {
   std::chrono::microseconds direct_spin{10000};  // the same with direct peers (polling)
   int yield_polls = 0;  // sched_yield() every N polls while driving; 0: never
   bool direct = true;   // same-host peers: the direct path when it is viable
+  // Direct and tcp peers both: wait for both in one ppoll (mixed_driver())
+  // rather than polling the words while tcp's progress thread reads the
+  // sockets (RDMAFLOW_COLL_MIXED_WAIT; off: it lost at 8 B-1 MiB on the
+  // crowded 2 x 2 cluster, docs/benchmarks.md "One wait for mixed peers").
+  bool mixed_wait = false;
   // Stage every large send as if each peer's backend needed a registered
   // source (RDMAFLOW_COLL_STAGE=1): how verbs behaves, on any backend, to
   // measure staging and test the registered-buffer path without an RDMA NIC.
@@ -95,6 +100,7 @@ struct FabricStats {
   uint64_t direct_pieces = 0;    // pieces sent by put + signal of a sequence word
   uint64_t notify_pieces = 0;    // pieces sent as channel writes with notify
   uint64_t doorbell_sleeps = 0;  // times a waiter slept on the doorbell
+  bool mixed_wait = false;       // direct and other peers waited for in one ppoll
   // Large sends to peers that need a registered source: copied into the send
   // staging first, or posted straight from a buffer of user_memory().
   uint64_t staged_pieces = 0;

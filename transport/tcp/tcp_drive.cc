@@ -86,7 +86,8 @@ class GroupDriver final : public WaitDriver {
       if (r < 0 && errno != EINTR) break;
       if (r <= 0) continue;
       if (fds[n].revents != 0) clear_event_fd(efd);  // a delivery elsewhere
-      if (wake_fd >= 0 && fds[n + 1].revents != 0) shm::drain_wake_fd(wake_fd);  // ready() looks next
+      // A same-host peer rang: drained, ready() looks next.
+      if (wake_fd >= 0 && fds[n + 1].revents != 0) shm::drain_wake_fd(wake_fd);
       for (size_t i = 0; i < n; ++i) {
         if (fds[i].revents != 0) driven[i]->drive_turn(fds[i].revents);
       }
