@@ -402,15 +402,15 @@ class Run {
   // wake-up is lost). So a tcp piece is read by the thread that consumes it
   // and a same-host piece wakes it directly: one wake-up per piece, where
   // run_direct's doorbell sleep needs the tcp progress thread to wake first
-  // and then ring. No polling spin: the ppoll is the wait (crowded ranks need
-  // the core, and a spin would leave the sockets unread). Every
-  // kDirectRecheck blocked() looks at deadline and peers. False when the
-  // driver gave up (a channel failed): run_direct's poll carries on.
-  //
-  // After progress it polls the words (and yields, when crowded) for up to
-  // kMixedSpin before it lets the driver block: a same-host answer due within
-  // microseconds is then seen without a wake-up. The spin is short because
-  // the sockets go unread meanwhile.
+  // and then ring. After progress it polls the words (and yields, when
+  // crowded) for up to kMixedSpin before it lets the driver block: a
+  // same-host answer due within microseconds is then seen without a wake-up
+  // (without it, 256 KiB hier on the crowded 2 x 2 took 876-963 us against
+  // 506-815); the spin is short because the sockets go unread meanwhile.
+  // Every kDirectRecheck blocked() looks at deadline and peers. False when
+  // the driver gave up (a channel failed): run_direct's poll carries on.
+  // Only with RDMAFLOW_COLL_MIXED_WAIT=1: under competing load it lost to
+  // run_direct's polling at 8 B-256 KiB (docs/benchmarks.md).
   bool run_mixed(WaitDriver& driver) {
     const Doorbell& bell = fabric_.endpoint().doorbell();
     const int wake_fd = fabric_.endpoint().wake_fd();
