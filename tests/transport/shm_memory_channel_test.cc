@@ -71,6 +71,16 @@ struct Side {
     return Status::ok();
   }
 
+  // start() over ucx_shm, then connect(): a pair that must get its channel.
+  Status start_connected(int r, Exchange& ex) {
+    RDMAFLOW_RETURN_IF_ERROR(start(backend_row("ucx_shm"), r, ex));
+    RDMAFLOW_RETURN_IF_ERROR(connect());
+    if (!memory().connected()) {
+      return RDMAFLOW_ERROR(Code::kInternal, "connect memory channel", 1 - r, "not connected");
+    }
+    return Status::ok();
+  }
+
   Status connect(bool offer = true) {
     endpoint = std::make_unique<MemoryEndpoint>(reinterpret_cast<std::byte*>(block.p + kBell));
     std::vector<MemoryPeer> peers(2);
@@ -172,9 +182,7 @@ TEST(MemoryChannel, FdSleeperIsWokenByEverySignal) {
       2,
       [&](int rank, int, Exchange& ex) {
         Side s;
-        RF_ASSERT_OK(s.start(backend_row("ucx_shm"), rank, ex));
-        RF_ASSERT_OK(s.connect());
-        RF_ASSERT(s.memory().connected());
+        RF_ASSERT_OK(s.start_connected(rank, ex));
         const int wake_fd = s.endpoint->wake_fd();
         RF_ASSERT(wake_fd >= 0);  // the peer reached this rank's wake socket
         std::shared_ptr<const void> keep;
