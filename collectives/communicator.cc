@@ -133,6 +133,12 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
     return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "RDMAFLOW_COLL_DIRECT must be 0 or 1");
   }
   cfg.direct = options.direct.value_or(direct == 1);
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t mixed, env_int("RDMAFLOW_COLL_MIXED_WAIT", 0));
+  if (mixed != 0 && mixed != 1) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
+                          "RDMAFLOW_COLL_MIXED_WAIT must be 0 or 1");
+  }
+  cfg.mixed_wait = mixed == 1;
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t stage, env_int("RDMAFLOW_COLL_STAGE", 0));
   if (stage != 0 && stage != 1) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "RDMAFLOW_COLL_STAGE must be 0 or 1");

@@ -25,6 +25,8 @@ constexpr auto kSlice = std::chrono::microseconds(20);
 constexpr auto kRecheck = std::chrono::milliseconds(100);
 // ... or on the doorbell (direct peers).
 constexpr auto kDirectRecheck = std::chrono::milliseconds(20);
+// Longest poll of the words before a mixed wait blocks (run_mixed).
+constexpr auto kMixedSpin = std::chrono::microseconds(50);
 // How often a waiting executor looks at the channels of the peers it is not
 // waiting on.
 constexpr auto kPeerScan = std::chrono::milliseconds(5);
@@ -379,6 +381,9 @@ class Run {
   // ring (and so do local completions, for peers on the notify path). The
   // sleep is cut into kDirectRecheck slices to notice a dead peer.
   void run_direct() {
+    if (WaitDriver* mixed = fabric_.mixed_driver()) {
+      if (run_mixed(*mixed)) return;
+    }
     shm::PollOptions options;
     options.spin = cfg_.direct_spin;
     options.yield_every = yield_every_;
@@ -387,6 +392,58 @@ class Run {
     fabric_.endpoint().poll([this] { return step(); }, [this] { return done(); },
                             [this](Clock::time_point now) { return blocked(now); },
                             Clock::time_point::max(), options);
+  }
+
+  // Direct peers and peers on other hosts at once (Fabric::mixed_driver):
+  // this thread drives the tcp sockets itself, in the driver's one ppoll, and
+  // that ppoll also watches the wake socket that direct peers' signals (and
+  // local events: completions, abort) send to while this thread is announced
+  // as an fd sleeper (common/doorbell.h "Fd sleepers", which argues that no
+  // wake-up is lost). So a tcp piece is read by the thread that consumes it
+  // and a same-host piece wakes it directly: one wake-up per piece, where
+  // run_direct's doorbell sleep needs the tcp progress thread to wake first
+  // and then ring. After progress it polls the words (and yields, when
+  // crowded) for up to kMixedSpin before it lets the driver block: a
+  // same-host answer due within microseconds is then seen without a wake-up
+  // (without it, 256 KiB hier on the crowded 2 x 2 took 876-963 us against
+  // 506-815); the spin is short because the sockets go unread meanwhile.
+  // Every kDirectRecheck blocked() looks at deadline and peers. False when
+  // the driver gave up (a channel failed): run_direct's poll carries on.
+  // Only with RDMAFLOW_COLL_MIXED_WAIT=1: under competing load it lost to
+  // run_direct's polling at 8 B-256 KiB (docs/benchmarks.md).
+  bool run_mixed(WaitDriver& driver) {
+    const Doorbell& bell = fabric_.endpoint().doorbell();
+    const int wake_fd = fabric_.endpoint().wake_fd();
+    const auto spin = std::min<Clock::duration>(cfg_.direct_spin, kMixedSpin);
+    auto spin_until = Clock::now() + spin;
+    int polls = 0;
+    while (!done()) {
+      const auto now = Clock::now();
+      if (blocked(now)) return true;
+      const auto until = now + kDirectRecheck;
+      bell.announce_fd();
+      // The drive asks ready() before it first blocks: that is the look
+      // after the announcement.
+      const bool ok = driver.drive_watching(
+          [&] {
+            for (;;) {
+              const bool moved = step();
+              if (done()) return true;
+              const auto t = Clock::now();
+              if (moved) spin_until = t + spin;
+              if (t >= until) return true;
+              if (t >= spin_until) return false;
+              if (yield_every_ > 0 && ++polls >= yield_every_) {
+                polls = 0;
+                sched_yield();
+              }
+            }
+          },
+          until + Millis(1), wake_fd);
+      bell.retire_fd();
+      if (!ok) return false;
+    }
+    return true;
   }
 
   // Drives the backend's progress on this thread while spinning: no thread

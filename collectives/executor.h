@@ -15,7 +15,10 @@
 // the peer's slot and a signal over its shm::MemoryChannel, complete at once;
 // the executor then polls sequence words for `spin` and sleeps on the memory
 // endpoint's doorbell (shm::MemoryEndpoint::poll), waking every 20 ms to look
-// at the deadline and the peers' channels.
+// at the deadline and the peers' channels. With direct peers and tcp peers
+// both, it waits for both in one ppoll (Fabric::mixed_driver): the tcp
+// sockets, read on this thread, and the wake socket its same-host peers'
+// doorbell rings send to (common/doorbell.h, "Fd sleepers").
 #pragma once
 
 #include <chrono>

@@ -208,6 +208,7 @@ Status Fabric::setup(std::vector<Transport*> transports) {
   RDMAFLOW_RETURN_IF_ERROR(setup_direct(transports));
   install_listeners();
   find_common_driver();
+  find_mixed_driver();
   return Status::ok();
 }
 
@@ -231,8 +232,8 @@ Status Fabric::setup_direct(const std::vector<Transport*>& transports) {
     ++direct_peers_;
   }
   if (direct_peers_ > 0) {
-    shared_->signal.set_doorbell(
-        endpoint_->doorbell());  // local events wake a doorbell sleeper too
+    // Local events wake a doorbell sleeper too, futex or fd.
+    shared_->signal.set_doorbell(endpoint_->local_ringer(shared_->ringer));
   }
   return Status::ok();
 }
@@ -255,6 +256,24 @@ void Fabric::find_common_driver() {
   // which the completion of a piece sent by the progress thread cannot wake.
   auto joined = drivers.front()->join(drivers);
   common_driver_ = joined ? joined : same ? drivers.front() : nullptr;
+}
+
+void Fabric::find_mixed_driver() {
+  // The notify-path peers' drivers joined (tcp: one ppoll over their sockets),
+  // when it can watch the wake socket every direct peer can reach.
+  if (!config_.mixed_wait || direct_peers_ == 0 || direct_peers_ == world_ - 1 ||
+      endpoint_->wake_fd() < 0) {
+    return;
+  }
+  std::vector<std::shared_ptr<WaitDriver>> drivers;
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank_ || peers_[p].direct) continue;
+    auto d = peers_[p].channel->inbox().wait_driver();
+    if (!d) return;
+    drivers.push_back(std::move(d));
+  }
+  auto joined = drivers.front()->join(drivers);
+  if (joined && joined->watches_fds()) mixed_driver_ = std::move(joined);
 }
 
 void Fabric::install_listeners() {
@@ -322,6 +341,7 @@ FabricStats Fabric::stats() const {
   s.direct_pieces = direct_pieces_.load(std::memory_order_relaxed);
   s.notify_pieces = notify_pieces_.load(std::memory_order_relaxed);
   s.doorbell_sleeps = endpoint_ ? endpoint_->sleeps() : 0;
+  s.mixed_wait = mixed_driver_ != nullptr;
   s.staged_pieces = staged_pieces_.load(std::memory_order_relaxed);
   s.registered_source_pieces = registered_source_pieces_.load(std::memory_order_relaxed);
   return s;

@@ -36,7 +36,10 @@
 // words with acquire loads and, when idle, sleep on this rank's doorbell
 // (shm::MemoryEndpoint::poll). No active message, no acknowledgement, no
 // progress thread. Pairs without a mapping (TCP, verbs, UCX to another host)
-// keep the notify path; both can be mixed in one communicator. The control
+// keep the notify path; both can be mixed in one communicator. A rank with
+// both kinds of peer waits for both in one ppoll where the backend allows
+// (mixed_driver(): tcp's sockets plus the wake socket same-host peers ring,
+// common/doorbell.h "Fd sleepers"). The control
 // area of a region is
 //
 //   64 B reserved | lanes x slots u64 data words | lanes x slots u64 credit words
@@ -80,6 +83,11 @@ struct FabricConfig {
   std::chrono::microseconds direct_spin{10000};  // the same with direct peers (polling)
   int yield_polls = 0;  // sched_yield() every N polls while driving; 0: never
   bool direct = true;   // same-host peers: the direct path when it is viable
+  // Direct and tcp peers both: wait for both in one ppoll (mixed_driver())
+  // rather than polling the words while tcp's progress thread reads the
+  // sockets (RDMAFLOW_COLL_MIXED_WAIT; off: it lost at 8 B-1 MiB on the
+  // crowded 2 x 2 cluster, docs/benchmarks.md "One wait for mixed peers").
+  bool mixed_wait = false;
   // Stage every large send as if each peer's backend needed a registered
   // source (RDMAFLOW_COLL_STAGE=1): how verbs behaves, on any backend, to
   // measure staging and test the registered-buffer path without an RDMA NIC.
@@ -92,6 +100,7 @@ struct FabricStats {
   uint64_t direct_pieces = 0;    // pieces sent by put + signal of a sequence word
   uint64_t notify_pieces = 0;    // pieces sent as channel writes with notify
   uint64_t doorbell_sleeps = 0;  // times a waiter slept on the doorbell
+  bool mixed_wait = false;       // direct and other peers waited for in one ppoll
   // Large sends to peers that need a registered source: copied into the send
   // staging first, or posted straight from a buffer of user_memory().
   uint64_t staged_pieces = 0;
@@ -131,8 +140,10 @@ class Fabric {
     std::atomic<bool> aborted{false};
     Status abort_error;  // why abort() was called (error_mu)
     // The scratch block; freed with the last holder (a late callback may still
-    // ring the doorbell in it).
+    // ring the doorbell in it), and the socket the signal's ring wakes this
+    // rank's fd sleepers through.
     std::shared_ptr<std::byte> block;
+    std::shared_ptr<const void> ringer;
   };
 
   struct Peer {
@@ -160,6 +171,11 @@ class Fabric {
   int yield_polls() const { return config_.yield_polls; }
   // The wait driver every peer's channel shares (one UCX worker), else null.
   WaitDriver* common_driver() const { return common_driver_.get(); }
+  // With direct peers and peers on the notify path: one driver over the
+  // latter's channels that can also watch this rank's wake socket
+  // (WaitDriver::drive_watching), else null. The executor then waits for
+  // both kinds of peer in one ppoll (executor.cc, run_mixed).
+  WaitDriver* mixed_driver() const { return mixed_driver_.get(); }
   Peer& peer(int p) { return peers_[p]; }
   Shared& shared() { return *shared_; }
   Signal& signal() { return shared_->signal; }
@@ -245,6 +261,7 @@ class Fabric {
   }
   void install_listeners();
   void find_common_driver();
+  void find_mixed_driver();
 
   int rank_ = 0;
   int world_ = 1;
@@ -252,6 +269,7 @@ class Fabric {
   std::vector<Peer> peers_;
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<WaitDriver> common_driver_;
+  std::shared_ptr<WaitDriver> mixed_driver_;
   size_t data_bytes_ = 0;
   size_t control_bytes_ = 0;
   size_t cells_ = 0;  // lanes x slots

@@ -60,6 +60,15 @@ class WaitDriver {
       const std::vector<std::shared_ptr<WaitDriver>>& /*drivers*/) {
     return nullptr;
   }
+  // drive() that also returns to `ready()` when `wake_fd` turns readable (a
+  // nonblocking socket or eventfd that other processes write to wake this
+  // thread: a same-host doorbell's fd sleepers, common/doorbell.h), after
+  // draining it. Only drivers whose watches_fds() is true honour `wake_fd`.
+  virtual bool watches_fds() const { return false; }
+  virtual bool drive_watching(const std::function<bool()>& ready,
+                              std::chrono::steady_clock::time_point deadline, int /*wake_fd*/) {
+    return drive(ready, deadline);
+  }
 };
 
 // Lets waits on `done` drive `driver`, when `done` came from Completion::callback()

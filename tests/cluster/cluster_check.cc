@@ -227,6 +227,8 @@ int run(bool expect_split, Algorithm algo, const std::string& expect_hosts) {
     if (int rc = check_other_collectives(**comm, me, world, count, algo)) return rc;
   }
   const std::string hosts = (*comm)->host_groups().describe();
+  // Same-host and other-host peers waited for in one ppoll (RDMAFLOW_COLL_MIXED_WAIT).
+  const char* wait = (*comm)->stats().mixed_wait ? "one ppoll" : "polling";
   comm->reset();
   if (Status st = b.barrier(); !st.is_ok()) return fail(st.to_string());
   sel.shutdown();
@@ -234,10 +236,10 @@ int run(bool expect_split, Algorithm algo, const std::string& expect_hosts) {
   std::printf(
       "cluster_check: ok: rank %d of %d on %s (%s, rendezvous %s): %d channels over %s, "
       "host groups %s, allreduce[%s] of 1000, 100003 and 262144 floats correct; "
-      "reduce_scatter, allgather, broadcast, reduce and barrier[%s] correct\n",
+      "reduce_scatter, allgather, broadcast, reduce and barrier[%s] correct; mixed wait: %s\n",
       me, world, mine.hostname.c_str(), b.rank_info().source.c_str(), b.rendezvous().c_str(),
       world - 1, sel.name().c_str(), hosts.c_str(), std::string(algorithm_name(algo)).c_str(),
-      std::string(algorithm_name(algo)).c_str());
+      std::string(algorithm_name(algo)).c_str(), wait);
   return 0;
 }
 

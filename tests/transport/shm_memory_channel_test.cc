@@ -4,6 +4,9 @@
 // outside the grant is refused and writes nothing, and a pair where one side
 // cannot map (or does not offer) keeps its Channel on both sides, in step.
 // Over tcp nothing maps.
+#include <poll.h>
+
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -65,6 +68,16 @@ struct Side {
                               node.transport->export_key(block.p + grant_at, grant_len));
     RDMAFLOW_ASSIGN_OR_RETURN(auto keys, ex.allgather(key_bytes(mine)));
     RDMAFLOW_ASSIGN_OR_RETURN(peer_key, parse_key(keys[static_cast<size_t>(1 - rank)]));
+    return Status::ok();
+  }
+
+  // start() over ucx_shm, then connect(): a pair that must get its channel.
+  Status start_connected(int r, Exchange& ex) {
+    RDMAFLOW_RETURN_IF_ERROR(start(backend_row("ucx_shm"), r, ex));
+    RDMAFLOW_RETURN_IF_ERROR(connect());
+    if (!memory().connected()) {
+      return RDMAFLOW_ERROR(Code::kInternal, "connect memory channel", 1 - r, "not connected");
+    }
     return Status::ok();
   }
 
@@ -152,6 +165,60 @@ TEST(MemoryChannel, SignalWakesASleepingWaiter) {
         }
         RF_ASSERT_OK(ex.barrier());
         return 0;
+      },
+      opts());
+  RF_EXPECT_RUN_OK(r);
+}
+
+// Fd sleepers (common/doorbell.h): a ping-pong where every wait announces
+// itself, looks once more and then sleeps in ppoll on the wake socket with a
+// timeout only a lost wake-up would reach (no recheck slices to hide one).
+// Each side also rings its own doorbell from a second thread now and then
+// (a local event, as the fabric's progress threads do), so the sleeper is
+// woken by strangers too and must look again. 20,000 rounds: a lost wake-up
+// fails the run with the round it was lost in.
+TEST(MemoryChannel, FdSleeperIsWokenByEverySignal) {
+  auto r = run_ranks(
+      2,
+      [&](int rank, int, Exchange& ex) {
+        Side s;
+        RF_ASSERT_OK(s.start_connected(rank, ex));
+        const int wake_fd = s.endpoint->wake_fd();
+        RF_ASSERT(wake_fd >= 0);  // the peer reached this rank's wake socket
+        std::shared_ptr<const void> keep;
+        const Doorbell local = s.endpoint->local_ringer(keep);
+        std::atomic<bool> stop{false};
+        std::thread stranger([&] {
+          while (!stop.load()) {
+            local.ring();
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+          }
+        });
+        RF_ASSERT_OK(ex.barrier());
+        const Doorbell& bell = s.endpoint->doorbell();
+        const std::byte* word = s.local() + kWord;
+        uint64_t lost_in = 0;
+        for (uint64_t round = 1; round <= 20000 && lost_in == 0; ++round) {
+          if ((round % 2 == 1) == (rank == 0)) {
+            if (!s.memory().signal(kWord, round).is_ok()) lost_in = round;
+            continue;
+          }
+          bell.announce_fd();
+          while (shm::load_word(word) != round) {
+            pollfd p{wake_fd, POLLIN, 0};
+            if (::poll(&p, 1, 20000) != 1) {
+              lost_in = round;
+              break;
+            }
+            shm::drain_wake_fd(wake_fd);
+          }
+          bell.retire_fd();
+        }
+        stop.store(true);
+        stranger.join();
+        EXPECT_EQ(lost_in, 0u) << "rank " << rank << " not woken in round " << lost_in;
+        RF_ASSERT_OK(ex.barrier());
+        return lost_in == 0 ? 0 : 1;
       },
       opts());
   RF_EXPECT_RUN_OK(r);

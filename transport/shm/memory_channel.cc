@@ -13,8 +13,8 @@ namespace rdmaflow::shm {
 namespace {
 
 const char* kOp = "connect memory channel";
-constexpr char kOffer[8] = {'R', 'F', 'S', 'H', 'M', 'O', 'F', '1'};
-constexpr char kAgree[8] = {'R', 'F', 'S', 'H', 'M', 'A', 'G', '1'};
+constexpr char kOffer[8] = {'R', 'F', 'S', 'H', 'M', 'O', 'F', '2'};
+constexpr char kAgree[8] = {'R', 'F', 'S', 'H', 'M', 'A', 'G', '2'};
 
 // Fills the page tables of a shared mapping (writable) without touching the
 // bytes: otherwise the first accesses pay a page fault per 4 KiB (and a cost
@@ -56,7 +56,15 @@ Result<std::vector<MemoryChannel>> MemoryEndpoint::connect_all(const std::vector
   const size_t n = peers.size();
   std::vector<MemoryChannel> out(n);
 
-  // 1. Offer this rank's doorbell to every peer.
+  // 1. Offer this rank's doorbell and wake socket to every peer.
+  if (offer && wake_.fd() < 0) {
+    auto wake = WakeSocket::open();
+    if (!wake.is_ok()) return wake.status();
+    wake_ = std::move(*wake);
+    auto self = connect_wake(wake_.address(), -1);
+    if (!self.is_ok()) return self.status().with_op("connect own wake socket");
+    self_ = std::make_shared<const OwnedFd>(std::move(*self));
+  }
   CompletionGroup sent;
   for (const MemoryPeer& peer : peers) {
     if (peer.channel == nullptr) continue;
@@ -71,13 +79,16 @@ Result<std::vector<MemoryChannel>> MemoryEndpoint::connect_all(const std::vector
       exported_.emplace_back(peer.transport, *key);
       bell = key->serialize();
     }
+    const std::vector<uint8_t> no_address;
+    const std::vector<uint8_t>& address = offer ? wake_.address() : no_address;
     ByteWriter msg;
     msg.raw(kOffer, sizeof(kOffer)).u64(bell.size()).raw(bell.data(), bell.size());
+    msg.u64(address.size()).raw(address.data(), address.size());
     peer.channel->send_message(msg.take(), sent.add(), timeout);
   }
 
   // 2. Map what both sides offered, and say whether it worked.
-  std::vector<bool> mapped(n, false);
+  std::vector<bool> mapped(n, false), reached(n, false);
   for (size_t i = 0; i < n; ++i) {
     const MemoryPeer& peer = peers[i];
     if (peer.channel == nullptr) continue;
@@ -86,10 +97,11 @@ Result<std::vector<MemoryChannel>> MemoryEndpoint::connect_all(const std::vector
     auto msg = ch.inbox().recv_message(timeout);
     if (!msg.is_ok()) return msg.status().with_op("receive memory channel offer");
     ByteReader r(*msg);
-    std::span<const uint8_t> magic, bell_bytes;
-    uint64_t bell_len = 0;
+    std::span<const uint8_t> magic, bell_bytes, address;
+    uint64_t bell_len = 0, address_len = 0;
     if (!r.view(sizeof(kOffer), magic) || std::memcmp(magic.data(), kOffer, sizeof(kOffer)) != 0 ||
-        !r.get(bell_len) || !r.view(bell_len, bell_bytes) || !r.done()) {
+        !r.get(bell_len) || !r.view(bell_len, bell_bytes) || !r.get(address_len) ||
+        !r.view(address_len, address) || !r.done()) {
       return unexpected(rank, "memory channel offer");
     }
     if (offer && bell_len > 0) {
@@ -100,8 +112,23 @@ Result<std::vector<MemoryChannel>> MemoryEndpoint::connect_all(const std::vector
       if (view.is_ok()) {
         auto bell = ch.direct_view(*bell_key, 0, Doorbell::kBytes, timeout);
         if (bell.is_ok()) {
+          // Without a way to the peer's wake socket the pair still works: the
+          // peer learns it (below) and sleeps on its futex only.
+          OwnedFd wake;
+          if (!address.empty()) {
+            auto fd = connect_wake(std::vector<uint8_t>(address.begin(), address.end()), rank);
+            if (fd.is_ok()) {
+              wake = std::move(*fd);
+              reached[i] = true;
+            } else if (fd.status().code() != Code::kNotViable) {
+              return fd.status();
+            } else {
+              RDMAFLOW_LOG_DEBUG("shm: {}", fd.status().to_string());
+            }
+          }
           out[i] = MemoryChannel(PeerMemory(view->data, view->length, view->keep, rank),
-                                 PeerMemory(bell->data, bell->length, bell->keep, rank));
+                                 PeerMemory(bell->data, bell->length, bell->keep, rank),
+                                 std::move(wake));
           mapped[i] = true;
         } else {
           why = bell.status();
@@ -115,11 +142,13 @@ Result<std::vector<MemoryChannel>> MemoryEndpoint::connect_all(const std::vector
       }
     }
     ByteWriter agree;
-    agree.raw(kAgree, sizeof(kAgree)).u64(mapped[i] ? 1 : 0);
+    agree.raw(kAgree, sizeof(kAgree)).u64(mapped[i] ? 1 : 0).u64(reached[i] ? 1 : 0);
     ch.send_message(agree.take(), sent.add(), timeout);
   }
 
-  // 3. A pair takes its memory channel only when both sides mapped.
+  // 3. A pair takes its memory channel only when both sides mapped; this
+  // rank sleeps on its wake socket only when every such peer can reach it.
+  bool all_reached = true;
   for (size_t i = 0; i < n; ++i) {
     const MemoryPeer& peer = peers[i];
     if (peer.channel == nullptr) continue;
@@ -127,10 +156,11 @@ Result<std::vector<MemoryChannel>> MemoryEndpoint::connect_all(const std::vector
     auto msg = ch.inbox().recv_message(timeout);
     if (!msg.is_ok()) return msg.status().with_op("agree on memory channels");
     const auto& m = *msg;
-    if (m.size() != sizeof(kAgree) + 8 || std::memcmp(m.data(), kAgree, sizeof(kAgree)) != 0) {
+    if (m.size() != sizeof(kAgree) + 16 || std::memcmp(m.data(), kAgree, sizeof(kAgree)) != 0) {
       return unexpected(ch.peer_rank(), "memory channel agreement");
     }
     if (mapped[i] && load_le<uint64_t>(m.data() + sizeof(kAgree)) == 1) {
+      all_reached = all_reached && load_le<uint64_t>(m.data() + sizeof(kAgree) + 8) == 1;
       prefault(out[i].memory().data(), out[i].memory().length());
       prefault(peer.local.data(), peer.local.size());
     } else {
@@ -138,6 +168,7 @@ Result<std::vector<MemoryChannel>> MemoryEndpoint::connect_all(const std::vector
     }
   }
   RDMAFLOW_RETURN_IF_ERROR(sent.wait(timeout, "send memory channel setup"));
+  wake_reached_ = offer && all_reached && wake_.fd() >= 0;
   return out;
 }
 

@@ -20,15 +20,19 @@
 // on the words they signal into its memory. Its connect_all establishes the
 // channels over a set of peer Channels, two ordered messages each way:
 //
-//   1. offer: this rank's doorbell key, exported through the peer's transport
-//      (empty when this rank does not offer a memory channel);
+//   1. offer: this rank's doorbell key, exported through the peer's transport,
+//      and the address of its wake socket (both empty when this rank does not
+//      offer a memory channel);
 //   2. each side maps what it can (the peer's grant and doorbell, through
 //      Channel::direct_view; UCX to a same-host peer can, tcp, verbs and UCX
-//      between hosts cannot) and says whether it did.
+//      between hosts cannot), connects to the peer's wake socket
+//      (wake_socket.h), and says whether it did each.
 //
 // A pair uses its memory channel only when both sides mapped the other's
 // memory; otherwise both keep their Channel for that peer, so one side that
-// cannot map never leaves the other storing into memory nobody reads. The
+// cannot map never leaves the other storing into memory nobody reads. A rank
+// sleeps on its wake socket (MemoryEndpoint::wake_fd) only when every peer it
+// has a memory channel with connected to that socket. The
 // mappings of a connected pair are prefaulted (both the peer's memory mapped
 // here and this rank's memory the peer stores into), so the first accesses pay
 // no page faults.
@@ -54,6 +58,7 @@
 #include "common/status.h"
 #include "transport/channel.h"
 #include "transport/shm/peer_memory.h"
+#include "transport/shm/wake_socket.h"
 #include "transport/transport.h"
 
 namespace rdmaflow::shm {
@@ -61,10 +66,13 @@ namespace rdmaflow::shm {
 class MemoryChannel {
  public:
   MemoryChannel() = default;  // not connected: the pair keeps its Channel
-  MemoryChannel(PeerMemory memory, PeerMemory bell_memory)
+  // `wake`: connected to the peer's wake socket, or none (then the peer's fd
+  // sleepers are not woken from here, and the peer does not sleep on one).
+  MemoryChannel(PeerMemory memory, PeerMemory bell_memory, OwnedFd wake)
       : memory_(std::move(memory)),
         bell_memory_(std::move(bell_memory)),
-        bell_(bell_memory_.data()) {}
+        wake_(std::move(wake)),
+        bell_(bell_memory_.data(), wake_.get()) {}
 
   bool connected() const { return memory_.mapped(); }
   int peer_rank() const { return memory_.peer_rank(); }
@@ -88,6 +96,7 @@ class MemoryChannel {
  private:
   PeerMemory memory_;
   PeerMemory bell_memory_;  // keeps the peer's doorbell mapped
+  OwnedFd wake_;            // to the peer's wake socket (its fd sleepers)
   Doorbell bell_;
 };
 
@@ -140,9 +149,18 @@ class MemoryEndpoint {
   // mapping's reach into it: UCX turns the pages private again).
   void revoke_keys();
 
-  // The doorbell peers ring after each signal; a local event that a waiter on
-  // it must see rings it too (Signal::set_doorbell).
+  // The doorbell peers ring after each signal, as this rank's waiters see it.
   const Doorbell& doorbell() const { return bell_; }
+  // The same for a local event that a waiter must see (Signal::set_doorbell):
+  // it also wakes this rank's fd sleepers, through a socket `keep` holds open.
+  Doorbell local_ringer(std::shared_ptr<const void>& keep) const {
+    keep = self_;
+    return Doorbell(bell_bytes_, self_ ? self_->get() : -1);
+  }
+  // The wake socket this rank's fd sleepers ppoll (Doorbell::announce_fd),
+  // or -1 when some peer with a memory channel cannot reach it: then only
+  // the futex wakes this rank.
+  int wake_fd() const { return wake_reached_ ? wake_.fd() : -1; }
   // Times a waiter slept on the doorbell.
   uint64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
 
@@ -204,6 +222,9 @@ class MemoryEndpoint {
  private:
   std::byte* const bell_bytes_;
   const Doorbell bell_;
+  WakeSocket wake_;
+  bool wake_reached_ = false;            // by every peer with a memory channel
+  std::shared_ptr<const OwnedFd> self_;  // connected to wake_, for local rings
   mutable std::atomic<uint64_t> sleeps_{0};
   std::vector<std::pair<Transport*, RemoteKey>> exported_;  // doorbell keys, per peer
 };

@@ -13,6 +13,7 @@
 
 #include <boost/container/small_vector.hpp>
 
+#include "transport/shm/wake_socket.h"
 #include "transport/tcp/tcp_channel.h"
 #include "transport/tcp/tcp_channel_internal.h"
 
@@ -41,6 +42,14 @@ class GroupDriver final : public WaitDriver {
       : channels_(std::move(channels)), loop_(std::move(loop)) {}
 
   bool drive(const std::function<bool()>& ready, Clock::time_point deadline) override {
+    return drive_watching(ready, deadline, -1);
+  }
+
+  // The fabric's mixed wait: the same ppoll also watches the wake socket of
+  // same-host peers (collectives/fabric.h mixed_driver()).
+  bool watches_fds() const override { return true; }
+  bool drive_watching(const std::function<bool()>& ready, Clock::time_point deadline,
+                      int wake_fd) override {
     Channels driven;
     for (const auto& weak : channels_) {
       auto ch = weak.lock();
@@ -49,7 +58,8 @@ class GroupDriver final : public WaitDriver {
     }
     const int efd = thread_event_fd();
     loop_->add_waiter(efd);
-    boost::container::small_vector<pollfd, 9> fds;
+    boost::container::small_vector<pollfd, 10> fds;
+    const size_t n = driven.size();
     bool ok = false;
     for (;;) {
       if (ready()) {
@@ -70,12 +80,15 @@ class GroupDriver final : public WaitDriver {
       fds.clear();
       for (auto& ch : driven) fds.push_back({ch->fd(), POLLIN | POLLRDHUP, 0});
       fds.push_back({efd, POLLIN, 0});
+      if (wake_fd >= 0) fds.push_back({wake_fd, POLLIN, 0});
       const timespec ts = until(left);
       int r = ::ppoll(fds.data(), fds.size(), &ts, nullptr);
       if (r < 0 && errno != EINTR) break;
       if (r <= 0) continue;
-      if (fds.back().revents != 0) clear_event_fd(efd);  // a delivery elsewhere
-      for (size_t i = 0; i < driven.size(); ++i) {
+      if (fds[n].revents != 0) clear_event_fd(efd);  // a delivery elsewhere
+      // A same-host peer rang: drained, ready() looks next.
+      if (wake_fd >= 0 && fds[n + 1].revents != 0) shm::drain_wake_fd(wake_fd);
+      for (size_t i = 0; i < n; ++i) {
         if (fds[i].revents != 0) driven[i]->drive_turn(fds[i].revents);
       }
     }
