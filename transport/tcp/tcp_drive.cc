@@ -27,6 +27,9 @@ timespec until(Clock::duration left) {
   return timespec{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
 }
 
+// How long a poller (GroupDriver::poll) holds an ACK back for its answer.
+constexpr auto kPollAckDelay = std::chrono::microseconds(50);
+
 void clear_event_fd(int efd) {
   uint64_t v;
   [[maybe_unused]] ssize_t n = ::read(efd, &v, sizeof(v));
@@ -83,6 +86,41 @@ class GroupDriver final : public WaitDriver {
     for (auto& ch : driven) ch->end_drive(ok);
     if (ok && !driven.empty()) loop_->request_ticks();
     return ok;
+  }
+
+  // One look at every socket, without blocking: for a waiter that spins the
+  // way Open MPI's ranks do (poll, yield the core, poll again) rather than
+  // sleeping. A sleeper in ppoll costs each frame a wake-up of its own (on 4
+  // ranks crowded onto 2 cores, a third of a rank's CPU time went to
+  // scheduling and waking); a poller is on no wait queue, so the frame's
+  // sender only queues the bytes. The sockets stay leased to this thread
+  // between polls, as after a satisfied drive.
+  void poll() override {
+    Channels driven;
+    for (const auto& weak : channels_) {
+      auto ch = weak.lock();
+      if (!ch || !ch->receiving()) return;
+      if (ch->begin_drive()) driven.push_back(std::move(ch));
+    }
+    if (driven.empty()) return;
+    boost::container::small_vector<pollfd, 8> fds;
+    for (auto& ch : driven) fds.push_back({ch->fd(), POLLIN | POLLRDHUP, 0});
+    const timespec zero{0, 0};
+    if (::ppoll(fds.data(), fds.size(), &zero, nullptr) > 0) {
+      for (size_t i = 0; i < driven.size(); ++i) {
+        if (fds[i].revents != 0) driven[i]->drive_turn(fds[i].revents);
+      }
+    }
+    // ACKs held back for an answer go once they waited a poll slice (a
+    // sleeping drive sends them at once, a poller is about to answer); posted
+    // writes that left complete (their completion may be what it waits for).
+    const auto now = Clock::now();
+    for (auto& ch : driven) {
+      ch->flush_deferred(now, kPollAckDelay);
+      ch->settle_posted();
+    }
+    for (auto& ch : driven) ch->end_drive(/*ok=*/true);
+    loop_->request_ticks();
   }
 
  private:
