@@ -112,10 +112,11 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   // A rank with a core of its own spins (driving progress) for up to 10 ms
   // before it sleeps. On an oversubscribed host it polls every peer's socket
   // without blocking and yields the core between polls, as Open MPI's ranks
-  // do, for 1 ms: a rank asleep in ppoll costs every frame a wake-up and a
-  // context switch (a third of a crowded rank's CPU time), and 4 ranks on 2
-  // cores wait for CPU time (docs/benchmarks.md, "Crowded ranks poll and
-  // yield").
+  // do, for 1 ms: a rank asleep in ppoll costs every frame a wake-up, and
+  // once woken it waits its turn behind the ranks that hold the cores; a
+  // poller takes the frame at its next turn (4 hosts x 1 on 2 cores: 8 B
+  // 1.3-1.7x faster than sleeping at once, docs/benchmarks.md, "Crowded
+  // ranks poll and yield").
   const bool crowded = oversubscribed(setup.world);
   int64_t spin = options.spin_us;
   const bool spin_given = spin >= 0 || env_string("RDMAFLOW_COLL_SPIN_US").has_value();

@@ -456,9 +456,9 @@ class Run {
   // mpi_yield_when_idle: look at every socket without blocking, run what
   // arrived, offer the core to the others (sched_yield) when nothing did,
   // for one slice. No rank sleeps on a socket while it spins, so a frame
-  // costs its receiver no wake-up (a sleeper's wake-up and context switch
-  // were a third of a crowded rank's CPU time, and CPU time is what 4 ranks
-  // on 2 cores wait for). True when anything moved.
+  // costs its receiver no wake-up, and it is taken at the poller's next turn
+  // rather than when the scheduler gets round to a woken sleeper behind the
+  // ranks that hold the cores. True when anything moved.
   bool poll_common_driver(WaitDriver& driver, Clock::time_point t0, uint64_t& epoch) {
     bool moved = false;
     int polls = 0;
