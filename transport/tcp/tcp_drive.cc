@@ -45,11 +45,7 @@ class GroupDriver final : public WaitDriver {
 
   bool drive(const std::function<bool()>& ready, Clock::time_point deadline) override {
     Channels driven;
-    for (const auto& weak : channels_) {
-      auto ch = weak.lock();
-      if (!ch || !ch->receiving()) return false;
-      if (ch->begin_drive()) driven.push_back(std::move(ch));
-    }
+    if (!begin_drives(driven)) return false;
     const int efd = thread_event_fd();
     loop_->add_waiter(efd);
     boost::container::small_vector<pollfd, 9> fds;
@@ -97,12 +93,7 @@ class GroupDriver final : public WaitDriver {
   // this thread between polls, as after a satisfied drive.
   void poll() override {
     Channels driven;
-    for (const auto& weak : channels_) {
-      auto ch = weak.lock();
-      if (!ch || !ch->receiving()) return;
-      if (ch->begin_drive()) driven.push_back(std::move(ch));
-    }
-    if (driven.empty()) return;
+    if (!begin_drives(driven) || driven.empty()) return;
     boost::container::small_vector<pollfd, 8> fds;
     for (auto& ch : driven) fds.push_back({ch->fd(), POLLIN | POLLRDHUP, 0});
     const timespec zero{0, 0};
@@ -124,6 +115,23 @@ class GroupDriver final : public WaitDriver {
   }
 
  private:
+  // Takes from the progress thread every channel no other waiter drives;
+  // false (taking none) when one is gone or stopped receiving, which ends
+  // the wait (the waiter looks at its error). Checked before any is taken,
+  // so an early return leaves no channel marked as driven.
+  bool begin_drives(Channels& driven) {
+    Channels all;
+    for (const auto& weak : channels_) {
+      auto ch = weak.lock();
+      if (!ch || !ch->receiving()) return false;
+      all.push_back(std::move(ch));
+    }
+    for (auto& ch : all) {
+      if (ch->begin_drive()) driven.push_back(std::move(ch));
+    }
+    return true;
+  }
+
   std::vector<std::weak_ptr<TcpChannel>> channels_;
   std::shared_ptr<IoLoop> loop_;
 };
