@@ -94,12 +94,10 @@ struct Communicator::P2pQueue {
 };
 
 // The model of the layout: two levels where hosts have several ranks each,
-// else one (the between-host costs once ranks span hosts; a rank per host
-// says so, CostModel::one_per_host).
+// else one (the between-host costs once ranks span hosts).
 inline CostModel model_for(const HostGroups& g, const CostParams& within,
                            const CostParams& between) {
   if (g.hierarchical()) return CostModel(g.hosts(), g.per_host(), within, between);
-  if (g.hosts() > 1 && g.hosts() == g.world()) return CostModel(g.hosts(), 1, within, between);
   return CostModel(g.world(), g.hosts() > 1 ? between : within);
 }
 

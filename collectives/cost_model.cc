@@ -71,19 +71,8 @@ double CostModel::rounds(CollectiveKind kind, Algorithm algo) const {
   return info ? info->rounds(kind, terms(0)) : 0;
 }
 
-// The share of an algorithm's path in its crowded cost where ranks share a
-// host (below).
+// The share of an algorithm's path in its crowded cost (above).
 constexpr double kPathShare = 0.05;
-
-// Crowded ranks with every peer on another host poll and yield while they
-// wait (the executor's crowded spin), so a message costs its sender and
-// receiver their CPU time, not the wake-ups of the sleeping ping-pong that
-// measured alpha: about half of it. Counted at the whole alpha, the messages
-// ranked the binomial tree first at 64 KiB on 4 hosts x 1 (6 messages
-// against Rabenseifner's 16), where it was 1.2-1.6x the fastest in three
-// interleaved sweeps (docs/benchmarks.md, "Crowded ranks poll and yield").
-// Ranks with peers on their own host wait on its doorbell and sleep there.
-constexpr double kPolledMessageShare = 0.5;
 
 double CostModel::cost(CollectiveKind kind, Algorithm algo, size_t bytes) const {
   const AlgorithmInfo* info = find_algorithm(algo);
@@ -92,41 +81,26 @@ double CostModel::cost(CollectiveKind kind, Algorithm algo, size_t bytes) const 
   const CostTerms t = terms(bytes);
   const double path = p_.round * info->rounds(kind, t) + info->cost(kind, t);
   // Crowded ranks: the work of every rank, where the algorithm says what it
-  // is for the kind (allreduce); the longest chain of rounds otherwise. The
-  // work counts the pieces the call is really cut into (work_terms).
+  // is for the kind (allreduce); the longest chain of rounds otherwise. Of
+  // equal work (ring, tree, Rabenseifner and hier send and reduce about the
+  // same from a few pieces up), the shorter path: kPathShare of it. The work
+  // cannot tell them apart, the path can where the CPUs are not saturated
+  // (2 hosts x 2 ranks, 256 KiB: hier 1.5x faster than the tree, which sends
+  // and reduces as much); 5% of it still leaves the tree its lead below 256
+  // KiB, where it has the fewer messages. The work counts the pieces the
+  // call is really cut into (work_terms); the paths were fitted with slots.
   if (crowded() && info->work != nullptr) {
     const Work w = info->work(kind, work_terms(bytes));
     if (w.messages + w.host_messages > 0) {
-      if (!one_per_host()) {
-        // Of equal work (ring, tree, Rabenseifner and hier send and reduce
-        // about the same from a few pieces up), the shorter path: kPathShare
-        // of it. The work cannot tell them apart, the path can where the CPUs
-        // are not saturated (2 hosts x 2 ranks, 256 KiB: hier 1.5x faster
-        // than the tree, which sends and reduces as much); 5% of it still
-        // leaves the tree its lead below 256 KiB, where it has the fewer
-        // messages. The paths were fitted with slots.
-        return p_.round * info->rounds(kind, t) + crowded(w) + kPathShare * path;
-      }
-      // One rank per host: on top of the work, the bytes of the chain (the
-      // path's beta and gamma terms, without alpha, whose messages are in the
-      // work, in the call's pieces): a piece crosses the rate-limited link and
-      // is reduced in its time whoever holds the CPUs, and each dependent hop
-      // waits for it. That sets the tree (its whole buffer down 2 lg n hops)
-      // behind Rabenseifner at 64 KiB, and nothing at 8 B, where the messages
-      // decide (the tree's 6 against recursive doubling's 8).
-      CostModel bytes_only = *this;
-      bytes_only.p_.alpha = bytes_only.within_.alpha = 0;
-      return p_.round * info->rounds(kind, t) + crowded(w) +
-             info->cost(kind, bytes_only.work_terms(bytes));
+      return p_.round * info->rounds(kind, t) + crowded(w) + kPathShare * path;
     }
   }
   return path;
 }
 
 double CostModel::crowded(const Work& w) const {
-  const double share = one_per_host() ? kPolledMessageShare : 1.0;
-  const double on_link = w.messages * p_.alpha * share + w.bytes * p_.beta;
-  const double on_host = w.host_messages * within_.alpha * share + w.host_bytes * within_.beta;
+  const double on_link = w.messages * p_.alpha + w.bytes * p_.beta;
+  const double on_host = w.host_messages * within_.alpha + w.host_bytes * within_.beta;
   return (on_link + on_host + w.reduced * p_.gamma) / std::max(1, p_.cpus);
 }
 

@@ -125,8 +125,7 @@ class CostModel {
   // The cheapest algorithm for the call.
   Algorithm choose(CollectiveKind kind, size_t bytes) const;
   // Seconds of `w` on crowded CPUs: each tier's messages and bytes at its
-  // alpha (half of it, one_per_host()) and beta and the reductions at gamma,
-  // over params().cpus.
+  // alpha and beta and the reductions at gamma, over params().cpus.
   double crowded(const Work& w) const;
   bool crowded() const { return p_.cpus > 0; }
   // The flat algorithms' costs: between hosts on two levels.
@@ -137,11 +136,6 @@ class CostModel {
   int hosts() const { return hosts_; }
   int per_host() const { return per_host_; }
   bool two_level() const { return hosts_ > 1 && per_host_ > 1; }
-  // Every rank on a host of its own (CostModel(hosts, 1, ...)): a crowded
-  // rank then waits for its peers by polling their sockets (the executor's
-  // crowded spin), and its crowded cost counts messages and chains as such
-  // (cost_model.cc).
-  bool one_per_host() const { return hosts_ > 1 && per_host_ == 1; }
   // The terms of an estimate for a call moving `bytes` (pieces of a slot).
   CostTerms terms(size_t bytes) const;
   // The same in the pieces the call is cut into (call_piece_bytes), for the
