@@ -110,17 +110,18 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t slots, knob("RDMAFLOW_COLL_SLOTS", options.slots, 4, 1));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t lanes, knob("RDMAFLOW_COLL_LANES", options.lanes, 2, 1));
   // A rank with a core of its own spins (driving progress) for up to 10 ms
-  // before it sleeps. On an oversubscribed host it sleeps at once: the ranks
-  // it waits for need the core. Over tcp that sleep is itself a drive (one
-  // ppoll over every peer's socket, WaitDriver::join), so the answer wakes
-  // the waiter directly; polling and yielding for 1 ms first
-  // (RDMAFLOW_COLL_SPIN_US=1000) no longer costs mid sizes 4-10x, but gains
-  // nothing either (docs/benchmarks.md, "One wait over every peer's socket").
+  // before it sleeps. On an oversubscribed host it polls every peer's socket
+  // without blocking and yields the core between polls, as Open MPI's ranks
+  // do, for 1 ms: a rank asleep in ppoll costs every frame a wake-up, and
+  // once woken it waits its turn behind the ranks that hold the cores; a
+  // poller takes the frame at its next turn (4 hosts x 1 on 2 cores: 8 B
+  // 1.3-1.7x faster than sleeping at once, docs/benchmarks.md, "Crowded
+  // ranks poll and yield").
   const bool crowded = oversubscribed(setup.world);
   int64_t spin = options.spin_us;
   const bool spin_given = spin >= 0 || env_string("RDMAFLOW_COLL_SPIN_US").has_value();
   if (spin < 0) {
-    RDMAFLOW_ASSIGN_OR_RETURN(spin, env_int("RDMAFLOW_COLL_SPIN_US", crowded ? 0 : 10000));
+    RDMAFLOW_ASSIGN_OR_RETURN(spin, env_int("RDMAFLOW_COLL_SPIN_US", crowded ? 1000 : 10000));
   }
   // Waits on direct peers are plain loads (plus sched_yield when crowded), no
   // system call: there a crowded rank polls only briefly before it sleeps on

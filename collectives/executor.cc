@@ -505,7 +505,40 @@ class Run {
   // on: posts then find a registered waiter (the progress thread is not woken
   // to carry them and does not compete for this core). True when anything moved.
   bool spin_in_common_driver(WaitDriver& driver, Clock::time_point t0, uint64_t& epoch) {
+    if (yield_every_ > 0) return poll_common_driver(driver, t0, epoch);
     return spin_in_driver(driver, t0, epoch, /*step_first=*/true);
+  }
+
+  // Crowded ranks (more than one per core) spin as Open MPI's do with
+  // mpi_yield_when_idle: look at every socket without blocking, run what
+  // arrived, offer the core to the others (sched_yield) when nothing did,
+  // for one slice. No rank sleeps on a socket while it spins, so a frame
+  // costs its receiver no wake-up, and it is taken at the poller's next turn
+  // rather than when the scheduler gets round to a woken sleeper behind the
+  // ranks that hold the cores. True when anything moved.
+  bool poll_common_driver(WaitDriver& driver, Clock::time_point t0, uint64_t& epoch) {
+    bool moved = false;
+    int polls = 0;
+    auto slice_end = std::min({deadline_, spin_until_, t0 + kSlice});
+    for (bool first = true;; first = false) {
+      if (first || sig_.epoch() != epoch) {
+        epoch = sig_.epoch();
+        if (step()) {
+          moved = true;
+          const auto t = Clock::now();
+          spin_until_ = t + cfg_.spin;
+          slice_end = std::min({deadline_, spin_until_, t + kSlice});
+          if (done()) return true;
+          continue;  // what it started may have completed already
+        }
+      }
+      if (Clock::now() >= slice_end) return moved;
+      driver.poll();
+      if (sig_.epoch() == epoch && ++polls >= yield_every_) {
+        polls = 0;
+        sched_yield();
+      }
+    }
   }
 
   // The same through the driver of the peer we wait on, for one slice.

@@ -207,8 +207,8 @@ TEST_P(Collectives, EnvironmentForcesTheAlgorithm) {
 // Ranks that share cores the launcher cannot see (containers, the namespaces of
 // scripts/cluster) are told so as Open MPI's are, with mpi_yield_when_idle: the
 // communicator then prices each dependent round (cost_model.h, round) and
-// every rank's sends on the shared CPUs (cpus), and yields instead of spinning. Unset, two ranks on
-// a host of two or more cores are not crowded.
+// every rank's sends on the shared CPUs (cpus), and polls and yields while it
+// waits. Unset, two ranks on a host of two or more cores are not crowded.
 TEST_P(Collectives, YieldWhenIdleMarksTheRanksOversubscribed) {
   if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs 2 cores: 2 ranks on 1 are crowded";
   for (const char* yield : {"0", "1"}) {
@@ -223,6 +223,22 @@ TEST_P(Collectives, YieldWhenIdleMarksTheRanksOversubscribed) {
       EXPECT_EQ(node.comm->cost_model().params().cpus,
                 yield[0] == '1' ? sysconf(_SC_NPROCESSORS_ONLN) : 0)
           << node.comm->cost_model().params().to_string();
+      // And waits by polling every peer (over tcp, GroupDriver::poll) and
+      // yielding: every algorithm's result, small and in several pieces.
+      for (Algorithm algo : algorithms_for(CollectiveKind::kAllreduce)) {
+        if (algo == Algorithm::kHier) continue;  // one host
+        for (size_t count : {size_t{2}, size_t{(256 << 10) + 3}}) {
+          std::vector<float> in(count), out(count);
+          for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(rank + 1 + i % 7);
+          CallOptions o;
+          o.algorithm = algo;
+          RF_ASSERT_OK(node.comm->allreduce(in.data(), out.data(), count, DataType::kF32,
+                                            ReduceOp::kSum, o));
+          for (size_t i = 0; i < count; ++i) {
+            RF_ASSERT(out[i] == static_cast<float>(3 + 2 * (i % 7)));
+          }
+        }
+      }
       return 0;
     });
     if (r.skipped) GTEST_SKIP() << r.message;
