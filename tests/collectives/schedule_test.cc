@@ -195,6 +195,12 @@ std::string simulate(CollectiveKind kind, Algorithm algo, DataType t, ReduceOp o
   return "";
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
 bool reduces(CollectiveKind k) {
   return k == CollectiveKind::kAllreduce || k == CollectiveKind::kReduceScatter ||
          k == CollectiveKind::kReduce;
@@ -206,8 +212,11 @@ TEST(Schedule, EveryAlgorithmEveryWorldSize) {
   uint32_t seed = 1;
   // Under ThreadSanitizer one repetition per cell and no largest count: the
   // simulation is one thread (nothing for it to check) and ran past ctest's
-  // 300 s there (50-90 s plain), still with one repetition.
-  const int reps = kThreadSanitizer ? 1 : 3;
+  // 300 s there (50-90 s plain), still with one repetition. Under
+  // AddressSanitizer one repetition per cell (every cell still runs; the
+  // repetitions only rotate types, reductions and pieces): three took
+  // 226-257 s of ctest's 300 and once ran past it.
+  const int reps = kThreadSanitizer || kAddressSanitizer ? 1 : 3;
   for (const KindAlgorithm& c : supported_pairs()) {
     for (int world = 1; world <= 8; ++world) {
       const bool per_rank = c.kind == CollectiveKind::kReduceScatter ||
