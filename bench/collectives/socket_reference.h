@@ -20,6 +20,59 @@
 
 namespace rdmaflow::bench {
 
+// The plain TCP sockets of the bench's socket references (--vs socket,
+// --socket-ring): blocking IPv4 sockets; a failure ends the job, naming the
+// option and the step.
+namespace plain_socket {
+
+[[noreturn]] inline void fail(const char* option, const std::string& what) {
+  std::fprintf(stderr, "rdmaflow_coll_bench: %s: %s failed\n", option, what.c_str());
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::exit(1);
+}
+
+inline sockaddr_in ipv4(const std::string& address, int port, const char* option) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  if (::inet_pton(AF_INET, address.c_str(), &sa.sin_addr) != 1) {
+    fail(option, "bad address " + address);
+  }
+  return sa;
+}
+
+// A listening socket on `address` at a port the kernel picks (into `port`).
+inline int listen_any(const std::string& address, int& port, const char* option) {
+  sockaddr_in sa = ipv4(address, 0, option);
+  socklen_t len = sizeof(sa);
+  const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
+      ::listen(lfd, 1) != 0 || ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    fail(option, "listen on " + address);
+  }
+  port = ntohs(sa.sin_port);
+  return lfd;
+}
+
+inline int connect_to(const std::string& address, int port, const char* option) {
+  const sockaddr_in sa = ipv4(address, port, option);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof(sa)) != 0) {
+    fail(option, "connect to " + address + ":" + std::to_string(port));
+  }
+  return fd;
+}
+
+// Accepts one connection and closes the listening socket.
+inline int accept_one(int lfd, const char* option) {
+  const int fd = ::accept(lfd, nullptr, nullptr);
+  ::close(lfd);
+  if (fd < 0) fail(option, "accept");
+  return fd;
+}
+
+}  // namespace plain_socket
+
 class SocketPingPong {
  public:
   // Collective over MPI_COMM_WORLD. Rank 0 listens on its `address` (one
@@ -31,31 +84,10 @@ class SocketPingPong {
     MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, MPI_COMM_WORLD);
     address = name;
     int port = 0, lfd = -1;
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    if (::inet_pton(AF_INET, address.c_str(), &sa.sin_addr) != 1) fail("bad address " + address);
-    if (rank == 0) {
-      lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-      socklen_t len = sizeof(sa);
-      if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
-          ::listen(lfd, 1) != 0 || ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len)) {
-        fail("listen on " + address);
-      }
-      port = ntohs(sa.sin_port);
-    }
+    if (rank == 0) lfd = plain_socket::listen_any(address, port, kOption);
     MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (rank == 1) {
-      sa.sin_port = htons(static_cast<uint16_t>(port));
-      fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-      if (fd_ < 0 || ::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-        fail("connect to " + address + ":" + std::to_string(port));
-      }
-    }
-    if (rank == 0) {
-      fd_ = ::accept(lfd, nullptr, nullptr);
-      ::close(lfd);
-      if (fd_ < 0) fail("accept");
-    }
+    if (rank == 1) fd_ = plain_socket::connect_to(address, port, kOption);
+    if (rank == 0) fd_ = plain_socket::accept_one(lfd, kOption);
     if (fd_ >= 0) {
       int one = 1;
       ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -85,16 +117,11 @@ class SocketPingPong {
     for (size_t done = 0; done < bytes;) {
       const ssize_t n = send ? ::send(fd_, buf_.data() + done, bytes - done, MSG_NOSIGNAL)
                              : ::recv(fd_, buf_.data() + done, bytes - done, 0);
-      if (n <= 0) fail(send ? "send" : "recv");
+      if (n <= 0) plain_socket::fail(kOption, send ? "send" : "recv");
       done += static_cast<size_t>(n);
     }
   }
-  [[noreturn]] static void fail(const std::string& what) {
-    std::fprintf(stderr, "rdmaflow_coll_bench: --vs socket: %s failed\n", what.c_str());
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    std::exit(1);
-  }
-
+  static constexpr const char* kOption = "--vs socket";
   const int rank_;
   int fd_ = -1;
   std::vector<char> buf_;

@@ -5,14 +5,12 @@
 // blocking writes), timed from a common start until the slowest rank has
 // sent and received them all. No reduction, no framing, no library: a ring
 // allreduce moves as many bytes per link and does more work per byte, so its
-// busbw cannot exceed this rate here. On the
-// simulated cluster every host shares this machine's cores, so this rate,
-// not the tbf link's, is the ceiling once the ranks' own copies fill them.
+// busbw cannot exceed this rate here. On the simulated cluster every host
+// shares this machine's cores, so this rate, not the tbf link's, is the
+// ceiling once the ranks' own copies fill them.
 #pragma once
 
-#include <arpa/inet.h>
 #include <mpi.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench/collectives/socket_reference.h"
+
 namespace rdmaflow::bench {
 
 struct SocketRing {
@@ -33,19 +33,7 @@ struct SocketRing {
 
 namespace socket_ring_detail {
 
-[[noreturn]] inline void fail(const std::string& what) {
-  std::fprintf(stderr, "rdmaflow_coll_bench: --socket-ring: %s failed\n", what.c_str());
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::exit(1);
-}
-
-inline sockaddr_in ipv4(const std::string& address, int port) {
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(port));
-  if (::inet_pton(AF_INET, address.c_str(), &sa.sin_addr) != 1) fail("bad address " + address);
-  return sa;
-}
+constexpr const char* kOption = "--socket-ring";
 
 // Every rank sends `bytes` to the next and receives as many from the
 // previous, at once, from a common start; returns this rank's seconds until
@@ -60,14 +48,14 @@ inline double ring_pass(int in, int out, double bytes_d) {
     for (size_t sent = 0; sent < bytes;) {
       const ssize_t n =
           ::send(out, chunk.data(), std::min(chunk.size(), bytes - sent), MSG_NOSIGNAL);
-      if (n <= 0) fail("send");
+      if (n <= 0) plain_socket::fail(kOption, "send");
       sent += static_cast<size_t>(n);
     }
   });
   std::vector<char> buf(1 << 20);
   for (size_t got = 0; got < bytes;) {
     const ssize_t n = ::recv(in, buf.data(), std::min(buf.size(), bytes - got), 0);
-    if (n <= 0) fail("recv");
+    if (n <= 0) plain_socket::fail(kOption, "recv");
     got += static_cast<size_t>(n);
   }
   sender.join();
@@ -89,29 +77,18 @@ inline SocketRing measure_socket_ring(int rank, int world, const std::string& ad
   using namespace socket_ring_detail;
   constexpr int kName = 64;
 
-  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa = ipv4(address, 0);
-  socklen_t len = sizeof(sa);
-  if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
-      ::listen(lfd, 1) != 0 || ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
-    fail("listen on " + address);
-  }
+  int port = 0;
+  const int lfd = plain_socket::listen_any(address, port, kOption);
   char mine[kName] = {};
-  std::snprintf(mine, sizeof(mine), "%s %d", address.c_str(), ntohs(sa.sin_port));
+  std::snprintf(mine, sizeof(mine), "%s %d", address.c_str(), port);
   std::vector<char> all(static_cast<size_t>(world) * kName);
   MPI_Allgather(mine, kName, MPI_CHAR, all.data(), kName, MPI_CHAR, MPI_COMM_WORLD);
 
   const std::string next(&all[static_cast<size_t>((rank + 1) % world) * kName]);
   const size_t space = next.find(' ');
-  const std::string next_address = next.substr(0, space);
-  const sockaddr_in to = ipv4(next_address, std::atoi(next.c_str() + space + 1));
-  const int out = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (out < 0 || ::connect(out, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) != 0) {
-    fail("connect to " + next);
-  }
-  const int in = ::accept(lfd, nullptr, nullptr);
-  ::close(lfd);
-  if (in < 0) fail("accept");
+  const int out =
+      plain_socket::connect_to(next.substr(0, space), std::atoi(next.c_str() + space + 1), kOption);
+  const int in = plain_socket::accept_one(lfd, kOption);
   // A short pass sizes the timed one: every link then moves the same bytes
   // at once and the time is the slowest rank's (a ring is as fast as its
   // slowest link; a link that finishes early leaves its cores to the others).
