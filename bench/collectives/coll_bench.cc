@@ -31,12 +31,6 @@
 // --codec adds a column per gradient codec (codec_columns.h): its time, the
 // bytes one rank sends per call, its speed-up over the uncompressed column
 // and its relative error.
-#include <gloo/allgather.h>
-#include <gloo/allreduce.h>
-#include <gloo/alltoall.h>
-#include <gloo/barrier.h>
-#include <gloo/broadcast.h>
-#include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 #include <mpi.h>
@@ -63,6 +57,8 @@
 #include "bench/collectives/check_data.h"
 #include "bench/collectives/codec_columns.h"
 #include "bench/collectives/gloo_store.h"
+#include "bench/collectives/plain_allreduce.h"
+#include "bench/collectives/reference_columns.h"
 #include "bench/collectives/references.h"
 #include "bench/collectives/socket_reference.h"
 #include "bench/collectives/socket_ring.h"
@@ -95,7 +91,7 @@ struct Args {
   int iters = 0;  // 0: by size
   int warmup = 3;
   int rounds = 0;  // 0: 5 with --algo all, else 1 (sweep.h)
-  bool vs_gloo = false, vs_mpi = false, vs_socket = false;
+  bool vs_gloo = false, vs_mpi = false, vs_socket = false, vs_plain = false;
   int load = 0;              // busy processes beside the first rank of each host (CpuLoad)
   double socket_ring_s = 0;  // --socket-ring: seconds of the plain-socket ring, 0: none
   std::string json;
@@ -174,10 +170,12 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
       ->check(CLI::Range(1, 1000))
       ->default_str("5 with --algo all, else 1");
   app.add_option("--vs", vs,
-                 "a reference to run beside rdmaflow: gloo, mpi or socket (a ping-pong between "
-                 "ranks 0 and 1); repeat for several")
+                 "a reference to run beside rdmaflow: gloo, mpi, socket (a ping-pong between "
+                 "ranks 0 and 1) or plain (f32 sum allreduce over plain TCP sockets, recursive "
+                 "doubling or a pipelined ring, whichever a trial before each size finds "
+                 "faster); repeat for several")
       ->allow_extra_args(false)
-      ->check(CLI::IsMember({"gloo", "mpi", "socket"}))
+      ->check(CLI::IsMember({"gloo", "mpi", "socket", "plain"}))
       ->default_str("none");
   app.add_option("--load", a.load,
                  "N busy processes beside the first rank of each host for the whole run: "
@@ -229,6 +227,7 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
     if (v == "gloo") a.vs_gloo = true;
     if (v == "mpi") a.vs_mpi = true;
     if (v == "socket") a.vs_socket = true;
+    if (v == "plain") a.vs_plain = true;
   }
   if (a.sizes.empty()) {
     if (a.min_bytes == 0 || a.min_bytes > a.max_bytes) {
@@ -397,127 +396,28 @@ int main(int argc, char** argv) {
                ? columns[l - first_reference].get()
                : nullptr;
   };
-  if (a.vs_gloo) {
-    libs.push_back({"gloo",
-                    [](const Args& x, size_t) {
-                      if (x.op == CollectiveKind::kReduceScatter) return false;
-                      const bool reduces =
-                          x.op == CollectiveKind::kAllreduce || x.op == CollectiveKind::kReduce;
-                      return !reduces || gloo_reduce_fn(x.type, x.redop) != nullptr;
-                    },
-                    [&](const Args& x, size_t count, Bufs& b) {
-                      const size_t per = count / world;
-                      switch (x.op) {
-                        case CollectiveKind::kAllreduce: {
-                          gloo::AllreduceOptions o(gctx);
-                          gloo_set(o, x.type, b.in.data(), count, b.out.data(), count);
-                          o.setReduceFunction(gloo_reduce_fn(x.type, x.redop));
-                          gloo::allreduce(o);
-                          break;
-                        }
-                        case CollectiveKind::kReduce: {
-                          gloo::ReduceOptions o(gctx);
-                          gloo_set(o, x.type, b.in.data(), count, b.out.data(), count);
-                          o.setRoot(0);
-                          o.setReduceFunction(gloo_reduce_fn(x.type, x.redop));
-                          gloo::reduce(o);
-                          break;
-                        }
-                        case CollectiveKind::kBroadcast: {
-                          gloo::BroadcastOptions o(gctx);
-                          gloo_set(o, x.type, b.in.data(), count, b.out.data(), count);
-                          o.setRoot(0);
-                          gloo::broadcast(o);
-                          break;
-                        }
-                        case CollectiveKind::kAllgather: {
-                          gloo::AllgatherOptions o(gctx);
-                          gloo_set(o, x.type, b.in.data(), per, b.out.data(), count);
-                          gloo::allgather(o);
-                          break;
-                        }
-                        case CollectiveKind::kAlltoall: {
-                          gloo::AlltoallOptions o(gctx);
-                          gloo_set(o, x.type, b.in.data(), count, b.out.data(), count);
-                          gloo::alltoall(o);
-                          break;
-                        }
-                        case CollectiveKind::kBarrier: {
-                          gloo::BarrierOptions o(gctx);
-                          gloo::barrier(o);
-                          break;
-                        }
-                        default:
-                          break;
-                      }
-                    },
-                    [](const Args& x, size_t) {
-                      return std::string(x.op == CollectiveKind::kAllreduce ? "ring" : "default");
-                    }});
-  }
-  if (a.vs_mpi) {
-    libs.push_back(
-        {"mpi",
-         [](const Args& x, size_t) {
-           const bool reduces = x.op == CollectiveKind::kAllreduce ||
-                                x.op == CollectiveKind::kReduce ||
-                                x.op == CollectiveKind::kReduceScatter;
-           return mpi_type(x.type) != MPI_DATATYPE_NULL &&
-                  (!reduces || mpi_op(x.redop) != MPI_OP_NULL);
-         },
-         [&](const Args& x, size_t count, Bufs& b) {
-           const int per = static_cast<int>(count / world);
-           const int c = static_cast<int>(count);
-           MPI_Datatype t = mpi_type(x.type);
-           int rc = MPI_SUCCESS;
-           switch (x.op) {
-             case CollectiveKind::kAllreduce:
-               rc = MPI_Allreduce(b.in.data(), b.out.data(), c, t, mpi_op(x.redop), MPI_COMM_WORLD);
-               break;
-             case CollectiveKind::kReduce:
-               rc = MPI_Reduce(b.in.data(), b.out.data(), c, t, mpi_op(x.redop), 0, MPI_COMM_WORLD);
-               break;
-             case CollectiveKind::kReduceScatter:
-               rc = MPI_Reduce_scatter_block(b.in.data(), b.out.data(), per, t, mpi_op(x.redop),
-                                             MPI_COMM_WORLD);
-               break;
-             case CollectiveKind::kBroadcast:
-               if (rank == 0) std::memcpy(b.out.data(), b.in.data(), b.in.size());
-               rc = MPI_Bcast(b.out.data(), c, t, 0, MPI_COMM_WORLD);
-               break;
-             case CollectiveKind::kAllgather:
-               rc = MPI_Allgather(b.in.data(), per, t, b.out.data(), per, t, MPI_COMM_WORLD);
-               break;
-             case CollectiveKind::kAlltoall:
-               rc = MPI_Alltoall(b.in.data(), per, t, b.out.data(), per, t, MPI_COMM_WORLD);
-               break;
-             case CollectiveKind::kBarrier:
-               rc = MPI_Barrier(MPI_COMM_WORLD);
-               break;
-             default:
-               break;
-           }
-           if (rc != MPI_SUCCESS) die("MPI collective failed");
-         },
-         [](const Args&, size_t) { return std::string("tuned"); }});
-  }
-
+  if (a.vs_gloo) libs.push_back(bench::gloo_column<Args>(gctx, world));
+  if (a.vs_mpi) libs.push_back(bench::mpi_column<Args>(rank, world));
   const size_t es = dtype_size(a.type);
+  // Where the plain-socket references listen: the address that reaches this
+  // rank's host, as rdmaflow's own sockets do.
+  const std::string socket_address = (*boot)->transport_config().reach_address.empty()
+                                         ? std::string("127.0.0.1")
+                                         : (*boot)->transport_config().reach_address;
   std::optional<bench::SocketPingPong> sock;
   if (a.vs_socket && world > 1) {
-    sock.emplace(rank, (*boot)->transport_config().reach_address.empty()
-                           ? std::string("127.0.0.1")
-                           : (*boot)->transport_config().reach_address);
-    libs.push_back({"socket", [](const Args&, size_t) { return true; },
-                    [&](const Args&, size_t count, Bufs&) { sock->round_trip(count * es); },
-                    [](const Args&, size_t) { return std::string("pingpong"); }});
+    sock.emplace(rank, socket_address);
+    libs.push_back(bench::socket_column<Args>(*sock, es));
+  }
+  std::optional<bench::PlainAllreduce> plain;
+  if (a.vs_plain) {
+    plain.emplace(rank, world, socket_address);
+    libs.push_back(bench::plain_column<Args>(*plain));
   }
 
   std::optional<bench::SocketRing> ring;
   if (a.socket_ring_s > 0 && world > 1) {
-    const std::string reach = (*boot)->transport_config().reach_address;
-    ring = bench::measure_socket_ring(rank, world, reach.empty() ? "127.0.0.1" : reach,
-                                      a.socket_ring_s);
+    ring = bench::measure_socket_ring(rank, world, socket_address, a.socket_ring_s);
   }
 
   nlohmann::json out_json;
@@ -587,6 +487,12 @@ int main(int argc, char** argv) {
     if (a.vs_mpi) std::printf("# Open MPI: pml %s, btl %s\n", mpi_pml.c_str(), mpi_btl.c_str());
     if (a.vs_gloo) std::printf("# Gloo: its tcp transport on %s\n", gloo_address.c_str());
     if (sock) std::printf("# socket: a TCP ping-pong of the row's size between ranks 0 and 1\n");
+    if (plain) {
+      std::printf(
+          "# plain: f32 sum allreduce over a full mesh of plain TCP sockets, recursive doubling "
+          "or a pipelined ring, whichever a short trial before the row found faster: the floor "
+          "of what TCP allows on these hosts and cores\n");
+    }
     if (ring) {
       std::printf(
           "# socket ring: plain TCP, every rank sending to the next and receiving from the "
@@ -697,6 +603,11 @@ int main(int argc, char** argv) {
       if (cpu_busy >= 0) j["host_cpu_busy"] = cpu_busy;  // rank 0's host, timed iterations
       j["channel_sent_bytes_per_call"] = sent_per_call;  // rank 0; rdmaflow's own calls only
       row[lib.name] = j;
+      if (lib.name == "plain") {
+        const bench::PlainAllreduce::Trial& tr = plain->trial(count);
+        row[lib.name]["trial"] = {
+            {"rd_us", tr.rd_us}, {"ring_us", tr.ring_us}, {"calls", tr.calls}};
+      }
       char buf[256];
       if (col != nullptr) {
         const size_t wire = col->sent_bytes(a.op, count);
@@ -735,6 +646,12 @@ int main(int argc, char** argv) {
         }
       }
       std::printf("\n");
+      if (row.contains("plain") && row["plain"].contains("trial")) {
+        const auto& tr = row["plain"]["trial"];
+        std::printf("#   plain: rd %.1f us, ring %.1f us in a trial of %d calls each; ran %s\n",
+                    tr["rd_us"].get<double>(), tr["ring_us"].get<double>(), tr["calls"].get<int>(),
+                    row["plain"]["algo"].get<std::string>().c_str());
+      }
       if (a.all_algos) {
         std::vector<std::string> algos;
         for (Algorithm al : algorithms_for(a.op)) algos.emplace_back(algorithm_name(al));

@@ -41,13 +41,15 @@ inline sockaddr_in ipv4(const std::string& address, int port, const char* option
   return sa;
 }
 
-// A listening socket on `address` at a port the kernel picks (into `port`).
-inline int listen_any(const std::string& address, int& port, const char* option) {
+// A listening socket on `address` at a port the kernel picks (into `port`),
+// with room for `backlog` connections not yet accepted.
+inline int listen_any(const std::string& address, int& port, const char* option, int backlog = 1) {
   sockaddr_in sa = ipv4(address, 0, option);
   socklen_t len = sizeof(sa);
   const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
-      ::listen(lfd, 1) != 0 || ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+      ::listen(lfd, backlog) != 0 ||
+      ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
     fail(option, "listen on " + address);
   }
   port = ntohs(sa.sin_port);
@@ -69,6 +71,30 @@ inline int accept_one(int lfd, const char* option) {
   ::close(lfd);
   if (fd < 0) fail(option, "accept");
   return fd;
+}
+
+// Every rank's listening address and port, by rank (collective over
+// MPI_COMM_WORLD): how the socket references find each other, through the
+// launcher that started them.
+struct Endpoint {
+  std::string address;
+  int port = 0;
+};
+inline std::vector<Endpoint> exchange_endpoints(const std::string& address, int port) {
+  constexpr int kName = 64;
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  char mine[kName] = {};
+  std::snprintf(mine, sizeof(mine), "%s %d", address.c_str(), port);
+  std::vector<char> all(static_cast<size_t>(world) * kName);
+  MPI_Allgather(mine, kName, MPI_CHAR, all.data(), kName, MPI_CHAR, MPI_COMM_WORLD);
+  std::vector<Endpoint> out(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    const std::string e(&all[static_cast<size_t>(r) * kName]);
+    const size_t space = e.find(' ');
+    out[r] = {e.substr(0, space), std::atoi(e.c_str() + space + 1)};
+  }
+  return out;
 }
 
 }  // namespace plain_socket

@@ -75,19 +75,11 @@ inline double slowest(double mine) {
 inline SocketRing measure_socket_ring(int rank, int world, const std::string& address,
                                       double seconds) {
   using namespace socket_ring_detail;
-  constexpr int kName = 64;
-
   int port = 0;
   const int lfd = plain_socket::listen_any(address, port, kOption);
-  char mine[kName] = {};
-  std::snprintf(mine, sizeof(mine), "%s %d", address.c_str(), port);
-  std::vector<char> all(static_cast<size_t>(world) * kName);
-  MPI_Allgather(mine, kName, MPI_CHAR, all.data(), kName, MPI_CHAR, MPI_COMM_WORLD);
-
-  const std::string next(&all[static_cast<size_t>((rank + 1) % world) * kName]);
-  const size_t space = next.find(' ');
-  const int out =
-      plain_socket::connect_to(next.substr(0, space), std::atoi(next.c_str() + space + 1), kOption);
+  const plain_socket::Endpoint next =
+      plain_socket::exchange_endpoints(address, port)[static_cast<size_t>((rank + 1) % world)];
+  const int out = plain_socket::connect_to(next.address, next.port, kOption);
   const int in = plain_socket::accept_one(lfd, kOption);
   // A short pass sizes the timed one: every link then moves the same bytes
   // at once and the time is the slowest rank's (a ring is as fast as its

@@ -34,6 +34,9 @@ struct Column {
   std::function<bool(const Args&, size_t count)> supports;
   std::function<void(const Args&, size_t count, Bufs&)> run;  // aborts on failure
   std::function<std::string(const Args&, size_t count)> algo;
+  // Collective, before a size's rounds (none: nothing to do): a reference
+  // that picks its algorithm per size by a trial does it here, untimed.
+  std::function<void(const Args&, size_t count, Bufs&)> prepare = {};
 };
 
 inline double pct(std::vector<double> v, double p) {
@@ -70,7 +73,8 @@ struct Samples {
   }
 };
 
-// Times every supported column of one size `rounds` times, interleaved:
+// Times every supported column of one size `rounds` times, interleaved
+// (after each column's `prepare`):
 // round r starts at column r (mod the columns) and gives each column
 // `iters` / `rounds` calls (at least one), after `warmup` untimed calls in the
 // first round and one in each later one (the previous column's schedule and
@@ -84,6 +88,9 @@ std::vector<Samples> time_interleaved(std::vector<Column<Args>>& libs,
   using Clock = std::chrono::steady_clock;
   std::vector<Samples> out(libs.size());
   const int per_round = std::max(1, (iters + rounds - 1) / rounds);
+  for (size_t l = 0; l < libs.size(); ++l) {
+    if (supported[l] && libs[l].prepare) libs[l].prepare(a, count, b);
+  }
   for (int r = 0; r < rounds; ++r) {
     if (rank == 0 && rounds > 1) {
       std::fprintf(stderr, "# %s: round %d of %d\n", size_name.c_str(), r + 1, rounds);

@@ -1,0 +1,329 @@
+// The plain-socket allreduce of --vs plain (plain_allreduce.h).
+#include "bench/collectives/plain_allreduce.h"
+
+#include <mpi.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+
+#include "bench/collectives/socket_reference.h"
+
+namespace rdmaflow::bench {
+namespace {
+
+constexpr const char* kOption = "--vs plain";
+
+[[noreturn]] void fail(const std::string& what) {
+  plain_socket::fail(kOption, what);
+}
+
+std::string rank_name(int peer) {
+  return peer < 0 ? std::string("a connecting rank") : "rank " + std::to_string(peer);
+}
+
+// The sum of the reduction: a plain loop the compiler vectorizes.
+void add_into(float* __restrict dst, const float* __restrict src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+std::byte* bytes(float* p) {
+  return reinterpret_cast<std::byte*>(p);
+}
+
+}  // namespace
+
+const char* plain_algo_name(PlainAlgo a) {
+  return a == PlainAlgo::kRecursiveDoubling ? "rd" : "ring";
+}
+
+// One direction of a pass: `total` bytes to or from `peer` over `fd`; `at`
+// gives the contiguous bytes from a position of the stream (to send, or to
+// fill), at most to the end of the piece that position is in.
+struct PlainAllreduce::Leg {
+  int fd = -1;
+  int peer = -1;
+  size_t total = 0;
+  size_t done = 0;
+  std::function<std::pair<std::byte*, size_t>(size_t pos)> at;
+};
+
+PlainAllreduce::PlainAllreduce(int rank, int world, const std::string& address)
+    : rank_(rank), world_(world), fds_(static_cast<size_t>(world), -1) {
+  int port = 0;
+  const int lfd = plain_socket::listen_any(address, port, kOption, world);
+  const std::vector<plain_socket::Endpoint> peers = plain_socket::exchange_endpoints(address, port);
+  // Lower ranks first: a connect completes in the listener's backlog, so no
+  // rank waits for another to reach its accept.
+  for (int p = 0; p < rank; ++p) {
+    fds_[p] = plain_socket::connect_to(peers[p].address, peers[p].port, kOption);
+    const int32_t me = rank;
+    send_to(p, &me, sizeof(me));
+  }
+  for (int n = rank + 1; n < world; ++n) {
+    pollfd pfd{lfd, POLLIN, 0};
+    if (::poll(&pfd, 1, kPlainTimeoutMs) != 1) {
+      fail("accept: " + std::to_string(world - n) + " higher rank(s) did not connect to " +
+           address + ":" + std::to_string(port) + " within " +
+           std::to_string(kPlainTimeoutMs / 1000) + " s");
+    }
+    const int fd = ::accept(lfd, nullptr, nullptr);
+    if (fd < 0) fail("accept on " + address + ":" + std::to_string(port));
+    // The connecting rank's number, through the same timed path as every other byte.
+    int32_t who = -1;
+    Leg none;
+    Leg hello = leg(fd, -1, &who, sizeof(who));
+    pass(none, hello);
+    if (who <= rank || who >= world || fds_[who] >= 0) {
+      ::close(fd);
+      fail("accept: a connection announced itself as rank " + std::to_string(who) +
+           ", not one of the higher ranks still expected");
+    }
+    fds_[who] = fd;
+  }
+  ::close(lfd);
+  for (int fd : fds_) {
+    if (fd < 0) continue;
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+}
+
+PlainAllreduce::~PlainAllreduce() {
+  for (int fd : fds_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+void PlainAllreduce::pass(Leg& tx, Leg& rx, const std::function<size_t()>& ready,
+                          const std::function<void(size_t, size_t)>& arrived) {
+  auto broke = [](const char* verb, const Leg& l, const std::string& why) {
+    fail(std::string(verb) + " " + rank_name(l.peer) + " at byte " + std::to_string(l.done) +
+         " of " + std::to_string(l.total) + ": " + why);
+  };
+  auto again = [] { return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR; };
+  while (tx.done < tx.total || rx.done < rx.total) {
+    const size_t limit = ready ? std::min(tx.total, ready()) : tx.total;
+    bool moved = false;
+    if (tx.done < limit) {
+      const auto [p, len] = tx.at(tx.done);
+      const ssize_t n =
+          ::send(tx.fd, p, std::min(len, limit - tx.done), MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) {
+        tx.done += static_cast<size_t>(n);
+        moved = true;
+      } else if (n < 0 && !again()) {
+        broke("send to", tx, std::strerror(errno));
+      }
+    }
+    if (rx.done < rx.total) {
+      const auto [p, len] = rx.at(rx.done);
+      const ssize_t n = ::recv(rx.fd, p, std::min(len, rx.total - rx.done), MSG_DONTWAIT);
+      if (n > 0) {
+        if (arrived) arrived(rx.done, static_cast<size_t>(n));
+        rx.done += static_cast<size_t>(n);
+        moved = true;
+      } else if (n == 0) {
+        broke("recv from", rx, "it closed the connection (ended or died)");
+      } else if (!again()) {
+        broke("recv from", rx, std::strerror(errno));
+      }
+    }
+    if (moved) continue;
+    pollfd fds[2];
+    nfds_t k = 0;
+    if (tx.done < limit) fds[k++] = {tx.fd, POLLOUT, 0};
+    if (rx.done < rx.total) fds[k++] = {rx.fd, POLLIN, 0};
+    if (k == 0) broke("send to", tx, "nothing left to receive but the send is held back");
+    const int r = ::poll(fds, k, kPlainTimeoutMs);
+    if (r == 0) {
+      const std::string why =
+          "no progress in " + std::to_string(kPlainTimeoutMs / 1000) + " s (peer dead or stuck)";
+      if (rx.done < rx.total) broke("recv from", rx, why);
+      broke("send to", tx, why);
+    }
+    if (r < 0 && errno != EINTR) broke("poll for", rx, std::strerror(errno));
+  }
+}
+
+PlainAllreduce::Leg PlainAllreduce::leg(int fd, int peer, const void* data, size_t n) {
+  std::byte* base = static_cast<std::byte*>(const_cast<void*>(data));
+  return Leg{fd, peer, n, 0, [base, n](size_t pos) { return std::pair{base + pos, n - pos}; }};
+}
+
+void PlainAllreduce::send_to(int peer, const void* data, size_t n) {
+  Leg tx = leg(fds_[peer], peer, data, n), none;
+  pass(tx, none);
+}
+
+void PlainAllreduce::recv_from(int peer, void* data, size_t n) {
+  Leg none, rx = leg(fds_[peer], peer, data, n);
+  pass(none, rx);
+}
+
+void PlainAllreduce::exchange(int peer, const void* send, void* recv, size_t n) {
+  Leg tx = leg(fds_[peer], peer, send, n), rx = leg(fds_[peer], peer, recv, n);
+  pass(tx, rx);
+}
+
+// Recursive doubling over the largest power of two p <= n ranks. The first
+// 2(n - p) ranks pair up first: the even one sends its data to the odd one
+// and waits; the odd one takes part for both and sends it the result last.
+void PlainAllreduce::recursive_doubling(float* out, size_t count) {
+  int p = 1;
+  while (p * 2 <= world_) p *= 2;
+  const int extra = world_ - p;
+  tmp_.resize(std::max(tmp_.size(), count));
+  int me = -1;  // this rank's place among the p, or -1 while folded out
+  if (rank_ < 2 * extra) {
+    if (rank_ % 2 == 0) {
+      send_to(rank_ + 1, out, count * sizeof(float));
+    } else {
+      recv_from(rank_ - 1, tmp_.data(), count * sizeof(float));
+      add_into(out, tmp_.data(), count);
+      me = rank_ / 2;
+    }
+  } else {
+    me = rank_ - extra;
+  }
+  if (me >= 0) {
+    for (int mask = 1; mask < p; mask <<= 1) {
+      const int partner_place = me ^ mask;
+      const int partner = partner_place < extra ? partner_place * 2 + 1 : partner_place + extra;
+      exchange(partner, out, tmp_.data(), count * sizeof(float));
+      add_into(out, tmp_.data(), count);
+    }
+  }
+  if (rank_ < 2 * extra) {
+    if (rank_ % 2 == 0) {
+      recv_from(rank_ + 1, out, count * sizeof(float));
+    } else {
+      send_to(rank_ - 1, out, count * sizeof(float));
+    }
+  }
+}
+
+// The ring as one send stream and one receive stream of 2(n - 1) steps each.
+// Chunk c is elements [off[c], off[c + 1]). Step t < n - 1 (reduce-scatter)
+// sends chunk r - t and receives chunk r - t - 1, added into `out` as it
+// lands; step n - 1 + s (allgather) sends chunk r + 1 - s and receives chunk
+// r - s straight into `out`. What step t + 1 sends is what step t received,
+// so the send stream may run up to its first step plus what the receive
+// stream has produced: a chunk goes on while the rest of it still arrives.
+void PlainAllreduce::ring(float* out, size_t count) {
+  const int n = world_;
+  const size_t es = sizeof(float);
+  std::vector<size_t> off(static_cast<size_t>(n) + 1);
+  for (int c = 0; c <= n; ++c) off[c] = count * static_cast<size_t>(c) / static_cast<size_t>(n);
+  auto chunk_of = [&](int c) { return ((c % n) + n) % n; };
+  const int steps = 2 * (n - 1);
+  std::vector<int> tx_chunk(steps), rx_chunk(steps);
+  for (int t = 0; t < steps; ++t) {
+    const int s = t - (n - 1);
+    tx_chunk[t] = chunk_of(t < n - 1 ? rank_ - t : rank_ + 1 - s);
+    rx_chunk[t] = chunk_of(t < n - 1 ? rank_ - t - 1 : rank_ - s);
+  }
+  // Where each step starts in its stream (a last entry: the total).
+  auto starts = [&](const std::vector<int>& chunks) {
+    std::vector<size_t> st(steps + 1, 0);
+    for (int t = 0; t < steps; ++t) st[t + 1] = st[t] + (off[chunks[t] + 1] - off[chunks[t]]) * es;
+    return st;
+  };
+  const std::vector<size_t> tx_start = starts(tx_chunk), rx_start = starts(rx_chunk);
+  size_t max_chunk = 0;
+  for (int c = 0; c < n; ++c) max_chunk = std::max(max_chunk, off[c + 1] - off[c]);
+  tmp_.resize(std::max(tmp_.size(), max_chunk));
+
+  // The step a position is in; positions only grow, so a cursor per stream.
+  auto step_at = [&](const std::vector<size_t>& st, int& cur, size_t pos) {
+    while (st[cur + 1] <= pos) ++cur;
+    return cur;
+  };
+  int tx_cur = 0, rx_cur = 0, red_cur = 0;
+  size_t produced = 0;  // receive-stream bytes that are final for sending on
+  size_t added = 0;     // bytes of the current reduce-scatter step added into `out`
+  Leg tx{fds_[(rank_ + 1) % n], (rank_ + 1) % n, tx_start[steps], 0, [&](size_t pos) {
+           const int t = step_at(tx_start, tx_cur, pos);
+           return std::pair{bytes(out) + off[tx_chunk[t]] * es + (pos - tx_start[t]),
+                            tx_start[t + 1] - pos};
+         }};
+  Leg rx{fds_[(rank_ + n - 1) % n], (rank_ + n - 1) % n, rx_start[steps], 0, [&](size_t pos) {
+           const int t = step_at(rx_start, rx_cur, pos);
+           std::byte* base = t < n - 1 ? bytes(tmp_.data()) : bytes(out) + off[rx_chunk[t]] * es;
+           return std::pair{base + (pos - rx_start[t]), rx_start[t + 1] - pos};
+         }};
+  auto arrived = [&](size_t pos, size_t len) {
+    const int prev = red_cur;
+    const int t = step_at(rx_start, red_cur, pos);
+    if (t != prev) added = 0;
+    if (t >= n - 1) {
+      produced = pos + len;
+      return;
+    }
+    // Add the whole elements that have landed; a split one waits for the rest.
+    const size_t landed = (pos + len - rx_start[t]) / es * es;
+    float* dst = out + off[rx_chunk[t]];
+    add_into(dst + added / es, tmp_.data() + added / es, (landed - added) / es);
+    added = landed;
+    produced = rx_start[t] + landed;
+  };
+  const size_t first = tx_start[1];
+  pass(
+      tx, rx, [&] { return first + produced; }, arrived);
+}
+
+void PlainAllreduce::run(PlainAlgo algo, const float* in, float* out, size_t count) {
+  if (out != in) std::memcpy(out, in, count * sizeof(float));
+  if (world_ == 1) return;
+  if (algo == PlainAlgo::kRecursiveDoubling) {
+    recursive_doubling(out, count);
+  } else {
+    ring(out, count);
+  }
+}
+
+PlainAllreduce::Trial PlainAllreduce::choose(const float* in, float* out, size_t count, int calls) {
+  using Clock = std::chrono::steady_clock;
+  constexpr PlainAlgo kAlgos[] = {PlainAlgo::kRecursiveDoubling, PlainAlgo::kRing};
+  for (PlainAlgo a : kAlgos) run(a, in, out, count);
+  std::vector<double> mine[2], slowest[2];
+  for (int i = 0; i < calls; ++i) {
+    for (int k = 0; k < 2; ++k) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const auto t0 = Clock::now();
+      run(kAlgos[k], in, out, count);
+      mine[k].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+  }
+  for (int k = 0; k < 2; ++k) {
+    slowest[k].resize(mine[k].size());
+    MPI_Allreduce(mine[k].data(), slowest[k].data(), calls, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    std::sort(slowest[k].begin(), slowest[k].end());
+  }
+  Trial t;
+  t.calls = calls;
+  t.rd_us = slowest[0][slowest[0].size() / 2];
+  t.ring_us = slowest[1][slowest[1].size() / 2];
+  t.chosen = t.rd_us <= t.ring_us ? PlainAlgo::kRecursiveDoubling : PlainAlgo::kRing;
+  trials_[count] = t;
+  return t;
+}
+
+void PlainAllreduce::run(const float* in, float* out, size_t count) {
+  run(trial(count).chosen, in, out, count);
+}
+
+const PlainAllreduce::Trial& PlainAllreduce::trial(size_t count) const {
+  const auto it = trials_.find(count);
+  if (it == trials_.end()) fail("no trial at " + std::to_string(count) + " elements");
+  return it->second;
+}
+
+}  // namespace rdmaflow::bench
