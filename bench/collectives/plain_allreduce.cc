@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +21,8 @@ namespace rdmaflow::bench {
 namespace {
 
 constexpr const char* kOption = "--vs plain";
+// How long a wait polls the sockets before it sleeps in poll().
+constexpr int kSpinUs = 50;
 
 [[noreturn]] void fail(const std::string& what) {
   plain_socket::fail(kOption, what);
@@ -109,6 +112,9 @@ void PlainAllreduce::pass(Leg& tx, Leg& rx, const std::function<size_t()>& ready
          " of " + std::to_string(l.total) + ": " + why);
   };
   auto again = [] { return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR; };
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point idle_since{};
+  bool idle = false;
   while (tx.done < tx.total || rx.done < rx.total) {
     const size_t limit = ready ? std::min(tx.total, ready()) : tx.total;
     bool moved = false;
@@ -136,7 +142,23 @@ void PlainAllreduce::pass(Leg& tx, Leg& rx, const std::function<size_t()>& ready
         broke("recv from", rx, std::strerror(errno));
       }
     }
-    if (moved) continue;
+    if (moved) {
+      idle = false;
+      continue;
+    }
+    // Poll the sockets for a short while before sleeping in the kernel, as
+    // MPI's progress loops do: a small message's answer is often a few
+    // microseconds away, and a wake-up from poll() costs more than that.
+    // Yielding in between leaves the core to a rank that shares it.
+    const Clock::time_point now = Clock::now();
+    if (!idle) {
+      idle = true;
+      idle_since = now;
+    }
+    if (now - idle_since < std::chrono::microseconds(kSpinUs)) {
+      ::sched_yield();
+      continue;
+    }
     pollfd fds[2];
     nfds_t k = 0;
     if (tx.done < limit) fds[k++] = {tx.fd, POLLOUT, 0};

@@ -29,7 +29,7 @@ const std::vector<Tool>& tools() {
       {"rdmaflow_coll_bench",
        RDMAFLOW_TOOL_RDMAFLOW_COLL_BENCH,
        {"--op", "--type", "--redop", "--sizes", "--min", "--max", "--factor", "--iters", "--warmup",
-        "--vs", "--json", "--transport", "--algo", "--rounds", "--load"}},
+        "--vs", "--json", "--transport", "--algo", "--rounds", "--load", "--socket-ring"}},
       {"e2e", RDMAFLOW_TOOL_E2E, {"--steps", "--transports", "--quick", "--json"}},
       {"rdmaflow-demo",
        RDMAFLOW_TOOL_RDMAFLOW_DEMO,
@@ -202,6 +202,55 @@ TEST(ToolsCli, CollBenchSocketReferenceUnderLoad) {
     EXPECT_EQ(row["socket"]["algo"].get<std::string>(), "pingpong");
     EXPECT_GT(row["socket"]["time_us"].get<double>(), 0.0);
   }
+}
+
+// --vs plain: the plain-socket allreduce floor runs beside rdmaflow on 2 and
+// 3 ranks (3: recursive doubling's fold, ring chunks of unequal and of no
+// elements at 8 B and 4100 B), its result checked like every column's, its
+// trial of both algorithms in the JSON and the note that names the one run.
+TEST(ToolsCli, CollBenchPlainSocketFloor) {
+  const Tool& t = tool("rdmaflow_coll_bench");
+  SKIP_IF_NOT_BUILT(t);
+  const std::string mpirun = RDMAFLOW_TOOLS_MPIRUN;
+  if (mpirun.empty()) GTEST_SKIP() << "no mpirun";
+  for (int ranks : {2, 3}) {
+    SCOPED_TRACE(std::to_string(ranks) + " ranks");
+    const std::string json =
+        ::testing::TempDir() + "coll_bench_plain_" + std::to_string(ranks) + ".json";
+    Outcome r = run_tool(mpirun, "--allow-run-as-root --oversubscribe -np " +
+                                     std::to_string(ranks) + " '" + std::string(t.path) +
+                                     "' --transport tcp --sizes 8,4100,1M -n 4 -w 1 --vs plain "
+                                     "--json '" +
+                                     json + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("# plain: f32 sum allreduce over a full mesh"), std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("#   plain: rd "), std::string::npos) << r.output;
+    const nlohmann::json j = read_json(json);
+    ASSERT_FALSE(j.is_discarded()) << json;
+    ASSERT_EQ(j["rows"].size(), 3u) << j.dump();
+    for (const auto& row : j["rows"]) {
+      ASSERT_TRUE(row.contains("plain")) << row.dump();
+      const auto& p = row["plain"];
+      EXPECT_EQ(p["wrong"].get<uint64_t>(), 0u) << row.dump();
+      EXPECT_GT(p["time_us"].get<double>(), 0.0);
+      const std::string algo = p["algo"].get<std::string>();
+      EXPECT_TRUE(algo == "rd" || algo == "ring") << algo;
+      ASSERT_TRUE(p.contains("trial")) << row.dump();
+      EXPECT_GT(p["trial"]["rd_us"].get<double>(), 0.0);
+      EXPECT_GT(p["trial"]["ring_us"].get<double>(), 0.0);
+      // The row ran the faster of the trial.
+      const bool rd_faster =
+          p["trial"]["rd_us"].get<double>() <= p["trial"]["ring_us"].get<double>();
+      EXPECT_EQ(algo, rd_faster ? "rd" : "ring");
+    }
+  }
+  // Other operations and types have no plain column: n/a, not a wrong result.
+  Outcome other =
+      run_tool(mpirun, "--allow-run-as-root --oversubscribe -np 2 '" + std::string(t.path) +
+                           "' --transport tcp --op allgather --sizes 64 -n 2 --vs plain");
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_NE(other.output.find("n/a"), std::string::npos) << other.output;
 }
 
 // --algo all --rounds: every algorithm and the selector's column are timed in
