@@ -21,8 +21,10 @@ namespace rdmaflow::bench {
 namespace {
 
 constexpr const char* kOption = "--vs plain";
-// How long a wait polls the sockets before it sleeps in poll().
+// How long a wait polls the sockets before it sleeps in poll(), in a pass
+// of at most kSpinBytes (both directions).
 constexpr int kSpinUs = 50;
+constexpr size_t kSpinBytes = 128 << 10;
 
 [[noreturn]] void fail(const std::string& what) {
   plain_socket::fail(kOption, what);
@@ -146,16 +148,19 @@ void PlainAllreduce::pass(Leg& tx, Leg& rx, const std::function<size_t()>& ready
       idle = false;
       continue;
     }
-    // Poll the sockets for a short while before sleeping in the kernel, as
-    // MPI's progress loops do: a small message's answer is often a few
+    // A small pass polls the sockets for a short while before sleeping in the
+    // kernel, as MPI's progress loops do: its answer is often a few
     // microseconds away, and a wake-up from poll() costs more than that.
-    // Yielding in between leaves the core to a rank that shares it.
+    // Yielding in between leaves the core to a rank that shares it. A large
+    // pass sleeps at once: its wake-ups are few beside its bytes, and the
+    // cores it would spin on are the ones the hosts' kernels move them with.
     const Clock::time_point now = Clock::now();
     if (!idle) {
       idle = true;
       idle_since = now;
     }
-    if (now - idle_since < std::chrono::microseconds(kSpinUs)) {
+    if (tx.total + rx.total <= kSpinBytes &&
+        now - idle_since < std::chrono::microseconds(kSpinUs)) {
       ::sched_yield();
       continue;
     }

@@ -18,8 +18,8 @@
 // (choose()) and the row runs the faster. No library, no framing, no copies
 // beyond the reduction's. A peer that closes its socket or makes no progress
 // for kPlainTimeoutMs fails the job with its rank and the step, never a hang.
-// A wait polls the sockets for up to 50 us (yielding the core in between)
-// before it sleeps in poll(), as MPI progress loops spin.
+// In a small pass a wait polls the sockets for up to 50 us (yielding the
+// core in between) before it sleeps in poll(), as MPI progress loops spin.
 #pragma once
 
 #include <cstddef>
