@@ -58,9 +58,9 @@ class PlainAllreduce {
   // is left as it was). Collective.
   void run(PlainAlgo algo, const float* in, float* out, size_t count);
 
-  // Collective: times both algorithms at `count`, `calls` times each,
-  // interleaved, after one untimed call each, and keeps the faster for
-  // run(in, out, count).
+  // Collective: times both algorithms at `count`, `calls` times each (at
+  // least 3), interleaved in 3 blocks, after one untimed call each, and
+  // keeps the faster (by the slowest rank's median) for run(in, out, count).
   Trial choose(const float* in, float* out, size_t count, int calls);
   void run(const float* in, float* out, size_t count);
   // The trial of `count` (choose() must have run).
