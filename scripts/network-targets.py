@@ -4,7 +4,10 @@
 Reads the JSON of `scripts/cluster-bench --only targets` (the targets/
 directory of its output) and prints, per target, the figures it rests on and
 whether it is met. Every reference was measured in the same run, on the same
-hosts; nothing here is a hard-coded result.
+hosts; nothing here is a hard-coded result. Where the run has the plain-socket
+allreduce (coll_bench --vs plain), each short 1.2x row and a short 8 B row
+say what it needs beside what plain TCP sockets took at that size: a row
+plain sockets could not make is beyond what TCP allows on these hosts.
 
   scripts/network-targets.py DIR
 
@@ -37,13 +40,29 @@ class Report:
         self.lines.append(line)
 
 
+REFERENCES = ("rdmaflow", "mpi", "gloo", "plain", "socket")
+
+
 def algo_times(row):
     """Every forced algorithm's p50 time in a coll_bench --algo all row."""
     out = {}
     for key, val in row.items():
-        if isinstance(val, dict) and "time_us" in val and key not in ("rdmaflow", "mpi", "gloo"):
+        if isinstance(val, dict) and "time_us" in val and key not in REFERENCES:
             out[key] = val["time_us"]
     return out
+
+
+def plain_floor(r, need_us, what):
+    """The plain-socket allreduce of the row (coll_bench --vs plain) beside the
+    time `what` needs: whether plain TCP on these hosts and cores made it."""
+    plain = r.get("plain", {})
+    if "time_us" not in plain or not need_us:
+        return ""
+    took = plain["time_us"]
+    verdict = ("within it: TCP allows it here" if took <= need_us else
+               "%.2fx it: beyond what plain TCP did here" % (took / need_us))
+    return "%s needs %.1f us; plain sockets took %.1f us (%s), %s" % (
+        what, need_us, took, plain.get("algo", "?"), verdict)
 
 
 def allreduce_table(rep, title, d, refs, top):
@@ -63,11 +82,13 @@ def allreduce_table(rep, title, d, refs, top):
                 "in its own column, over the fastest: the same schedule twice, so its gap to "
                 "\"selector / fastest\" is the run's noise)")
         rep.say()
+    has_plain = any("time_us" in r.get("plain", {}) for r in rows.values())
     rep.say("| size | selector | rdmaflow us | busbw GB/s | CPUs busy | "
             + " | ".join(f"{names[x]} us" for x in refs)
+            + (" | plain sockets us" if has_plain else "")
             + f" | vs {versus} | fastest algorithm | selector / fastest | forced / fastest |")
-    rep.say("|---" * (9 + len(refs)) + "|")
-    short_bw, short_sel = [], []
+    rep.say("|---" * (9 + len(refs) + has_plain) + "|")
+    short_bw, short_sel, floors = [], [], []
     for size in sorted(rows):
         r = rows[size]
         ours, sel = r.get("rdmaflow", {}), r.get("selector", {})
@@ -76,16 +97,25 @@ def allreduce_table(rep, title, d, refs, top):
         algos = algo_times(r)
         forced = (sel["forced_same_us"] / algos[sel["fastest"]]
                   if "forced_same_us" in sel and algos.get(sel.get("fastest")) else None)
-        rep.say("| %s | %s | %.1f | %.3f | %s | %s | %s | %s | %s | %s |" % (
+        plain = r.get("plain", {})
+        rep.say("| %s | %s | %.1f | %.3f | %s | %s%s | %s | %s | %s | %s |" % (
             human(size), ours.get("algo", "?"), ours.get("time_us", 0), ours.get("busbw_gbs", 0),
             "%.0f%%" % (100 * ours["host_cpu_busy"]) if "host_cpu_busy" in ours else "-",
             " | ".join("%.1f" % r[x]["time_us"] if "time_us" in r.get(x, {}) else "-"
                        for x in refs),
+            (" | %.1f (%s)" % (plain["time_us"], plain.get("algo", "?")) if "time_us" in plain
+             else " | -") if has_plain else "",
             "%.2fx" % ratio if ratio else "-", sel.get("fastest", "-"),
             "%.2fx" % sel["time_vs_fastest"] if "time_vs_fastest" in sel else "-",
             "%.2fx" % forced if forced else "-"))
         if 64 * 1024 <= size <= top and (ratio is None or ratio < 1.2):
             short_bw.append("%s %.2fx" % (human(size), ratio or 0))
+            # busbw >= 1.2x the best reference's is time <= its time / 1.2.
+            ref_times = [r[x]["time_us"] for x in refs if "time_us" in r.get(x, {})]
+            need = min(ref_times) / 1.2 if ref_times else None
+            floor = plain_floor(r, need, f"1.2x {versus}")
+            if floor:
+                floors.append(f"{human(size)}: {floor}")
         # The fastest algorithm chosen is within: the selector's column and the
         # fastest one then time one schedule twice, and their gap is noise.
         if sel.get("time_vs_fastest", 99) > 1.10 and sel.get("chose") != sel.get("fastest"):
@@ -93,11 +123,17 @@ def allreduce_table(rep, title, d, refs, top):
                                                    sel.get("time_vs_fastest", 0),
                                                    sel.get("fastest")))
     rep.say()
-    return rows, short_bw, short_sel
+    return rows, short_bw, short_sel, floors
+
+
+def say_floors(rep, floors):
+    """Each short 1.2x row beside the plain-socket floor of the same run."""
+    for line in floors:
+        rep.say(f"  - {line}")
 
 
 def allreduce_layout(rep, name, d, link_MBps):
-    rows, short_bw, short_sel = allreduce_table(
+    rows, short_bw, short_sel, floors = allreduce_table(
         rep, f"### allreduce f32, {name}: {d.get('ranks')} ranks on "
         f"{' '.join(d.get('hosts', []))}, rdmaflow {d.get('transport')}; Open MPI "
         f"{d.get('mpi', {}).get('btl')}; Gloo tcp", d, ("mpi", "gloo"), 256 * MiB)
@@ -105,11 +141,14 @@ def allreduce_layout(rep, name, d, link_MBps):
     rep.target(f"{name}: busbw >= 1.2x max(Open MPI, Gloo) from 64 KiB to 256 MiB",
                bool(in_range) and not short_bw,
                "short at " + ", ".join(short_bw) if short_bw else f"{len(in_range)} sizes")
+    say_floors(rep, floors)
     small = rows.get(8)
     if small and "time_us" in small.get("mpi", {}):
         t, m = small["rdmaflow"]["time_us"], small["mpi"]["time_us"]
         rep.target(f"{name}: 8 B allreduce time <= Open MPI's", t <= m,
                    "%.1f us against %.1f us" % (t, m))
+        if t > m and "plain" in small:
+            say_floors(rep, [plain_floor(small, m, "matching Open MPI")])
     big = rows.get(64 * MiB)
     if big and link_MBps:
         bw = big["rdmaflow"]["busbw_gbs"] * 1000
@@ -135,11 +174,12 @@ def allreduce_layout(rep, name, d, link_MBps):
 
 
 def loopback(rep, d):
-    rows, short, short_sel = allreduce_table(
+    rows, short, short_sel, floors = allreduce_table(
         rep, "### allreduce f32, 2 ranks over loopback TCP (no namespaces): rdmaflow tcp beside "
         f"Open MPI btl {d.get('mpi', {}).get('btl')}", d, ("mpi",), 16 * MiB)
     rep.target("loopback: busbw >= 1.2x Open MPI btl tcp from 64 KiB to 16 MiB",
                bool(rows) and not short, "short at " + ", ".join(short) if short else "")
+    say_floors(rep, floors)
     rep.target("loopback: the selector within 10% of the fastest algorithm at every size",
                bool(rows) and not short_sel, "off at " + "; ".join(short_sel) if short_sel else "")
     rep.say()
