@@ -25,6 +25,8 @@ constexpr const char* kOption = "--vs plain";
 // of at most kSpinBytes (both directions).
 constexpr int kSpinUs = 50;
 constexpr size_t kSpinBytes = 128 << 10;
+// The ring's smallest send of a step's bytes before the step is complete.
+constexpr size_t kPiece = 64 << 10;
 
 [[noreturn]] void fail(const std::string& what) {
   plain_socket::fail(kOption, what);
@@ -301,9 +303,17 @@ void PlainAllreduce::ring(float* out, size_t count) {
     added = landed;
     produced = rx_start[t] + landed;
   };
+  // Send on in pieces of at least kPiece bytes, or up to the end of a step:
+  // a send of every few bytes that land would cost a syscall and a segment
+  // each. A step's end always goes, so no rank holds back what another waits
+  // for (step 0 is this rank's own data).
   const size_t first = tx_start[1];
-  pass(
-      tx, rx, [&] { return first + produced; }, arrived);
+  auto ready = [&] {
+    const size_t limit = std::min(tx.total, first + produced);
+    const bool step_end = std::binary_search(tx_start.begin(), tx_start.end(), limit);
+    return limit - tx.done >= kPiece || step_end ? limit : tx.done;
+  };
+  pass(tx, rx, ready, arrived);
 }
 
 void PlainAllreduce::run(PlainAlgo algo, const float* in, float* out, size_t count) {

@@ -25,40 +25,46 @@ def run(root, d):
                           timeout=60)
 
 
+def report(root, data, prefix):
+    """network-targets.py's report on the three runs docs/img/data/PREFIX-{4x1,2x2,loopback}.json,
+    laid out as cluster-bench writes them."""
+    with tempfile.TemporaryDirectory() as d:
+        for layout in ("4x1", "2x2", "loopback"):
+            shutil.copy(os.path.join(data, f"{prefix}-{layout}.json"),
+                        os.path.join(d, f"allreduce-{layout}.json"))
+        return run(root, d)
+
+
 def plain_floor(root, data):
     """Runs with the plain-socket allreduce (docs/img/data/plain-floor-*.json,
     docs/benchmarks.md "A plain-socket floor per size"): a plain column in each
     table, and every short 1.2x row from 64 KiB with what it needs (the best
     reference's time / 1.2) beside what the plain sockets took."""
-    with tempfile.TemporaryDirectory() as d:
-        for layout in ("4x1", "2x2", "loopback"):
-            shutil.copy(os.path.join(data, f"plain-floor-{layout}.json"),
-                        os.path.join(d, f"allreduce-{layout}.json"))
-        r = run(root, d)
-        check(r.returncode == 0, f"plain floor: exit status {r.returncode}: {r.stderr}")
-        out = r.stdout
-        check("| plain sockets us |" in out, "plain floor: a plain column in the tables")
-        for layout, refs, top in (("4x1", ("mpi", "gloo"), 256 << 20),
-                                  ("2x2", ("mpi", "gloo"), 256 << 20),
-                                  ("loopback", ("mpi",), 16 << 20)):
-            with open(os.path.join(data, f"plain-floor-{layout}.json")) as f:
-                rows = json.load(f)["rows"]
-            section = out.split(f"allreduce f32, {layout}" if layout != "loopback"
-                                else "over loopback TCP")[1].split("###")[0]
-            for row in rows:
-                size = row["size"]
-                best = min(row[x]["time_us"] for x in refs)
-                ratio = row["rdmaflow"]["busbw_gbs"] / max(row[x]["busbw_gbs"] for x in refs)
-                if not (64 << 10 <= size <= top) or ratio >= 1.2:
-                    continue
-                line = "needs %.1f us; plain sockets took %.1f us (%s)" % (
-                    best / 1.2, row["plain"]["time_us"], row["plain"]["algo"])
-                check(line in section, f"{layout} {size}: the floor line '{line}'")
-                if line not in section:
-                    continue
-                beyond = row["plain"]["time_us"] > best / 1.2
-                check(("beyond what plain TCP did here" in section.split(line)[1].split("\n")[0])
-                      == beyond, f"{layout} {size}: the verdict")
+    r = report(root, data, "plain-floor")
+    check(r.returncode == 0, f"plain floor: exit status {r.returncode}: {r.stderr}")
+    out = r.stdout
+    check("| plain sockets us |" in out, "plain floor: a plain column in the tables")
+    for layout, refs, top in (("4x1", ("mpi", "gloo"), 256 << 20),
+                              ("2x2", ("mpi", "gloo"), 256 << 20),
+                              ("loopback", ("mpi",), 16 << 20)):
+        with open(os.path.join(data, f"plain-floor-{layout}.json")) as f:
+            rows = json.load(f)["rows"]
+        section = out.split(f"allreduce f32, {layout}" if layout != "loopback"
+                            else "over loopback TCP")[1].split("###")[0]
+        for row in rows:
+            size = row["size"]
+            best = min(row[x]["time_us"] for x in refs)
+            ratio = row["rdmaflow"]["busbw_gbs"] / max(row[x]["busbw_gbs"] for x in refs)
+            if not (64 << 10 <= size <= top) or ratio >= 1.2:
+                continue
+            line = "needs %.1f us; plain sockets took %.1f us (%s)" % (
+                best / 1.2, row["plain"]["time_us"], row["plain"]["algo"])
+            check(line in section, f"{layout} {size}: the floor line '{line}'")
+            if line not in section:
+                continue
+            beyond = row["plain"]["time_us"] > best / 1.2
+            check(("beyond what plain TCP did here" in section.split(line)[1].split("\n")[0])
+                  == beyond, f"{layout} {size}: the verdict")
 
 
 def main(root):
