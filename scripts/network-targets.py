@@ -52,15 +52,23 @@ def algo_times(row):
     return out
 
 
-def plain_floor(r, need_us, what):
+def plain_floor(r, need_us, what, ref_us):
     """The plain-socket allreduce of the row (coll_bench --vs plain) beside the
-    time `what` needs: whether plain TCP on these hosts and cores made it."""
+    time `what` needs: whether plain TCP on these hosts and cores made it. A
+    plain time above the reference's own (`ref_us`) is no floor at that size:
+    the reference did better than this plain implementation, so the row says
+    so instead of calling the target beyond TCP."""
     plain = r.get("plain", {})
     if "time_us" not in plain or not need_us:
         return ""
     took = plain["time_us"]
-    verdict = ("within it: TCP allows it here" if took <= need_us else
-               "%.2fx it: beyond what plain TCP did here" % (took / need_us))
+    if took <= need_us:
+        verdict = "within it: TCP allows it here"
+    elif took > ref_us:
+        verdict = ("%.2fx it, and slower than the reference's own %.1f us: no floor at this "
+                   "size" % (took / need_us, ref_us))
+    else:
+        verdict = "%.2fx it: beyond what plain TCP did here" % (took / need_us)
     return "%s needs %.1f us; plain sockets took %.1f us (%s), %s" % (
         what, need_us, took, plain.get("algo", "?"), verdict)
 
@@ -113,7 +121,7 @@ def allreduce_table(rep, title, d, refs, top):
             # busbw >= 1.2x the best reference's is time <= its time / 1.2.
             ref_times = [r[x]["time_us"] for x in refs if "time_us" in r.get(x, {})]
             need = min(ref_times) / 1.2 if ref_times else None
-            floor = plain_floor(r, need, f"1.2x {versus}")
+            floor = plain_floor(r, need, f"1.2x {versus}", min(ref_times) if ref_times else 0)
             if floor:
                 floors.append(f"{human(size)}: {floor}")
         # The fastest algorithm chosen is within: the selector's column and the
@@ -148,7 +156,7 @@ def allreduce_layout(rep, name, d, link_MBps):
         rep.target(f"{name}: 8 B allreduce time <= Open MPI's", t <= m,
                    "%.1f us against %.1f us" % (t, m))
         if t > m and "plain" in small:
-            say_floors(rep, [plain_floor(small, m, "matching Open MPI")])
+            say_floors(rep, [plain_floor(small, m, "matching Open MPI", m)])
     big = rows.get(64 * MiB)
     if big and link_MBps:
         bw = big["rdmaflow"]["busbw_gbs"] * 1000

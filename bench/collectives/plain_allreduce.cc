@@ -77,9 +77,9 @@ PlainAllreduce::PlainAllreduce(int rank, int world, const std::string& address)
   for (int n = rank + 1; n < world; ++n) {
     pollfd pfd{lfd, POLLIN, 0};
     if (::poll(&pfd, 1, kPlainTimeoutMs) != 1) {
-      fail("accept: " + std::to_string(world - n) + " higher rank(s) did not connect to " +
+      fail("accept (" + std::to_string(world - n) + " higher rank(s) did not connect to " +
            address + ":" + std::to_string(port) + " within " +
-           std::to_string(kPlainTimeoutMs / 1000) + " s");
+           std::to_string(kPlainTimeoutMs / 1000) + " s)");
     }
     const int fd = ::accept(lfd, nullptr, nullptr);
     if (fd < 0) fail("accept on " + address + ":" + std::to_string(port));
@@ -90,8 +90,8 @@ PlainAllreduce::PlainAllreduce(int rank, int world, const std::string& address)
     pass(none, hello);
     if (who <= rank || who >= world || fds_[who] >= 0) {
       ::close(fd);
-      fail("accept: a connection announced itself as rank " + std::to_string(who) +
-           ", not one of the higher ranks still expected");
+      fail("accept (a connection announced itself as rank " + std::to_string(who) +
+           ", not one of the higher ranks still expected)");
     }
     fds_[who] = fd;
   }
@@ -113,7 +113,7 @@ void PlainAllreduce::pass(Leg& tx, Leg& rx, const std::function<size_t()>& ready
                           const std::function<void(size_t, size_t)>& arrived) {
   auto broke = [](const char* verb, const Leg& l, const std::string& why) {
     fail(std::string(verb) + " " + rank_name(l.peer) + " at byte " + std::to_string(l.done) +
-         " of " + std::to_string(l.total) + ": " + why);
+         " of " + std::to_string(l.total) + " (" + why + ")");
   };
   auto again = [] { return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR; };
   using Clock = std::chrono::steady_clock;
@@ -174,7 +174,7 @@ void PlainAllreduce::pass(Leg& tx, Leg& rx, const std::function<size_t()>& ready
     const int r = ::poll(fds, k, kPlainTimeoutMs);
     if (r == 0) {
       const std::string why =
-          "no progress in " + std::to_string(kPlainTimeoutMs / 1000) + " s (peer dead or stuck)";
+          "no progress in " + std::to_string(kPlainTimeoutMs / 1000) + " s: peer dead or stuck";
       if (rx.done < rx.total) broke("recv from", rx, why);
       broke("send to", tx, why);
     }
@@ -366,7 +366,9 @@ void PlainAllreduce::run(const float* in, float* out, size_t count) {
 
 const PlainAllreduce::Trial& PlainAllreduce::trial(size_t count) const {
   const auto it = trials_.find(count);
-  if (it == trials_.end()) fail("no trial at " + std::to_string(count) + " elements");
+  if (it == trials_.end()) {
+    fail("choosing an algorithm (no trial ran at " + std::to_string(count) + " elements)");
+  }
   return it->second;
 }
 
