@@ -172,8 +172,8 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
   app.add_option("--vs", vs,
                  "a reference to run beside rdmaflow: gloo, mpi, socket (a ping-pong between "
                  "ranks 0 and 1) or plain (f32 sum allreduce over plain TCP sockets, recursive "
-                 "doubling or a pipelined ring, whichever a trial before each size finds "
-                 "faster); repeat for several")
+                 "doubling, Rabenseifner or a pipelined ring, whichever a trial before each "
+                 "size finds fastest); repeat for several")
       ->allow_extra_args(false)
       ->check(CLI::IsMember({"gloo", "mpi", "socket", "plain"}))
       ->default_str("none");
@@ -489,9 +489,9 @@ int main(int argc, char** argv) {
     if (sock) std::printf("# socket: a TCP ping-pong of the row's size between ranks 0 and 1\n");
     if (plain) {
       std::printf(
-          "# plain: f32 sum allreduce over a full mesh of plain TCP sockets, recursive doubling "
-          "or a pipelined ring, whichever a short trial before the row found faster: the floor "
-          "of what TCP allows on these hosts and cores\n");
+          "# plain: f32 sum allreduce over a full mesh of plain TCP sockets, recursive doubling, "
+          "Rabenseifner or a pipelined ring, whichever a short trial before the row found "
+          "fastest: the floor of what TCP allows on these hosts and cores\n");
     }
     if (ring) {
       std::printf(
@@ -605,8 +605,11 @@ int main(int argc, char** argv) {
       row[lib.name] = j;
       if (lib.name == "plain") {
         const bench::PlainAllreduce::Trial& tr = plain->trial(count);
-        row[lib.name]["trial"] = {
-            {"rd_us", tr.rd_us}, {"ring_us", tr.ring_us}, {"calls", tr.calls}};
+        nlohmann::json& trial = row[lib.name]["trial"];
+        trial["calls"] = tr.calls;
+        for (size_t k = 0; k < tr.us.size(); ++k) {
+          trial[std::string(bench::plain_algo_name(bench::kPlainAlgos[k])) + "_us"] = tr.us[k];
+        }
       }
       char buf[256];
       if (col != nullptr) {
@@ -648,9 +651,13 @@ int main(int argc, char** argv) {
       std::printf("\n");
       if (row.contains("plain") && row["plain"].contains("trial")) {
         const auto& tr = row["plain"]["trial"];
-        std::printf("#   plain: rd %.1f us, ring %.1f us in a trial of %d calls each; ran %s\n",
-                    tr["rd_us"].get<double>(), tr["ring_us"].get<double>(), tr["calls"].get<int>(),
-                    row["plain"]["algo"].get<std::string>().c_str());
+        std::string times;
+        for (bench::PlainAlgo al : bench::kPlainAlgos) {
+          const std::string name = bench::plain_algo_name(al);
+          times += (times.empty() ? "" : ", ") + name + " " + fixed1(tr[name + "_us"]) + " us";
+        }
+        std::printf("#   plain: %s in a trial of %d calls each; ran %s\n", times.c_str(),
+                    tr["calls"].get<int>(), row["plain"]["algo"].get<std::string>().c_str());
       }
       if (a.all_algos) {
         std::vector<std::string> algos;

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 
 #include "bench/collectives/socket_reference.h"
 
@@ -48,7 +49,15 @@ std::byte* bytes(float* p) {
 }  // namespace
 
 const char* plain_algo_name(PlainAlgo a) {
-  return a == PlainAlgo::kRecursiveDoubling ? "rd" : "ring";
+  switch (a) {
+    case PlainAlgo::kRecursiveDoubling:
+      return "rd";
+    case PlainAlgo::kRabenseifner:
+      return "rabenseifner";
+    case PlainAlgo::kRing:
+      return "ring";
+  }
+  return "?";
 }
 
 // One direction of a pass: `total` bytes to or from `peer` over `fd`; `at`
@@ -197,46 +206,99 @@ void PlainAllreduce::recv_from(int peer, void* data, size_t n) {
   pass(none, rx);
 }
 
-void PlainAllreduce::exchange(int peer, const void* send, void* recv, size_t n) {
-  Leg tx = leg(fds_[peer], peer, send, n), rx = leg(fds_[peer], peer, recv, n);
+void PlainAllreduce::exchange(int peer, const void* send, size_t send_n, void* recv,
+                              size_t recv_n) {
+  Leg tx = leg(fds_[peer], peer, send, send_n), rx = leg(fds_[peer], peer, recv, recv_n);
   pass(tx, rx);
 }
 
-// Recursive doubling over the largest power of two p <= n ranks. The first
-// 2(n - p) ranks pair up first: the even one sends its data to the odd one
-// and waits; the odd one takes part for both and sends it the result last.
-void PlainAllreduce::recursive_doubling(float* out, size_t count) {
+// The fold for a world of n ranks that is not a power of two: over the
+// largest power of two p <= n, the first 2(n - p) ranks pair up first; the
+// even one sends its data to the odd one and waits, the odd one takes part
+// for both and sends it the result last. Returns this rank's place among
+// the p (-1 while folded out) and p.
+std::pair<int, int> PlainAllreduce::fold_in(float* out, size_t count) {
   int p = 1;
   while (p * 2 <= world_) p *= 2;
   const int extra = world_ - p;
   tmp_.resize(std::max(tmp_.size(), count));
-  int me = -1;  // this rank's place among the p, or -1 while folded out
-  if (rank_ < 2 * extra) {
-    if (rank_ % 2 == 0) {
-      send_to(rank_ + 1, out, count * sizeof(float));
-    } else {
-      recv_from(rank_ - 1, tmp_.data(), count * sizeof(float));
-      add_into(out, tmp_.data(), count);
-      me = rank_ / 2;
-    }
-  } else {
-    me = rank_ - extra;
+  if (rank_ >= 2 * extra) return {rank_ - extra, p};
+  if (rank_ % 2 == 0) {
+    send_to(rank_ + 1, out, count * sizeof(float));
+    return {-1, p};
   }
+  recv_from(rank_ - 1, tmp_.data(), count * sizeof(float));
+  add_into(out, tmp_.data(), count);
+  return {rank_ / 2, p};
+}
+
+void PlainAllreduce::fold_out(float* out, size_t count, int p) {
+  const int extra = world_ - p;
+  if (rank_ >= 2 * extra) return;
+  if (rank_ % 2 == 0) {
+    recv_from(rank_ + 1, out, count * sizeof(float));
+  } else {
+    send_to(rank_ - 1, out, count * sizeof(float));
+  }
+}
+
+// The rank at place `place` among the p that take part.
+int PlainAllreduce::rank_at(int place, int p) const {
+  const int extra = world_ - p;
+  return place < extra ? place * 2 + 1 : place + extra;
+}
+
+// Recursive doubling: log2(p) exchanges of the whole buffer.
+void PlainAllreduce::recursive_doubling(float* out, size_t count) {
+  const auto [me, p] = fold_in(out, count);
   if (me >= 0) {
     for (int mask = 1; mask < p; mask <<= 1) {
-      const int partner_place = me ^ mask;
-      const int partner = partner_place < extra ? partner_place * 2 + 1 : partner_place + extra;
-      exchange(partner, out, tmp_.data(), count * sizeof(float));
+      exchange(rank_at(me ^ mask, p), out, count * sizeof(float), tmp_.data(),
+               count * sizeof(float));
       add_into(out, tmp_.data(), count);
     }
   }
-  if (rank_ < 2 * extra) {
-    if (rank_ % 2 == 0) {
-      recv_from(rank_ + 1, out, count * sizeof(float));
-    } else {
-      send_to(rank_ - 1, out, count * sizeof(float));
+  fold_out(out, count, p);
+}
+
+// Rabenseifner: a reduce-scatter by recursive halving (each exchange hands
+// the partner the half of the current range it keeps, and adds the
+// partner's copy of this rank's half), then an allgather by recursive
+// doubling back up the same ranges: the ring's bytes in 2 log2(p) steps.
+void PlainAllreduce::rabenseifner(float* out, size_t count) {
+  const auto [me, p] = fold_in(out, count);
+  if (me >= 0) {
+    struct Range {
+      size_t lo, hi;
+    };
+    struct Halving {
+      Range whole;  // the range before it
+      bool lower;   // whether this rank kept its lower half
+    };
+    std::vector<Halving> halvings;  // for the way back up
+    Range r{0, count};
+    for (int mask = p / 2; mask >= 1; mask /= 2) {
+      const size_t mid = r.lo + (r.hi - r.lo) / 2;
+      const bool lower = (me & mask) == 0;
+      const Range keep = lower ? Range{r.lo, mid} : Range{mid, r.hi};
+      const Range give = lower ? Range{mid, r.hi} : Range{r.lo, mid};
+      exchange(rank_at(me ^ mask, p), out + give.lo, (give.hi - give.lo) * sizeof(float),
+               tmp_.data(), (keep.hi - keep.lo) * sizeof(float));
+      add_into(out + keep.lo, tmp_.data(), keep.hi - keep.lo);
+      halvings.push_back({r, lower});
+      r = keep;
+    }
+    for (int mask = 1; mask < p; mask <<= 1) {
+      const auto [whole, lower] = halvings.back();
+      halvings.pop_back();
+      // The partner holds the other part of `whole`, reduced.
+      const Range theirs = lower ? Range{r.hi, whole.hi} : Range{whole.lo, r.lo};
+      exchange(rank_at(me ^ mask, p), out + r.lo, (r.hi - r.lo) * sizeof(float), out + theirs.lo,
+               (theirs.hi - theirs.lo) * sizeof(float));
+      r = whole;
     }
   }
+  fold_out(out, count, p);
 }
 
 // The ring as one send stream and one receive stream of 2(n - 1) steps each.
@@ -319,43 +381,65 @@ void PlainAllreduce::ring(float* out, size_t count) {
 void PlainAllreduce::run(PlainAlgo algo, const float* in, float* out, size_t count) {
   if (out != in) std::memcpy(out, in, count * sizeof(float));
   if (world_ == 1) return;
-  if (algo == PlainAlgo::kRecursiveDoubling) {
-    recursive_doubling(out, count);
-  } else {
-    ring(out, count);
+  switch (algo) {
+    case PlainAlgo::kRecursiveDoubling:
+      recursive_doubling(out, count);
+      break;
+    case PlainAlgo::kRabenseifner:
+      rabenseifner(out, count);
+      break;
+    case PlainAlgo::kRing:
+      ring(out, count);
+      break;
   }
 }
 
 PlainAllreduce::Trial PlainAllreduce::choose(const float* in, float* out, size_t count, int calls) {
   using Clock = std::chrono::steady_clock;
-  constexpr PlainAlgo kAlgos[] = {PlainAlgo::kRecursiveDoubling, PlainAlgo::kRing};
-  for (PlainAlgo a : kAlgos) run(a, in, out, count);
+  constexpr size_t kN = std::size(kPlainAlgos);
+  // One untimed call each, whose results must agree: the bench's inputs are
+  // small integers (check_data.h), exact in every order of summation, and
+  // the row checks only the algorithm it runs.
+  std::vector<float> first;
+  for (PlainAlgo a : kPlainAlgos) {
+    run(a, in, out, count);
+    if (first.empty()) {
+      first.assign(out, out + count);
+      continue;
+    }
+    size_t differ = 0;
+    for (size_t i = 0; i < count; ++i) differ += out[i] != first[i];
+    if (differ != 0) {
+      fail(std::string("the trial (") + plain_algo_name(a) + " differs from " +
+           plain_algo_name(kPlainAlgos[0]) + " at " + std::to_string(differ) + " of " +
+           std::to_string(count) + " elements)");
+    }
+  }
   // In blocks, alternating: each block starts together and times its calls
   // back to back, as the rows are timed (a barrier before every call would
   // time the barrier's wake-ups too).
   constexpr int kBlocks = 3;
   calls = std::max(calls, kBlocks);
-  std::vector<double> mine[2], slowest[2];
+  std::vector<double> mine[kN], slowest[kN];
   for (int block = 0; block < kBlocks; ++block) {
-    for (int k = 0; k < 2; ++k) {
+    for (size_t k = 0; k < kN; ++k) {
       MPI_Barrier(MPI_COMM_WORLD);
       for (int i = block; i < calls; i += kBlocks) {
         const auto t0 = Clock::now();
-        run(kAlgos[k], in, out, count);
+        run(kPlainAlgos[k], in, out, count);
         mine[k].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       }
     }
   }
-  for (int k = 0; k < 2; ++k) {
+  Trial t;
+  t.calls = calls;
+  for (size_t k = 0; k < kN; ++k) {
     slowest[k].resize(mine[k].size());
     MPI_Allreduce(mine[k].data(), slowest[k].data(), calls, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     std::sort(slowest[k].begin(), slowest[k].end());
+    t.us[k] = slowest[k][slowest[k].size() / 2];
+    if (t.us[k] < t.us[static_cast<size_t>(t.chosen)]) t.chosen = kPlainAlgos[k];
   }
-  Trial t;
-  t.calls = calls;
-  t.rd_us = slowest[0][slowest[0].size() / 2];
-  t.ring_us = slowest[1][slowest[1].size() / 2];
-  t.chosen = t.rd_us <= t.ring_us ? PlainAlgo::kRecursiveDoubling : PlainAlgo::kRing;
   trials_[count] = t;
   return t;
 }

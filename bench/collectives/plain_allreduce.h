@@ -6,33 +6,41 @@
 //
 // A full mesh of TCP sockets (TCP_NODELAY, the kernel's own buffers), set up
 // through the launcher like the other socket references
-// (socket_reference.h), and the two algorithms a careful MPI uses:
+// (socket_reference.h), and the algorithms a careful MPI uses:
 //   rd    recursive doubling, with the fold for a world that is not a power
 //         of two (the extra ranks hand their data to a partner first and get
 //         the result back last); latency-optimal: log2(n) exchanges.
+//   rabenseifner  reduce-scatter by recursive halving, allgather by
+//         recursive doubling (the same fold): the ring's bytes in 2 log2(n)
+//         steps, for the sizes between.
 //   ring  reduce-scatter then allgather around the ring, pipelined: every
 //         byte is reduced as it arrives and sent on as soon as it is, so the
 //         next step's send overlaps this step's receive and reduction;
 //         bandwidth-optimal: 2(n-1)/n of the buffer per link.
-// Both are timed at each size in a short interleaved trial before the row
-// (choose()) and the row runs the faster. No library, no framing, no copies
+// All are timed at each size in a short interleaved trial before the row
+// (choose()) and the row runs the fastest. No library, no framing, no copies
 // beyond the reduction's. A peer that closes its socket or makes no progress
 // for kPlainTimeoutMs fails the job with its rank and the step, never a hang.
 // In a small pass a wait polls the sockets for up to 50 us (yielding the
 // core in between) before it sleeps in poll(), as MPI progress loops spin.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rdmaflow::bench {
 
-enum class PlainAlgo { kRecursiveDoubling, kRing };
+// In the order of kPlainAlgos (Trial::us is indexed by it).
+enum class PlainAlgo { kRecursiveDoubling, kRabenseifner, kRing };
+constexpr PlainAlgo kPlainAlgos[] = {PlainAlgo::kRecursiveDoubling, PlainAlgo::kRabenseifner,
+                                     PlainAlgo::kRing};
 
-// "rd" or "ring".
+// "rd", "rabenseifner" or "ring".
 const char* plain_algo_name(PlainAlgo a);
 
 // How long a socket may make no progress before the peer counts as dead.
@@ -42,9 +50,9 @@ class PlainAllreduce {
  public:
   // What the trial of one size measured: the slowest rank's median per call.
   struct Trial {
-    PlainAlgo chosen = PlainAlgo::kRing;
-    double rd_us = 0, ring_us = 0;
-    int calls = 0;  // timed calls of each algorithm
+    PlainAlgo chosen = PlainAlgo::kRecursiveDoubling;
+    std::array<double, std::size(kPlainAlgos)> us{};  // by kPlainAlgos
+    int calls = 0;                                    // timed calls of each algorithm
   };
 
   // Collective over MPI_COMM_WORLD: every rank listens on `address` (one the
@@ -58,9 +66,10 @@ class PlainAllreduce {
   // is left as it was). Collective.
   void run(PlainAlgo algo, const float* in, float* out, size_t count);
 
-  // Collective: times both algorithms at `count`, `calls` times each (at
-  // least 3), interleaved in 3 blocks, after one untimed call each, and
-  // keeps the faster (by the slowest rank's median) for run(in, out, count).
+  // Collective: times every algorithm at `count`, `calls` times each (at
+  // least 3), interleaved in 3 blocks, after one untimed call each whose
+  // results must agree, and keeps the fastest (by the slowest rank's median)
+  // for run(in, out, count).
   Trial choose(const float* in, float* out, size_t count, int calls);
   void run(const float* in, float* out, size_t count);
   // The trial of `count` (choose() must have run).
@@ -78,8 +87,12 @@ class PlainAllreduce {
   static Leg leg(int fd, int peer, const void* data, size_t n);
   void send_to(int peer, const void* data, size_t n);
   void recv_from(int peer, void* data, size_t n);
-  void exchange(int peer, const void* send, void* recv, size_t n);
+  void exchange(int peer, const void* send, size_t send_n, void* recv, size_t recv_n);
+  std::pair<int, int> fold_in(float* out, size_t count);
+  void fold_out(float* out, size_t count, int p);
+  int rank_at(int place, int p) const;
   void recursive_doubling(float* out, size_t count);
+  void rabenseifner(float* out, size_t count);
   void ring(float* out, size_t count);
 
   const int rank_, world_;

@@ -154,8 +154,8 @@ Column<Args> socket_column(SocketPingPong& sock, size_t element_size) {
           [](const Args&, size_t) { return std::string("pingpong"); }};
 }
 
-// f32 sum allreduce only; before each size both algorithms are tried and
-// the row runs the faster (its name in the algo field and the row's note).
+// f32 sum allreduce only; before each size every algorithm is tried and
+// the row runs the fastest (its name in the algo field and the row's note).
 template <typename Args>
 Column<Args> plain_column(PlainAllreduce& plain) {
   Column<Args> c{"plain",
