@@ -7,6 +7,7 @@
 //   mpirun --mca plm_rsh_agent "scripts/cluster rsh" --mca pml ob1 --mca btl tcp,self,vader
 //       -H h0:2,h1:2 -np 4 rdmaflow_coll_bench --vs gloo --vs mpi     (docs/cluster.md)
 //   mpirun -np 2 rdmaflow_coll_bench --sizes 8 --vs socket --load 2  (waits under load)
+//   mpirun -np 4 rdmaflow_coll_bench --vs mpi --vs gloo --vs plain  (the plain-socket floor)
 //   mpirun -np 2 rdmaflow_coll_bench --sizes 1M,16M,64M --codec all   (gradient codecs)
 //
 // rdmaflow runs as a user's job does: RDMAFLOW_TRANSPORT=auto unless
@@ -27,7 +28,9 @@
 // busbw (GB/s = 1e9 B/s; busbw = algbw x 2(n-1)/n for allreduce, (n-1)/n for
 // reduce_scatter, allgather and alltoall, 1 for broadcast and reduce), #wrong,
 // min / p99 time, and the ratio of our busbw to the reference's (for --vs
-// socket, a ping-pong between ranks 0 and 1: the ratio of its time to ours).
+// socket, a ping-pong between ranks 0 and 1: the ratio of its time to ours;
+// --vs plain, an f32 sum allreduce over plain TCP sockets, plain_allreduce.h,
+// with a line per size giving its trial of each algorithm).
 // --codec adds a column per gradient codec (codec_columns.h): its time, the
 // bytes one rank sends per call, its speed-up over the uncompressed column
 // and its relative error.
