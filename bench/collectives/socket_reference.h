@@ -21,8 +21,9 @@
 namespace rdmaflow::bench {
 
 // The plain TCP sockets of the bench's socket references (--vs socket,
-// --socket-ring): blocking IPv4 sockets; a failure ends the job, naming the
-// option and the step.
+// --socket-ring, --vs plain): IPv4 sockets, set up here blocking (--vs plain
+// then moves its bytes with nonblocking calls and poll()); a failure ends the
+// job, naming the option and the step.
 namespace plain_socket {
 
 [[noreturn]] inline void fail(const char* option, const std::string& what) {
