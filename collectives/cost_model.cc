@@ -85,9 +85,10 @@ double CostModel::cost(CollectiveKind kind, Algorithm algo, size_t bytes) const 
   // kind (allreduce); the longest chain of rounds otherwise. The work counts
   // the pieces the call is really cut into (work_terms). Of equal work and
   // chain (ring, tree, Rabenseifner and hier from a few pieces up), the
-  // shorter path: kPathShare of it, costed with the crowded message cost
-  // (the path, not the round trip: hier 1.3x faster than the tree on 2 hosts
-  // x 2 ranks at 16 MiB on the quiet machine, docs/benchmarks.md).
+  // shorter path: kPathShare of it, its alpha the crowded message's (hier's
+  // parallel lanes: 1.3x faster than the tree on 2 hosts x 2 ranks at 16 MiB
+  // on the quiet machine, which sends, reduces and fills as much;
+  // docs/benchmarks.md, "Network targets in one run").
   if (crowded() && info->work != nullptr) {
     const Work w = info->work(kind, work_terms(bytes));
     if (w.messages + w.host_messages > 0) {
@@ -99,7 +100,7 @@ double CostModel::cost(CollectiveKind kind, Algorithm algo, size_t bytes) const 
   return p_.round * info->rounds(kind, t) + info->cost(kind, t);
 }
 
-double CostModel::message_seconds(const CostParams& level) const {
+double CostModel::message_seconds(const CostParams& level) {
   return kMessageBytes * level.beta;
 }
 

@@ -150,7 +150,7 @@ class CostModel {
   // be scheduled, and measured 18-175 us on one layout in one session
   // (docs/benchmarks.md, "Selector: throughput and chain").
   static constexpr double kMessageBytes = 22 * 1024;
-  double message_seconds(const CostParams& level) const;
+  static double message_seconds(const CostParams& level);
   // The share of an algorithm's path in its crowded cost (the tie-break of
   // equal work and chain).
   static constexpr double kPathShare = 0.05;

@@ -5,6 +5,7 @@
 // busy at once: full bandwidth of a pipelined tree at log2(n) latency.
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "collectives/algorithms/registry.h"
 #include "collectives/topology.h"
@@ -64,19 +65,24 @@ Work dbtree_work(CollectiveKind kind, const CostTerms& t) {
   const int n = static_cast<int>(t.n), q = std::max(1, static_cast<int>(t.q));
   const bool one_level = t.q <= 1;
   auto leaves = [&](int a, int b) { return one_level || a / q != b / q; };
-  auto node = [&](int r, int tree) {
-    DoubleTree dt = double_binary_tree(n, r);
-    return tree == 0 ? dt.first : dt.second;
-  };
-  double link = 0, host = 0;  // the longest path's edges (the link's first)
+  std::vector<int> parent[2] = {std::vector<int>(n), std::vector<int>(n)};
+  std::vector<bool> leaf[2] = {std::vector<bool>(n), std::vector<bool>(n)};
   for (int r = 0; r < n; ++r) {
+    const DoubleTree dt = double_binary_tree(n, r);
+    const TreeNode* me[2] = {&dt.first, &dt.second};
     for (int tree = 0; tree < 2; ++tree) {
-      const TreeNode me = node(r, tree);
-      for (int child : me.children) w.add(leaves(child, r), 2 * t.pieces(t.m / 2), t.m);
-      if (!me.children.empty()) continue;  // paths from the leaves up
+      for (int child : me[tree]->children) w.add(leaves(child, r), 2 * t.pieces(t.m / 2), t.m);
+      parent[tree][r] = me[tree]->parent;
+      leaf[tree][r] = me[tree]->children.empty();
+    }
+  }
+  double link = 0, host = 0;  // the longest path's edges (the link's first)
+  for (int tree = 0; tree < 2; ++tree) {
+    for (int r = 0; r < n; ++r) {
+      if (!leaf[tree][r]) continue;  // paths from the leaves up
       double l = 0, h = 0;
-      for (int at = r, up = me.parent; up >= 0; at = up, up = node(up, tree).parent) {
-        (leaves(at, up) ? l : h) += 1;
+      for (int at = r; parent[tree][at] >= 0; at = parent[tree][at]) {
+        (leaves(at, parent[tree][at]) ? l : h) += 1;
       }
       if (l > link || (l == link && h > host)) link = l, host = h;
     }
