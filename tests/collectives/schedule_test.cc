@@ -481,9 +481,9 @@ TEST(CostModel, CrowdedRanksPayForEverySend) {
   const CostModel four(4, link), four_crowded(4, crowded);
   EXPECT_EQ(four.choose(CollectiveKind::kAllreduce, 8), Algorithm::kRecursiveDoubling);
   // 8 B: the fewest messages. 64 KiB: the double tree, whose halves fill its
-  // trees in half the binomial tree's bytes (1.00x the fastest in 9
-  // interleaved sweeps of 4 x 1 and on the quiet machine; the tree 0.87-2.31x
-  // of it, Rabenseifner 1.14-1.32x, recursive doubling 1.5-1.7x).
+  // trees in half the binomial tree's bytes: within 1.14x of the fastest in 14
+  // of 15 interleaved sweeps of 4 x 1 (1.33x in one) and the fastest on the
+  // quiet machine, where the binomial tree was 2.31x (docs/benchmarks.md).
   EXPECT_EQ(four_crowded.choose(CollectiveKind::kAllreduce, 8), Algorithm::kTree);
   EXPECT_EQ(four_crowded.choose(CollectiveKind::kAllreduce, 64 << 10),
             Algorithm::kDoubleBinaryTree);
