@@ -75,37 +75,52 @@ double CostModel::rounds(CollectiveKind kind, Algorithm algo) const {
   return info ? info->rounds(kind, terms(0)) : 0;
 }
 
-// The share of an algorithm's path in its crowded cost (above).
-constexpr double kPathShare = 0.05;
-
 double CostModel::cost(CollectiveKind kind, Algorithm algo, size_t bytes) const {
   const AlgorithmInfo* info = find_algorithm(algo);
   if (info == nullptr || !info->implements(kind)) return std::numeric_limits<double>::infinity();
   if (world_ <= 1) return 0;
   const CostTerms t = terms(bytes);
-  const double path = p_.round * info->rounds(kind, t) + info->cost(kind, t);
-  // Crowded ranks: the work of every rank, where the algorithm says what it
-  // is for the kind (allreduce); the longest chain of rounds otherwise. Of
-  // equal work (ring, tree, Rabenseifner and hier send and reduce about the
-  // same from a few pieces up), the shorter path: kPathShare of it. The work
-  // cannot tell them apart, the path can where the CPUs are not saturated
-  // (2 hosts x 2 ranks, 256 KiB: hier 1.5x faster than the tree, which sends
-  // and reduces as much); 5% of it still leaves the tree its lead below 256
-  // KiB, where it has the fewer messages. The work counts the pieces the
-  // call is really cut into (work_terms); the paths were fitted with slots.
+  // Crowded ranks: the throughput of every rank's sends over the CPUs and the
+  // chain of the call (Work), where the algorithm says what they are for the
+  // kind (allreduce); the longest chain of rounds otherwise. The work counts
+  // the pieces the call is really cut into (work_terms). Of equal work and
+  // chain (ring, tree, Rabenseifner and hier from a few pieces up), the
+  // shorter path: kPathShare of it, its alpha the crowded message's (hier's
+  // parallel lanes: 1.3x faster than the tree on 2 hosts x 2 ranks at 16 MiB
+  // on the quiet machine, which sends, reduces and fills as much;
+  // docs/benchmarks.md, "Network targets in one run").
   if (crowded() && info->work != nullptr) {
     const Work w = info->work(kind, work_terms(bytes));
     if (w.messages + w.host_messages > 0) {
+      const CostModel paths = crowded_paths();
+      const double path = paths.cost(kind, algo, bytes);
       return p_.round * info->rounds(kind, t) + crowded(w) + kPathShare * path;
     }
   }
-  return path;
+  return p_.round * info->rounds(kind, t) + info->cost(kind, t);
+}
+
+double CostModel::message_seconds(const CostParams& level) {
+  return kMessageBytes * level.beta;
+}
+
+CostModel CostModel::crowded_paths() const {
+  CostParams link = p_, host = within_;
+  link.alpha = message_seconds(p_);
+  host.alpha = message_seconds(within_);
+  link.cpus = host.cpus = 0;
+  link.round = host.round = 0;
+  CostModel m = *this;
+  m.p_ = link;
+  m.within_ = host;
+  return m;
 }
 
 double CostModel::crowded(const Work& w) const {
-  const double on_link = w.messages * p_.alpha + w.bytes * p_.beta;
-  const double on_host = w.host_messages * within_.alpha + w.host_bytes * within_.beta;
-  return (on_link + on_host + w.reduced * p_.gamma) / std::max(1, p_.cpus);
+  const double on_link = w.messages * message_seconds(p_) + w.bytes * p_.beta;
+  const double on_host = w.host_messages * message_seconds(within_) + w.host_bytes * within_.beta;
+  const double chain = w.chain * p_.beta + w.host_chain * within_.beta;
+  return (on_link + on_host + w.reduced * p_.gamma) / std::max(1, p_.cpus) + chain;
 }
 
 Algorithm CostModel::choose(CollectiveKind kind, size_t bytes) const {

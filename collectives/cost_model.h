@@ -78,19 +78,28 @@ struct CostTerms {
   bool leaves_host(double distance) const { return q <= 1 || distance >= q; }
 };
 
-// The sends of one call summed over every rank: on a crowded host the ranks
-// take turns on the CPUs, and every message and byte costs CPU time (the
-// system calls, wake-ups and copies of the network stack) whichever rank it is
-// on. 4 simulated hosts x 1 rank on 2 cores: allreduce by every algorithm
-// ranked by these sums as the interleaved sweep measured them from 8 B to
-// 16 MiB (docs/benchmarks.md, "Selector against the interleaved sweep").
+// The sends of one call summed over every rank, and its chain. On a crowded
+// host the ranks take turns on the CPUs, and every message and byte costs CPU
+// time (the system calls, wake-ups and copies of the network stack) whichever
+// rank it is on: the sums over the CPUs are the call's throughput. The chain
+// is its latency: the bytes the first piece carries along the longest path of
+// dependent sends before every rank has work (each step's message, at most a
+// piece): the pipeline's fill, which the CPUs cannot share out. Equal sums
+// (ring, both trees and Rabenseifner send and reduce the same) are told apart
+// by it: the double tree's halves fill its tree in half the binomial tree's
+// bytes (docs/benchmarks.md, "Selector: throughput and chain").
 struct Work {
   double messages = 0, bytes = 0;            // to other hosts (one level: every send)
   double host_messages = 0, host_bytes = 0;  // within a host (two levels)
   double reduced = 0;                        // bytes reduced, at gamma
+  double chain = 0, host_chain = 0;          // the chain's bytes over the link / within a host
   void add(bool leaves, double msgs, double b) {
     (leaves ? messages : host_messages) += msgs;
     (leaves ? bytes : host_bytes) += b;
+  }
+  // One step of the chain: a message of `b` bytes, cut into pieces of `piece`.
+  void step(bool leaves, double b, double piece) {
+    (leaves ? chain : host_chain) += std::min(b, piece);
   }
   Work& operator+=(const Work& o) {
     messages += o.messages;
@@ -98,6 +107,8 @@ struct Work {
     host_messages += o.host_messages;
     host_bytes += o.host_bytes;
     reduced += o.reduced;
+    chain += o.chain;
+    host_chain += o.host_chain;
     return *this;
   }
 };
@@ -129,9 +140,20 @@ class CostModel {
   double cost(CollectiveKind kind, Algorithm algo, size_t bytes) const;
   // The cheapest algorithm for the call.
   Algorithm choose(CollectiveKind kind, size_t bytes) const;
-  // Seconds of `w` on crowded CPUs: each tier's messages and bytes at its
-  // alpha and beta and the reductions at gamma, over params().cpus.
+  // Seconds of `w` on crowded CPUs: its throughput (each tier's messages and
+  // bytes at its message_seconds() and beta and the reductions at gamma, over
+  // params().cpus) and its chain (each tier's chain bytes at its beta).
   double crowded(const Work& w) const;
+  // What a message costs crowded CPUs: the system calls, frames, credit and
+  // wake-up of one send, as many seconds as kMessageBytes take at the level's
+  // beta. Not alpha: a ping-pong's half round trip waits for the partner to
+  // be scheduled, and measured 18-175 us on one layout in one session
+  // (docs/benchmarks.md, "Selector: throughput and chain").
+  static constexpr double kMessageBytes = 22 * 1024;
+  static double message_seconds(const CostParams& level);
+  // The share of an algorithm's path in its crowded cost (the tie-break of
+  // equal work and chain).
+  static constexpr double kPathShare = 0.05;
   bool crowded() const { return p_.cpus > 0; }
   // The flat algorithms' costs: between hosts on two levels.
   const CostParams& params() const { return p_; }
@@ -176,6 +198,9 @@ class CostModel {
   int per_host_ = 1;
   CostParams p_;
   CostParams within_;
+  // This model with the crowded message cost for alpha and nothing crowded:
+  // the paths of the crowded tie-break.
+  CostModel crowded_paths() const;
 };
 
 // The algorithms that implement `kind`, in table order (registry.h).

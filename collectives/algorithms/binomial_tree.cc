@@ -85,12 +85,14 @@ double tree_rounds(CollectiveKind kind, const CostTerms& t) {
 
 // Allreduce: the ranks 2^k away from their parent send the buffer up (in
 // pieces) and receive it back down: n - 1 edges, each carrying it both ways.
+// The chain: a piece up through every level and back down.
 Work tree_work(CollectiveKind kind, const CostTerms& t) {
   Work w;
   if (kind != CollectiveKind::kAllreduce) return w;
   for (double d = 1; d < t.n; d *= 2) {
     const double children = std::ceil((t.n - d) / (2 * d));  // ranks r with r mod 2d == d
     w.add(t.leaves_host(d), 2 * children * t.pieces(t.m), 2 * children * t.m);
+    w.step(t.leaves_host(d), 2 * t.m, 2 * t.k);
   }
   w.reduced = (t.n - 1) * t.m;  // each child's buffer, on the way up
   return w;

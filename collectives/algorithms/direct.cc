@@ -58,7 +58,8 @@ double direct_rounds(CollectiveKind, const CostTerms&) {
   return 1;
 }
 
-// Allreduce: every rank sends the buffer to every other rank.
+// Allreduce: every rank sends the buffer to every other rank. The chain: one
+// round, in which a rank's link brings in every other rank's first piece.
 Work direct_work(CollectiveKind kind, const CostTerms& t) {
   Work w;
   if (kind != CollectiveKind::kAllreduce) return w;
@@ -66,6 +67,8 @@ Work direct_work(CollectiveKind kind, const CostTerms& t) {
   w.add(true, t.n * others * t.pieces(t.m), t.n * others * t.m);
   w.add(false, t.n * near * t.pieces(t.m), t.n * near * t.m);
   w.reduced = t.n * (t.n - 1) * t.m;  // every rank reduces every other's buffer
+  w.step(true, others * t.m, others * t.k);
+  w.step(false, near * t.m, near * t.k);
   return w;
 }
 

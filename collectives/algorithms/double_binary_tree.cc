@@ -5,6 +5,7 @@
 // busy at once: full bandwidth of a pipelined tree at log2(n) latency.
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "collectives/algorithms/registry.h"
 #include "collectives/topology.h"
@@ -54,15 +55,41 @@ double dbtree_rounds(CollectiveKind kind, const CostTerms& t) {
 }
 
 // Allreduce: two trees of n - 1 edges, each carrying half the buffer up and
-// down; their edges span 1, 2, 4, ... ranks as a binomial tree's do (the
-// split of the edges between host and link is the binomial tree's).
+// down, counted on the trees themselves: their edges leave a host more often
+// than a binomial tree's (on 2 hosts x 2 ranks, 4 of the 6 edges against 1 of
+// 3). The chain: a piece of a half up the deeper tree's longest path and back
+// down, half the binomial tree's bytes below two pieces.
 Work dbtree_work(CollectiveKind kind, const CostTerms& t) {
   Work w;
   if (kind != CollectiveKind::kAllreduce) return w;
-  for (double d = 1; d < t.n; d *= 2) {
-    const double edges = std::ceil((t.n - d) / (2 * d));
-    w.add(t.leaves_host(d), 4 * edges * t.pieces(t.m / 2), 2 * edges * t.m);
+  const int n = static_cast<int>(t.n), q = std::max(1, static_cast<int>(t.q));
+  const bool one_level = t.q <= 1;
+  auto leaves = [&](int a, int b) { return one_level || a / q != b / q; };
+  std::vector<int> parent[2] = {std::vector<int>(n), std::vector<int>(n)};
+  std::vector<bool> leaf[2] = {std::vector<bool>(n), std::vector<bool>(n)};
+  for (int r = 0; r < n; ++r) {
+    const DoubleTree dt = double_binary_tree(n, r);
+    const TreeNode* me[2] = {&dt.first, &dt.second};
+    for (int tree = 0; tree < 2; ++tree) {
+      for (int child : me[tree]->children) w.add(leaves(child, r), 2 * t.pieces(t.m / 2), t.m);
+      parent[tree][r] = me[tree]->parent;
+      leaf[tree][r] = me[tree]->children.empty();
+    }
   }
+  double link = 0, host = 0;  // the longest path's edges (the link's first)
+  for (int tree = 0; tree < 2; ++tree) {
+    for (int r = 0; r < n; ++r) {
+      if (!leaf[tree][r]) continue;  // paths from the leaves up
+      double l = 0, h = 0;
+      for (int at = r; parent[tree][at] >= 0; at = parent[tree][at]) {
+        (leaves(at, parent[tree][at]) ? l : h) += 1;
+      }
+      if (l > link || (l == link && h > host)) link = l, host = h;
+    }
+  }
+  const double hop = 2 * std::min(t.m / 2, t.k);  // a piece up and back down
+  w.chain = link * hop;
+  w.host_chain = host * hop;
   w.reduced = (t.n - 1) * t.m;  // two trees of n - 1 edges, half the buffer each
   return w;
 }

@@ -143,7 +143,9 @@ namespace rdmaflow {
 // Allreduce on two levels: within each of the H hosts a ring reduce-scatter
 // and allgather among its q ranks (2(q - 1) steps of m/q from every rank),
 // between the hosts the q lanes' allreduces of m/q, each the lanes'
-// algorithm's sends over H ranks.
+// algorithm's sends over H ranks. The chain: the reduce-scatter's and the
+// allgather's steps within the host, and a lane's chain with the host's q
+// lanes on its link at once.
 Work hier_work(CollectiveKind kind, const CostTerms& t) {
   Work w;
   if (kind != CollectiveKind::kAllreduce || t.model == nullptr || !t.model->two_level()) return w;
@@ -160,6 +162,8 @@ Work hier_work(CollectiveKind kind, const CostTerms& t) {
   const Work one = lane->work(kind, lane_terms);
   w.add(true, q * one.messages, q * one.bytes);
   w.reduced = hosts * (q - 1) * t.m + q * one.reduced;
+  w.host_chain = 2 * (q - 1) * std::min(t.m / q, t.k) + q * one.host_chain;
+  w.chain = q * one.chain;
   return w;
 }
 

@@ -169,16 +169,20 @@ double rabenseifner_rounds(CollectiveKind kind, const CostTerms& t) {
 
 // Allreduce: the halving step at distance d and the doubling step at the same
 // distance each send d/p of the buffer from every one of the p ranks; a folded
-// pair sends 2.5 buffers (three halves in, the result out).
+// pair sends 2.5 buffers (three halves in, the result out). The chain: every
+// step, a fold's half in, its reduced half and the result out.
 Work rabenseifner_work(CollectiveKind kind, const CostTerms& t) {
   Work w;
   if (kind != CollectiveKind::kAllreduce) return w;
   for (double d = 1; d < t.p; d *= 2) {
     w.add(t.leaves_host(d), 2 * t.p * t.pieces(t.m * d / t.p), 2 * t.m * d);
+    w.step(t.leaves_host(d), 2 * t.m * d / t.p, 2 * t.k);
   }
   if (t.folded) {
     w.add(t.leaves_host(1), (t.n - t.p) * (3 * t.pieces(t.m / 2) + t.pieces(t.m)),
           2.5 * t.m * (t.n - t.p));
+    w.step(t.leaves_host(1), t.m, 2 * t.k);  // two halves
+    w.step(t.leaves_host(1), t.m, t.k);
   }
   w.reduced = (t.p - 1 + (t.n - t.p)) * t.m;  // the halving's blocks; a fold's halves
   return w;

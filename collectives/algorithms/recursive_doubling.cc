@@ -99,13 +99,20 @@ double rd_rounds(CollectiveKind, const CostTerms& t) {
 }
 
 // Allreduce: in round k each of the p ranks sends the buffer to the rank 2^k
-// away; the n - p ranks beyond fold in and out with a neighbour.
+// away; the n - p ranks beyond fold in and out with a neighbour. The chain:
+// every round.
 Work rd_work(CollectiveKind kind, const CostTerms& t) {
   Work w;
   if (kind != CollectiveKind::kAllreduce) return w;
   const double pieces = t.pieces(t.m);
-  for (double d = 1; d < t.p; d *= 2) w.add(t.leaves_host(d), t.p * pieces, t.p * t.m);
-  if (t.folded) w.add(t.leaves_host(1), 2 * (t.n - t.p) * pieces, 2 * (t.n - t.p) * t.m);
+  for (double d = 1; d < t.p; d *= 2) {
+    w.add(t.leaves_host(d), t.p * pieces, t.p * t.m);
+    w.step(t.leaves_host(d), t.m, t.k);
+  }
+  if (t.folded) {
+    w.add(t.leaves_host(1), 2 * (t.n - t.p) * pieces, 2 * (t.n - t.p) * t.m);
+    w.step(t.leaves_host(1), 2 * t.m, 2 * t.k);
+  }
   w.reduced = (t.p * t.lgp + t.n - t.p) * t.m;  // what every round receives; a fold's once
   return w;
 }

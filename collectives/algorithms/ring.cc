@@ -134,7 +134,8 @@ double ring_rounds(CollectiveKind kind, const CostTerms& t) {
 }
 
 // Allreduce: 2(n - 1) steps in which every rank sends a block of m/n to the
-// next; numbered host by host, n/q of the n edges leave a host.
+// next; numbered host by host, n/q of the n edges leave a host. The chain is
+// every step: a block goes on once the one before it arrived.
 Work ring_work(CollectiveKind kind, const CostTerms& t) {
   Work w;
   if (kind != CollectiveKind::kAllreduce) return w;
@@ -142,6 +143,9 @@ Work ring_work(CollectiveKind kind, const CostTerms& t) {
   w.add(true, steps * across * t.pieces(t.m / t.n), steps * across * t.m / t.n);
   w.add(false, steps * (t.n - across) * t.pieces(t.m / t.n), steps * (t.n - across) * t.m / t.n);
   w.reduced = (t.n - 1) * t.m;  // the reduce-scatter's n - 1 blocks on every rank
+  const double block = std::min(t.m / t.n, t.k);
+  w.chain = steps * across / t.n * block;
+  w.host_chain = steps * (t.n - across) / t.n * block;
   return w;
 }
 
