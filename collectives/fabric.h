@@ -47,6 +47,25 @@
 // and the block ends with this rank's doorbell (the memory endpoint's, granted
 // to every peer on its own key).
 //
+// Credits ride with other frames. A credit is the most frequent frame and
+// the least urgent: the peer needs credit(seq) only to send piece seq + slots.
+// So on the notify path it is a deferred post (Channel::post_write_deferred):
+// tcp queues it without a system call of its own, and it leaves in the
+// sendmsg of the next frame to that peer (the next piece, in recursive
+// doubling, trees and at the next call), or at once when it would make more
+// than `credit_hold` wait on the channel (default slots / 2 - 1: at 4 slots
+// every second credit goes and takes the first with it, so a sender with a
+// full window gets its oldest slot back after the receiver consumed half of
+// them), or at the transport's tick 1-2 ms after the oldest was held.
+// Deadlock freedom: a peer blocked on a held credit gets it without this
+// rank doing anything more, by that tick, which tcp's progress thread runs
+// while anything is held (TcpChannel::flush_held); a blocked sender then
+// waits at most ~2 ms, once, and only in a schedule where the receiver
+// consumed a piece and then neither consumes another from it nor sends it
+// anything (pieces arrive and are consumed in seq order per lane, so with
+// the window full the next consumption sends it). UCX and verbs post it at
+// once (their default), the direct path signals at once.
+//
 // Small sends (<= kSmallBytes) are copied into this rank's staging cell for
 // (peer, lane, slot) and posted from there (Channel::post_write, as credits
 // are: on tcp a frame with no acknowledgement); the executor does not wait for
@@ -92,6 +111,11 @@ struct FabricConfig {
   // source (RDMAFLOW_COLL_STAGE=1): how verbs behaves, on any backend, to
   // measure staging and test the registered-buffer path without an RDMA NIC.
   bool stage_all = false;
+  // Credits on the notify path that may wait per channel for a frame to ride
+  // with (Channel::post_write_deferred; "Credits ride with other frames"
+  // above). -1: from RDMAFLOW_COLL_CREDIT_HOLD, else slots / 2 - 1; 0: every
+  // credit goes at once. At most slots - 1.
+  int credit_hold = -1;
 };
 
 // What the fabric did, for tests and tuning.
@@ -105,6 +129,7 @@ struct FabricStats {
   // staging first, or posted straight from a buffer of user_memory().
   uint64_t staged_pieces = 0;
   uint64_t registered_source_pieces = 0;
+  int credit_hold = 0;  // credits that may wait per channel (FabricConfig)
 };
 
 namespace notify_code {
