@@ -151,8 +151,8 @@ TEST_P(Collectives, HeldCreditsNeverStallTheSender) {
         for (int call = 0; call < 60; ++call) {
           const size_t count = call % 3 == 2 ? big : 2;
           for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(rank + call + i % 3);
-          RF_ASSERT_OK(node.comm->allreduce(in.data(), out.data(), count, DataType::kF32,
-                                            ReduceOp::kSum));
+          RF_ASSERT_OK(
+              node.comm->allreduce(in.data(), out.data(), count, DataType::kF32, ReduceOp::kSum));
           for (size_t i = 0; i < count; ++i) {
             RF_ASSERT(out[i] == static_cast<float>(3 + 3 * (call + i % 3)));
           }

@@ -82,9 +82,9 @@ class TcpChannel final : public Channel,
   // A posted write queued without starting the sender (see "Held writes"
   // below): it leaves with the next frame this channel sends, or when it
   // makes more than `hold` held, or at the transport's tick 1-2 ms later.
-  void post_write_deferred(const void* src, size_t len, const RemoteKey& dst,
-                           uint64_t dst_offset, std::optional<uint64_t> notify, Callback done,
-                           Millis timeout, int hold) override;
+  void post_write_deferred(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
+                           std::optional<uint64_t> notify, Callback done, Millis timeout,
+                           int hold) override;
   void read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,
             Millis timeout) override;
   void send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) override;
