@@ -59,12 +59,14 @@
 // them), or at the transport's tick 1-2 ms after the oldest was held.
 // Deadlock freedom: a peer blocked on a held credit gets it without this
 // rank doing anything more, by that tick, which tcp's progress thread runs
-// while anything is held (TcpChannel::flush_held); a blocked sender then
-// waits at most ~2 ms, once, and only in a schedule where the receiver
-// consumed a piece and then neither consumes another from it nor sends it
-// anything (pieces arrive and are consumed in seq order per lane, so with
-// the window full the next consumption sends it). UCX and verbs post it at
-// once (their default), the direct path signals at once.
+// while anything is held (TcpChannel::flush_held): a blocked sender waits at
+// most ~2 ms for it. That happens only when the receiver, after consuming
+// the piece, consumes no more than `credit_hold` others from that peer and
+// sends it nothing before the sender needs the slot (back-to-back
+// broadcasts with every credit held did, collectives_test
+// HeldCreditsNeverStallTheSender; at the default hold they did not). UCX
+// and verbs post it at once (their default), the direct path signals at
+// once.
 //
 // Small sends (<= kSmallBytes) are copied into this rank's staging cell for
 // (peer, lane, slot) and posted from there (Channel::post_write, as credits
