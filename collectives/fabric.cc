@@ -14,6 +14,10 @@ namespace {
 
 constexpr char kHello[8] = {'R', 'F', 'C', 'O', 'L', 'L', '0', '3'};
 
+// The payload of every credit write on backends that take any source (see
+// Peer::credit_source): static, so it outlives a held credit.
+constexpr uint64_t kCreditPayload = 0;
+
 // Takes every notify out of `inbox`, records ours, puts the others back.
 void drain(Fabric::Shared& s, Inbox& inbox, int peer) {
   thread_local int depth = 0;
@@ -156,6 +160,9 @@ Status Fabric::setup(std::vector<Transport*> transports) {
     if (p == rank_) continue;
     Peer& peer = peers_[p];
     peer.local = block_ + static_cast<size_t>(p) * region_bytes_;
+    peer.credit_source = peer.channel->capabilities().any_source_memory
+                             ? static_cast<const void*>(&kCreditPayload)
+                             : static_cast<const void*>(peer.local + control_offset() + 8);
     auto key = transports[p]->export_key(peer.local, data_bytes_ + control_bytes_);
     if (!key.is_ok()) return key.status().with_op("export collective scratch key");
     exported_.emplace_back(transports[p], *key);
@@ -336,12 +343,11 @@ Status Fabric::send_direct(int p, int lane, uint64_t seq, const void* src, size_
 Status Fabric::return_credit(int p, int lane, uint64_t seq) {
   Peer& peer = peers_[p];
   if (peer.direct) return peer.memory.signal(credit_word_offset(lane, seq), seq + 1);
-  const std::byte* source = peer.local + control_offset() + 8;
   // Nobody waits for a credit's completion: a posted write (no acknowledgement
   // frame on tcp; a refusal fails the channel, which the next call sees),
   // deferred to ride with the next frame to the peer (header comment).
   peer.channel->post_write_deferred(
-      source, 8, peer.remote, control_offset(),
+      peer.credit_source, 8, peer.remote, control_offset(),
       notify_code::encode(notify_code::kCredit, lane, seq), [](const Status&) {}, config_.timeout,
       config_.credit_hold);
   return Status::ok();

@@ -176,12 +176,17 @@ class Fabric {
   struct Peer {
     std::shared_ptr<Channel> channel;  // null for self
     bool staged = false;               // backend needs a registered source
-    RemoteKey remote;                  // the peer's region for this rank
-    std::byte* local = nullptr;        // this rank's region for the peer
-    std::vector<uint64_t> send_seq;    // next seq per lane, this rank -> peer
-    std::vector<uint64_t> recv_seq;    // next seq per lane, peer -> this rank
-    bool direct = false;               // the direct path (above)
-    shm::MemoryChannel memory;         // the peer's region for this rank, when direct
+    // What a credit write sends (8 bytes nobody reads): a constant outside
+    // the scratch block where the backend takes any source, since a held
+    // credit may leave after the fabric freed the block; else the block's
+    // credit source word (registered).
+    const void* credit_source = nullptr;
+    RemoteKey remote;                // the peer's region for this rank
+    std::byte* local = nullptr;      // this rank's region for the peer
+    std::vector<uint64_t> send_seq;  // next seq per lane, this rank -> peer
+    std::vector<uint64_t> recv_seq;  // next seq per lane, peer -> this rank
+    bool direct = false;             // the direct path (above)
+    shm::MemoryChannel memory;       // the peer's region for this rank, when direct
   };
 
   static Result<std::unique_ptr<Fabric>> create(int rank, int world,
