@@ -6,12 +6,17 @@
 #include <string>
 
 #include "common/bytes.h"
+#include "common/env.h"
 #include "common/log.h"
 
 namespace rdmaflow {
 namespace {
 
 constexpr char kHello[8] = {'R', 'F', 'C', 'O', 'L', 'L', '0', '3'};
+
+// The payload of every credit write on backends that take any source (see
+// Peer::credit_source): static, so it outlives a held credit.
+constexpr uint64_t kCreditPayload = 0;
 
 // Takes every notify out of `inbox`, records ours, puts the others back.
 void drain(Fabric::Shared& s, Inbox& inbox, int peer) {
@@ -65,6 +70,15 @@ Result<std::unique_ptr<Fabric>> Fabric::create(int rank, int world,
                           "need 1..63 lanes, >= 1 slot and slots of >= 64 bytes");
   }
   config.slot_bytes = (config.slot_bytes + 63) / 64 * 64;
+  if (config.credit_hold < 0) {
+    auto hold = env_int("RDMAFLOW_COLL_CREDIT_HOLD", std::max(0, config.slots / 2 - 1));
+    if (!hold.is_ok() || *hold < 0) {
+      return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
+                            "RDMAFLOW_COLL_CREDIT_HOLD must be a count >= 0");
+    }
+    config.credit_hold = static_cast<int>(std::min<int64_t>(*hold, config.slots - 1));
+  }
+  config.credit_hold = std::clamp(config.credit_hold, 0, config.slots - 1);
   std::unique_ptr<Fabric> f(new Fabric());
   f->rank_ = rank;
   f->world_ = world;
@@ -146,6 +160,9 @@ Status Fabric::setup(std::vector<Transport*> transports) {
     if (p == rank_) continue;
     Peer& peer = peers_[p];
     peer.local = block_ + static_cast<size_t>(p) * region_bytes_;
+    peer.credit_source = peer.channel->capabilities().any_source_memory
+                             ? static_cast<const void*>(&kCreditPayload)
+                             : static_cast<const void*>(peer.local + control_offset() + 8);
     auto key = transports[p]->export_key(peer.local, data_bytes_ + control_bytes_);
     if (!key.is_ok()) return key.status().with_op("export collective scratch key");
     exported_.emplace_back(transports[p], *key);
@@ -326,12 +343,13 @@ Status Fabric::send_direct(int p, int lane, uint64_t seq, const void* src, size_
 Status Fabric::return_credit(int p, int lane, uint64_t seq) {
   Peer& peer = peers_[p];
   if (peer.direct) return peer.memory.signal(credit_word_offset(lane, seq), seq + 1);
-  const std::byte* source = peer.local + control_offset() + 8;
   // Nobody waits for a credit's completion: a posted write (no acknowledgement
-  // frame on tcp; a refusal fails the channel, which the next call sees).
-  peer.channel->post_write(
-      source, 8, peer.remote, control_offset(),
-      notify_code::encode(notify_code::kCredit, lane, seq), [](const Status&) {}, config_.timeout);
+  // frame on tcp; a refusal fails the channel, which the next call sees),
+  // deferred to ride with the next frame to the peer (header comment).
+  peer.channel->post_write_deferred(
+      peer.credit_source, 8, peer.remote, control_offset(),
+      notify_code::encode(notify_code::kCredit, lane, seq), [](const Status&) {}, config_.timeout,
+      config_.credit_hold);
   return Status::ok();
 }
 
@@ -344,6 +362,7 @@ FabricStats Fabric::stats() const {
   s.mixed_wait = mixed_driver_ != nullptr;
   s.staged_pieces = staged_pieces_.load(std::memory_order_relaxed);
   s.registered_source_pieces = registered_source_pieces_.load(std::memory_order_relaxed);
+  s.credit_hold = config_.credit_hold;
   return s;
 }
 

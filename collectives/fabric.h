@@ -47,6 +47,27 @@
 // and the block ends with this rank's doorbell (the memory endpoint's, granted
 // to every peer on its own key).
 //
+// Credits ride with other frames. A credit is the most frequent frame and
+// the least urgent: the peer needs credit(seq) only to send piece seq + slots.
+// So on the notify path it is a deferred post (Channel::post_write_deferred):
+// tcp queues it without a system call of its own, and it leaves in the
+// sendmsg of the next frame to that peer (the next piece, in recursive
+// doubling, trees and at the next call), or at once when it would make more
+// than `credit_hold` wait on the channel (default slots / 2 - 1: at 4 slots
+// every second credit goes and takes the first with it, so a sender with a
+// full window gets its oldest slot back after the receiver consumed half of
+// them), or at the transport's tick 1-2 ms after the oldest was held.
+// Deadlock freedom: a peer blocked on a held credit gets it without this
+// rank doing anything more, by that tick, which tcp's progress thread runs
+// while anything is held (TcpChannel::flush_held): a blocked sender waits at
+// most ~2 ms for it. That happens only when the receiver, after consuming
+// the piece, consumes no more than `credit_hold` others from that peer and
+// sends it nothing before the sender needs the slot (back-to-back
+// broadcasts with every credit held did, collectives_test
+// HeldCreditsNeverStallTheSender; at the default hold they did not). UCX
+// and verbs post it at once (their default), the direct path signals at
+// once.
+//
 // Small sends (<= kSmallBytes) are copied into this rank's staging cell for
 // (peer, lane, slot) and posted from there (Channel::post_write, as credits
 // are: on tcp a frame with no acknowledgement); the executor does not wait for
@@ -92,6 +113,11 @@ struct FabricConfig {
   // source (RDMAFLOW_COLL_STAGE=1): how verbs behaves, on any backend, to
   // measure staging and test the registered-buffer path without an RDMA NIC.
   bool stage_all = false;
+  // Credits on the notify path that may wait per channel for a frame to ride
+  // with (Channel::post_write_deferred; "Credits ride with other frames"
+  // above). -1: from RDMAFLOW_COLL_CREDIT_HOLD, else slots / 2 - 1; 0: every
+  // credit goes at once. At most slots - 1.
+  int credit_hold = -1;
 };
 
 // What the fabric did, for tests and tuning.
@@ -105,6 +131,7 @@ struct FabricStats {
   // staging first, or posted straight from a buffer of user_memory().
   uint64_t staged_pieces = 0;
   uint64_t registered_source_pieces = 0;
+  int credit_hold = 0;  // credits that may wait per channel (FabricConfig)
 };
 
 namespace notify_code {
@@ -149,12 +176,17 @@ class Fabric {
   struct Peer {
     std::shared_ptr<Channel> channel;  // null for self
     bool staged = false;               // backend needs a registered source
-    RemoteKey remote;                  // the peer's region for this rank
-    std::byte* local = nullptr;        // this rank's region for the peer
-    std::vector<uint64_t> send_seq;    // next seq per lane, this rank -> peer
-    std::vector<uint64_t> recv_seq;    // next seq per lane, peer -> this rank
-    bool direct = false;               // the direct path (above)
-    shm::MemoryChannel memory;         // the peer's region for this rank, when direct
+    // What a credit write sends (8 bytes nobody reads): a constant outside
+    // the scratch block where the backend takes any source, since a held
+    // credit may leave after the fabric freed the block; else the block's
+    // credit source word (registered).
+    const void* credit_source = nullptr;
+    RemoteKey remote;                // the peer's region for this rank
+    std::byte* local = nullptr;      // this rank's region for the peer
+    std::vector<uint64_t> send_seq;  // next seq per lane, this rank -> peer
+    std::vector<uint64_t> recv_seq;  // next seq per lane, peer -> this rank
+    bool direct = false;             // the direct path (above)
+    shm::MemoryChannel memory;       // the peer's region for this rank, when direct
   };
 
   static Result<std::unique_ptr<Fabric>> create(int rank, int world,

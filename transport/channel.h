@@ -172,6 +172,22 @@ class Channel {
     write(src, len, dst, dst_offset, notify, std::move(done), timeout);
   }
 
+  // post_write() of a write the peer does not need at once (the collectives'
+  // slot credits): the backend may hold it back so that it leaves in the same
+  // system call as the next frame to the peer, while at most `hold` such
+  // writes wait (the one that would be hold + 1 goes at once, the held ones
+  // before it). A held write still leaves within a bounded time whatever this
+  // process does next (tcp: 1-2 ms, its progress thread's ticks), so a peer
+  // waiting for it never depends on this process issuing more. The rules of
+  // post_write() hold, its order among this channel's operations too.
+  // Backends without a cheaper way post it at once (the default).
+  virtual void post_write_deferred(const void* src, size_t len, const RemoteKey& dst,
+                                   uint64_t dst_offset, std::optional<uint64_t> notify,
+                                   Callback done, Millis timeout, int hold) {
+    (void)hold;
+    post_write(src, len, dst, dst_offset, notify, std::move(done), timeout);
+  }
+
   // One-sided read of `len` bytes of `src` at `src_offset` into `dst`.
   virtual void read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,
                     Millis timeout) = 0;

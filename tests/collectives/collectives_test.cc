@@ -119,6 +119,53 @@ TEST_P(Collectives, LargeAllreduceEveryAlgorithm) {
   ASSERT_TRUE(r.ok) << r.message;
 }
 
+// Slot credits on the notify path may wait for a frame to ride with
+// (collectives/fabric.h, "Credits ride with other frames"). Back-to-back
+// broadcasts from one root, whose receivers never send it anything, then
+// back-to-back allreduces, with one slot, a few, and as many credits held as
+// the fabric allows (RDMAFLOW_COLL_CREDIT_HOLD over slots - 1 means slots -
+// 1): every call finishes, right, before a 5 s call timeout. A sender that
+// needs a held credit gets it without the receiver doing anything more.
+TEST_P(Collectives, HeldCreditsNeverStallTheSender) {
+  for (int slots : {1, 2, 4}) {
+    for (const char* hold : {"", "99"}) {
+      auto r = run_ranks(3, [&](int rank, int n, Exchange& ex) {
+        if (*hold != '\0') setenv("RDMAFLOW_COLL_CREDIT_HOLD", hold, 1);
+        CommunicatorOptions options;
+        options.slots = slots;
+        options.slot_bytes = 4096;
+        options.measure = false;
+        options.timeout = Millis(5000);
+        CommNode node;
+        RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node, options));
+        const size_t big = 3 * 1024 + 5;  // f32: several 4 KiB pieces
+        std::vector<float> buf(big), in(big), out(big);
+        for (int call = 0; call < 150; ++call) {
+          const size_t count = call % 3 == 2 ? big : 2;
+          for (size_t i = 0; i < count; ++i) {
+            buf[i] = rank == 0 ? static_cast<float>(call + i % 5) : -1.0f;
+          }
+          RF_ASSERT_OK(node.comm->broadcast(buf.data(), buf.data(), count, DataType::kF32, 0));
+          for (size_t i = 0; i < count; ++i) RF_ASSERT(buf[i] == static_cast<float>(call + i % 5));
+        }
+        for (int call = 0; call < 60; ++call) {
+          const size_t count = call % 3 == 2 ? big : 2;
+          for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(rank + call + i % 3);
+          RF_ASSERT_OK(
+              node.comm->allreduce(in.data(), out.data(), count, DataType::kF32, ReduceOp::kSum));
+          for (size_t i = 0; i < count; ++i) {
+            RF_ASSERT(out[i] == static_cast<float>(3 + 3 * (call + i % 3)));
+          }
+        }
+        RF_ASSERT_OK(ex.barrier());
+        return 0;
+      });
+      if (r.skipped) GTEST_SKIP() << r.message;
+      ASSERT_TRUE(r.ok) << "slots " << slots << " hold '" << hold << "': " << r.message;
+    }
+  }
+}
+
 // Several collectives in flight at once on different lanes, finished in any
 // order, each matched by its tag.
 TEST_P(Collectives, AsynchronousCallsInFlightTogether) {

@@ -491,6 +491,72 @@ TEST_P(Conformance, PostedWritesLandInOrderAndARefusalIsReported) {
   RF_EXPECT_RUN_OK(r);
 }
 
+// Channel::post_write_deferred (the collectives' credits): a write the
+// backend may hold back for a frame to ride with still arrives, in issue
+// order among the channel's other operations, when the sender issues
+// nothing more and only sleeps (the peer blocked on it must not depend on
+// this process doing anything), and the one over `hold` takes the held ones
+// along at once.
+TEST_P(Conformance, DeferredWritesArriveWithoutTheSenderDoingMore) {
+  constexpr size_t kCell = 8;
+  constexpr int kRounds = 20;
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(backend(), rank, world, ex));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    if (rank == 1) {
+      Buffer region(4096);
+      std::memset(region.p, 0, region.size);
+      RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
+      RF_ASSERT_OK(ex.allgather(key_bytes(key)));
+      uint64_t expect = 0;
+      for (int round = 0; round < kRounds; ++round) {
+        // One held write, then the sender sleeps: it must come anyway, and
+        // long before the operation timeout (the bound is a few ms; 2 s
+        // leaves room for a crowded machine).
+        RF_ASSIGN_OR_FAIL(uint64_t v, ch.inbox().wait_notify(Millis(2000)));
+        RF_ASSERT(v == expect++);
+        RF_ASSERT(check_pattern(region.p + (v % 64) * kCell, kCell, 700 + static_cast<int>(v)) ==
+                  -1);
+        RF_ASSERT_OK(ex.barrier());
+      }
+      // Three held (hold 3), then a plain posted write: all four in order.
+      for (int k = 0; k < 4; ++k) {
+        RF_ASSIGN_OR_FAIL(uint64_t v, ch.inbox().wait_notify(Millis(2000)));
+        RF_ASSERT(v == expect++);
+      }
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    }
+    RF_ASSIGN_OR_FAIL(auto keys, ex.allgather(""));
+    RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(keys[1]));
+    Buffer src(64 * kCell);
+    RF_ASSERT_OK(node.local(src));
+    CompletionGroup group;
+    uint64_t v = 0;
+    auto post = [&](bool deferred, int hold) {
+      const size_t at = (v % 64) * kCell;
+      fill_pattern(src.p + at, kCell, 700 + static_cast<int>(v));
+      if (deferred) {
+        ch.post_write_deferred(src.p + at, kCell, key, at, v, group.add(), kOpTimeout, hold);
+      } else {
+        ch.post_write(src.p + at, kCell, key, at, v, group.add(), kOpTimeout);
+      }
+      ++v;
+    };
+    for (int round = 0; round < kRounds; ++round) {
+      post(/*deferred=*/true, /*hold=*/1 + round % 3);
+      RF_ASSERT_OK(ex.barrier());  // sleeps until the peer saw it
+    }
+    for (int k = 0; k < 3; ++k) post(true, 3);
+    post(false, 0);
+    RF_ASSERT_OK(group.wait(kOpTimeout + Millis(5000), "deferred writes"));
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
 // ------------------------------------------------------------ capabilities
 
 // What a channel announces holds: with any_source_memory a write takes its

@@ -65,7 +65,7 @@ TcpChannel::Op* TcpChannel::new_op_locked(int kind, Callback done, Millis timeou
   Op* op = ops_.acquire();
   op->kind = static_cast<Op::Kind>(kind);
   op->peer = peer_;
-  op->queued = op->in_batch = op->finish_pending = false;
+  op->queued = op->in_batch = op->finish_pending = op->held = false;
   op->done = std::move(done);
   // A read served for the peer has no deadline of its own: the peer times it out.
   if (kind != Op::kServeRead) op->set_deadline(timeout);
@@ -86,6 +86,10 @@ void TcpChannel::unlink_locked(Op* op) {
   (op->next ? op->next->prev : send_tail_) = op->prev;
   op->prev = op->next = nullptr;
   op->queued = false;
+  if (op->held) {  // leaving the FIFO: on its way out in a batch, or completed
+    op->held = false;
+    if (--held_count_ == 0) has_held_.store(false, std::memory_order_relaxed);
+  }
 }
 
 void TcpChannel::enqueue_locked(Op* op) {

@@ -79,6 +79,12 @@ class TcpChannel final : public Channel,
   // plain writes.
   void post_write(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                   std::optional<uint64_t> notify, Callback done, Millis timeout) override;
+  // A posted write queued without starting the sender (see "Held writes"
+  // below): it leaves with the next frame this channel sends, or when it
+  // makes more than `hold` held, or at the transport's tick 1-2 ms later.
+  void post_write_deferred(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
+                           std::optional<uint64_t> notify, Callback done, Millis timeout,
+                           int hold) override;
   void read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,
             Millis timeout) override;
   void send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) override;
@@ -100,6 +106,20 @@ class TcpChannel final : public Channel,
   // waited `after`; the transport's ticker calls it every millisecond. True
   // while ACKs are still held back.
   bool flush_deferred(Clock::time_point now, Clock::duration after);
+
+  // Held writes (post_write_deferred). They sit in the send FIFO with the
+  // sender idle; any frame the channel sends next takes them along (one
+  // sendmsg), and nothing but a frame of its own starts the sender for them:
+  // not the ACK flush, not the end of a receive turn. The backstop is this
+  // call, which the transport's ticker makes every millisecond: it sends them
+  // once the oldest has waited `after`. So a peer waiting for one gets it
+  // within `after` plus a tick whatever this process does. True while some
+  // are still held.
+  bool flush_held(Clock::time_point now, Clock::duration after);
+  // Writes held back so far, and of them those the ticker had to send (for
+  // tests and tuning).
+  uint64_t held_writes() const { return held_total_.load(std::memory_order_relaxed); }
+  uint64_t held_flushed_by_tick() const { return held_ticked_.load(std::memory_order_relaxed); }
 
   // Gives the socket back to the progress thread when no waiter drove it for
   // `after` (see drive()). True while it is still leased.
@@ -237,11 +257,13 @@ class TcpChannel final : public Channel,
     uint64_t base = 0;
     uint64_t total = 0;
   };
+  // `hold` >= 0: a held write (post_write_deferred); -1: sent at once.
   void write_now(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                  std::optional<uint64_t> notify, Callback done, Millis timeout,
-                 const Share* share = nullptr, bool no_ack = false);
+                 const Share* share = nullptr, bool no_ack = false, int hold = -1);
   void write_routed(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
-                    std::optional<uint64_t> notify, Callback done, Millis timeout, bool no_ack);
+                    std::optional<uint64_t> notify, Callback done, Millis timeout, bool no_ack,
+                    int hold = -1);
   // NO_ACK writes that were sent (mu_): their completions wait for the next
   // receive turn or sweep, which run them without a thread hop.
   void settle_sent_locked(DoneList& done);
@@ -254,6 +276,7 @@ class TcpChannel final : public Channel,
   // Sending (tcp_send.cc).
   Status check_key(const RemoteKey& key, uint64_t offset, uint64_t len, const char* op) const;
   void submit(Op* op, std::unique_lock<std::mutex>& lock);
+  void submit_held(Op* op, std::unique_lock<std::mutex>& lock, int hold);
   void pump();
   bool build_batch_locked();
   void settle_batch_locked(DoneList& done);
@@ -298,6 +321,11 @@ class TcpChannel final : public Channel,
   std::vector<uint64_t> sent_no_ack_;  // ids of sent NO_ACK writes not yet completed
   std::atomic<bool> has_sent_no_ack_{false};
   std::vector<Ctrl> ctrl_;  // ACK / NACK frames, sent before the next FIFO frame
+  size_t held_count_ = 0;   // (mu_) held writes in the FIFO (Op::held)
+  std::atomic<bool> has_held_{false};
+  std::atomic<Clock::rep> held_since_ns_{0};  // when the oldest held write was queued
+  std::atomic<uint64_t> held_total_{0};
+  std::atomic<uint64_t> held_ticked_{0};
   size_t ctrl_head_ = 0;
   Sender sender_ = Sender::kIdle;
   std::condition_variable sender_cv_;

@@ -49,6 +49,7 @@ struct TcpChannel::Op : OpRecord {
   Kind kind = kWrite;
   bool queued = false;    // in the send FIFO (frames left to emit)
   bool in_batch = false;  // a frame of it is in the batch on the wire
+  bool held = false;      // queued by post_write_deferred, counted in held_count_
   bool finish_pending = false;
   Callback done;
   FrameHeader header;  // template of this op's frames

@@ -35,9 +35,28 @@ void TcpChannel::submit(Op* op, std::unique_lock<std::mutex>& lock) {
   if (become_sender) pump();
 }
 
+void TcpChannel::submit_held(Op* op, std::unique_lock<std::mutex>& lock, int hold) {
+  if (driver_) attach_wait_driver(op->done, driver_);
+  enqueue_locked(op);
+  op->held = true;
+  held_total_.fetch_add(1, std::memory_order_relaxed);
+  if (++held_count_ == 1) {
+    held_since_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    has_held_.store(true, std::memory_order_relaxed);
+  }
+  // A busy sender takes it with the frames in front of it; an idle one is
+  // only started when too many are held (the one over `hold` goes, and the
+  // FIFO order sends the held ones first).
+  bool become_sender = sender_ == Sender::kIdle && held_count_ > static_cast<size_t>(hold);
+  if (become_sender) sender_ = Sender::kActive;
+  lock.unlock();
+  loop_->request_ticks();  // flush_held() is the backstop
+  if (become_sender) pump();
+}
+
 void TcpChannel::write_now(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                            std::optional<uint64_t> notify, Callback done, Millis timeout,
-                           const Share* share, bool no_ack) {
+                           const Share* share, bool no_ack, int hold) {
   if (Status st = check_key(dst, dst_offset, len, "write"); !st.is_ok()) {
     return complete_soon(std::move(done), std::move(st));
   }
@@ -67,6 +86,7 @@ void TcpChannel::write_now(const void* src, size_t len, const RemoteKey& dst, ui
   }
   op->src = static_cast<const uint8_t*>(src);
   op->len = len;
+  if (hold >= 0 && share == nullptr) return submit_held(op, lock, hold);
   submit(op, lock);
 }
 
@@ -400,10 +420,27 @@ void TcpChannel::kick_sender() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (sender_ != Sender::kIdle || failed_) return;
-    if (ctrl_head_ == ctrl_.size() && send_head_ == nullptr) return;
+    // With the sender idle the FIFO holds nothing but held writes (any other
+    // operation starts the sender): they wait for a frame to ride with.
+    if (ctrl_head_ == ctrl_.size() && (send_head_ == nullptr || send_head_->held)) return;
     sender_ = Sender::kActive;
   }
   pump();
+}
+
+bool TcpChannel::flush_held(Clock::time_point now, Clock::duration after) {
+  if (!has_held_.load(std::memory_order_relaxed)) return false;
+  const auto since = Clock::time_point(Clock::duration(held_since_ns_.load()));
+  if (now - since < after) return true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_ || held_count_ == 0) return false;
+    if (sender_ != Sender::kIdle) return true;  // it sends them; look again next tick
+    sender_ = Sender::kActive;
+  }
+  held_ticked_.fetch_add(1, std::memory_order_relaxed);
+  pump();
+  return has_held_.load(std::memory_order_relaxed);
 }
 
 bool TcpChannel::serve_granted_locked(Op* op, uint64_t from, uint64_t len) {

@@ -52,25 +52,33 @@ void TcpChannel::post_write(const void* src, size_t len, const RemoteKey& dst, u
   write_routed(src, len, dst, dst_offset, notify, std::move(done), timeout, /*no_ack=*/true);
 }
 
+void TcpChannel::post_write_deferred(const void* src, size_t len, const RemoteKey& dst,
+                                     uint64_t dst_offset, std::optional<uint64_t> notify,
+                                     Callback done, Millis timeout, int hold) {
+  write_routed(src, len, dst, dst_offset, notify, std::move(done), timeout, /*no_ack=*/true,
+               std::max(hold, 0));
+}
+
 void TcpChannel::write_routed(const void* src, size_t len, const RemoteKey& dst,
                               uint64_t dst_offset, std::optional<uint64_t> notify, Callback done,
-                              Millis timeout, bool no_ack) {
+                              Millis timeout, bool no_ack, int hold) {
   trace_op(done, "write", *this, len);
   counters_->add_write(len);
   if (!striped_.load(std::memory_order_relaxed)) {  // one stream: nothing to order against
-    return write_now(src, len, dst, dst_offset, notify, std::move(done), timeout, nullptr, no_ack);
+    return write_now(src, len, dst, dst_offset, notify, std::move(done), timeout, nullptr, no_ack,
+                     hold);
   }
   const bool big = len >= options_.stripe_min;
   std::function<void()> issue = [this, src, len, dst, dst_offset, notify, done, timeout, big,
-                                 no_ack] {
+                                 no_ack, hold] {
     if (big) {
       write_striped(src, len, dst, dst_offset, notify, done, timeout);
     } else {
-      write_now(src, len, dst, dst_offset, notify, done, timeout, nullptr, no_ack);
+      write_now(src, len, dst, dst_offset, notify, done, timeout, nullptr, no_ack, hold);
     }
   };
   if (route(big, issue)) return;
-  write_now(src, len, dst, dst_offset, notify, std::move(done), timeout, nullptr, no_ack);
+  write_now(src, len, dst, dst_offset, notify, std::move(done), timeout, nullptr, no_ack, hold);
 }
 
 void TcpChannel::read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset,

@@ -469,6 +469,7 @@ bool TcpTransport::sweep(Clock::time_point now) {
   bool pending = false;
   for (auto& ch : channels) {
     pending = ch->flush_deferred(now, Millis(1)) || pending;
+    pending = ch->flush_held(now, Millis(1)) || pending;
     pending = ch->release_lease(now, Millis(1)) || pending;
     pending = ch->drain_zerocopy() || pending;
     if (full) pending = ch->sweep(now) || pending;
