@@ -388,6 +388,39 @@ void Fabric::send_small(int p, int lane, uint64_t seq, const void* src, size_t b
       config_.timeout);
 }
 
+bool Fabric::credits_in() const {
+  for (int p = 0; p < world_; ++p) {
+    const Peer& peer = peers_[p];
+    if (p == rank_ || !peer.channel || peer.direct || !peer.channel->error().is_ok()) continue;
+    for (int lane = 0; lane < config_.lanes; ++lane) {
+      const uint64_t next = peer.send_seq[lane];
+      const uint64_t owed = std::min<uint64_t>(next, static_cast<uint64_t>(config_.slots));
+      for (uint64_t seq = next - owed; seq < next; ++seq) {
+        if (!credit_arrived(p, lane, seq)) return false;
+      }
+    }
+  }
+  return true;
+}
+
+void Fabric::await_credits() {
+  // A peer may still hold the credits for our last pieces (tcp defers them
+  // up to its flush tick, header comment). One that reaches our scratch key
+  // after we revoked it is refused, and the refusal fails the peer's channel,
+  // which the next communicator on it would inherit. So the keys stay until
+  // every piece we sent is credited: at once when the peer sent them, a tick
+  // later when it held them. Bounded: an aborted call's pieces, or a peer
+  // that died or left before consuming them, never answer.
+  if (world_ == 1 || shared_->aborted.load(std::memory_order_acquire)) return;
+  const auto until = std::chrono::steady_clock::now() + std::min(config_.timeout, kCreditDrain);
+  while (!credits_in() && std::chrono::steady_clock::now() < until) {
+    const uint64_t epoch = shared_->signal.epoch();
+    if (credits_in()) break;
+    shared_->signal.wait(epoch, std::chrono::steady_clock::now() + Millis(2),
+                         std::chrono::microseconds(0));
+  }
+}
+
 Fabric::~Fabric() {
   // Detached sends still read the staging cells: let them finish (they all
   // complete, at the latest at their timeout or when the channel fails).
@@ -399,6 +432,7 @@ Fabric::~Fabric() {
     shared_->signal.wait(epoch, std::chrono::steady_clock::now() + Millis(10),
                          std::chrono::microseconds(0));
   }
+  await_credits();
   for (Peer& p : peers_) {
     if (p.channel) p.channel->inbox().set_notify_listener(nullptr);
   }

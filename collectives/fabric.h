@@ -194,6 +194,10 @@ class Fabric {
                                                 std::vector<Transport*> transports,
                                                 FabricConfig config);
   ~Fabric();
+
+  // How long ~Fabric waits at most for the credits of its last pieces
+  // (await_credits()).
+  static constexpr Millis kCreditDrain{200};
   Fabric(const Fabric&) = delete;
   Fabric& operator=(const Fabric&) = delete;
 
@@ -292,6 +296,9 @@ class Fabric {
     return static_cast<size_t>(lane) * config_.slots + seq % config_.slots;
   }
   void install_listeners();
+  // Every piece sent to a healthy notify-path peer credited back.
+  bool credits_in() const;
+  void await_credits();
   void find_common_driver();
   void find_mixed_driver();
 
