@@ -1,6 +1,7 @@
 #include "collectives/executor.h"
 
 #include <sched.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -30,6 +31,16 @@ constexpr auto kMixedSpin = std::chrono::microseconds(50);
 // How often a waiting executor looks at the channels of the peers it is not
 // waiting on.
 constexpr auto kPeerScan = std::chrono::milliseconds(5);
+// How long a thread that was preempted while it polled (RDMAFLOW_COLL_POLL_US)
+// sleeps in its waits instead.
+constexpr auto kPollBackoff = std::chrono::milliseconds(50);
+
+// Times the scheduler took the core from this thread while it could run.
+long involuntary_switches() {
+  rusage ru{};
+  getrusage(RUSAGE_THREAD, &ru);
+  return ru.ru_nivcsw;
+}
 
 // Write completions, filled on progress threads, drained by the executor.
 struct Completions {
@@ -90,6 +101,7 @@ class Run {
   struct Scratch {
     std::vector<uint32_t> remaining, dep_begin, dependents, cursor, ready, inflight, drained;
     std::vector<uint64_t> send_base, recv_base;
+    Clock::time_point no_poll_until{};  // preempted while polling: sleep until then
   };
   static Scratch& thread_scratch() {
     thread_local Scratch scratch;
@@ -504,7 +516,7 @@ class Run {
   // Something moved at `t`: spin (and poll) again from there.
   void progressed(Clock::time_point t) {
     spin_until_ = t + cfg_.spin;
-    poll_until_ = t + std::min(cfg_.poll, cfg_.spin);
+    poll_until_ = t < scratch_.no_poll_until ? t : t + std::min(cfg_.poll, cfg_.spin);
   }
 
   // Until when this thread polls rather than lets its drive sleep in the
@@ -515,8 +527,21 @@ class Run {
   // on: posts then find a registered waiter (the progress thread is not woken
   // to carry them and does not compete for this core). True when anything moved.
   bool spin_in_common_driver(WaitDriver& driver, Clock::time_point t0, uint64_t& epoch) {
-    if (t0 < poll_end()) return poll_common_driver(driver, t0, epoch);
-    return spin_in_driver(driver, t0, epoch, /*step_first=*/true);
+    if (t0 >= poll_end()) return spin_in_driver(driver, t0, epoch, /*step_first=*/true);
+    if (yield_every_ > 0) return poll_common_driver(driver, t0, epoch);
+    // A poller that loses its core to another thread had none of its own
+    // (a build, or more ranks than the launcher counted): it keeps the peer
+    // it waits for, or the competing work, off the CPU until its time slice
+    // ends (8 B with --load 2: 2-3 ms against 20-70 us sleeping). So the
+    // scheduler's preemption, counted per thread, turns polling off for a while.
+    const long before = involuntary_switches();
+    const bool moved = poll_common_driver(driver, t0, epoch);
+    if (involuntary_switches() != before) {
+      const auto now = Clock::now();
+      scratch_.no_poll_until = now + kPollBackoff;
+      poll_until_ = now;
+    }
+    return moved;
   }
 
   // Crowded ranks (more than one per core) spin as Open MPI's do with

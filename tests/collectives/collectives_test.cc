@@ -289,7 +289,7 @@ TEST_P(Collectives, PollingWaitGivesResultsAndStillTimesOut) {
       const auto took = std::chrono::steady_clock::now() - t0;
       EXPECT_EQ(st.code(), Code::kTimeout) << st.to_string();
       EXPECT_EQ(st.peer(), 1) << st.to_string();
-      EXPECT_LT(took, std::chrono::milliseconds(3000)) << st.to_string();
+      EXPECT_LT(took, std::chrono::milliseconds(10000)) << st.to_string();  // not the 60 s spin
       RF_ASSERT_OK(ex.barrier());
       return 0;
     });
