@@ -56,7 +56,10 @@ CollectiveKind Request::kind() const {
 
 namespace {
 
-// RDMAFLOW_COLL_POLL_US's default (chosen from measurement: see its use).
+// RDMAFLOW_COLL_POLL_US's default: off. Under load it gained nothing on 2
+// ranks over loopback (64 KiB-16 MiB) and made 8 B with both cores busy 1.3x
+// slower (docs/benchmarks.md "Two ranks on loopback: polling, and the
+// socket's bound").
 constexpr int64_t kPollUs = 0;
 
 Result<int64_t> knob(const char* name, int64_t given, int64_t fallback, int64_t min) {
@@ -133,7 +136,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t yield, env_int("RDMAFLOW_COLL_YIELD", -1));
   // Of the spin, how long a rank with a core of its own polls its sockets
   // without blocking after progress, as Open MPI's ranks do, before it may
-  // sleep in ppoll (docs/benchmarks.md "Two ranks on loopback: polling").
+  // sleep in ppoll (Run::poll_common_driver in executor.cc).
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t poll, env_int("RDMAFLOW_COLL_POLL_US", kPollUs));
   if (poll < 0) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "RDMAFLOW_COLL_POLL_US must be >= 0");
