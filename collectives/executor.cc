@@ -1,7 +1,7 @@
 #include "collectives/executor.h"
 
 #include <sched.h>
-#include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -31,15 +31,18 @@ constexpr auto kMixedSpin = std::chrono::microseconds(50);
 // How often a waiting executor looks at the channels of the peers it is not
 // waiting on.
 constexpr auto kPeerScan = std::chrono::milliseconds(5);
-// How long a thread that was preempted while it polled (RDMAFLOW_COLL_POLL_US)
-// sleeps in its waits instead.
+// A polling slice (RDMAFLOW_COLL_POLL_US) whose thread was off the CPU this
+// much longer than it ran lost a time slice to other work (a wake-up of a
+// progress thread on the same core costs microseconds), and the thread
+// sleeps in its waits for kPollBackoff instead.
+constexpr auto kPreempted = std::chrono::microseconds(200);
 constexpr auto kPollBackoff = std::chrono::milliseconds(50);
 
-// Times the scheduler took the core from this thread while it could run.
-long involuntary_switches() {
-  rusage ru{};
-  getrusage(RUSAGE_THREAD, &ru);
-  return ru.ru_nivcsw;
+// CPU time this thread ran.
+Clock::duration thread_cpu() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
 }
 
 // Write completions, filled on progress threads, drained by the executor.
@@ -532,12 +535,14 @@ class Run {
     // A poller that loses its core to another thread had none of its own
     // (a build, or more ranks than the launcher counted): it keeps the peer
     // it waits for, or the competing work, off the CPU until its time slice
-    // ends (8 B with --load 2: 2-3 ms against 20-70 us sleeping). So the
-    // scheduler's preemption, counted per thread, turns polling off for a while.
-    const long before = involuntary_switches();
+    // ends (8 B with --load 2: 2-3 ms against 20-70 us sleeping). So a
+    // slice that lost its core (wall time beyond the thread's CPU time) turns
+    // polling off for a while. Not the count of involuntary switches: the
+    // ticks of a progress thread on the same core raise it on a quiet machine.
+    const auto cpu0 = thread_cpu();
     const bool moved = poll_common_driver(driver, t0, epoch);
-    if (involuntary_switches() != before) {
-      const auto now = Clock::now();
+    const auto now = Clock::now();
+    if ((now - t0) - (thread_cpu() - cpu0) > kPreempted) {
       scratch_.no_poll_until = now + kPollBackoff;
       poll_until_ = now;
     }
