@@ -56,10 +56,10 @@ CollectiveKind Request::kind() const {
 
 namespace {
 
-// RDMAFLOW_COLL_POLL_US's default: off. Under load it gained nothing on 2
-// ranks over loopback (64 KiB-16 MiB) and made 8 B with both cores busy 1.3x
-// slower (docs/benchmarks.md "Two ranks on loopback: polling, and the
-// socket's bound").
+// RDMAFLOW_COLL_POLL_US's default: off. Under load its gains on 2 ranks over
+// loopback (64 KiB-4 MiB) were within the runs' spread, 16 MiB lost, and 8 B
+// with both cores busy was 1.1x slower (docs/benchmarks.md "Two ranks on
+// loopback: polling, and the socket's bound").
 constexpr int64_t kPollUs = 0;
 
 Result<int64_t> knob(const char* name, int64_t given, int64_t fallback, int64_t min) {
