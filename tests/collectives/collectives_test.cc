@@ -296,7 +296,9 @@ TEST_P(Collectives, PollingWaitGivesResultsAndStillTimesOut) {
     if (r.skipped) GTEST_SKIP() << r.message;
     ASSERT_TRUE(r.ok) << r.message;
   }
-  auto r = run_ranks(2, [&](int rank, int n, Exchange& ex) {
+  // One rank: with two, the first to refuse exits and closes its channels
+  // while the other may still be connecting.
+  auto r = run_ranks(1, [&](int rank, int n, Exchange& ex) {
     setenv("RDMAFLOW_COLL_POLL_US", "-1", 1);
     CommNode node;
     Status st = make_comm_node(backend(), rank, n, ex, node);
