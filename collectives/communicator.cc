@@ -56,6 +56,12 @@ CollectiveKind Request::kind() const {
 
 namespace {
 
+// RDMAFLOW_COLL_POLL_US's default: off. Under load its gains on 2 ranks over
+// loopback (64 KiB-4 MiB) were within the runs' spread, 16 MiB lost, and 8 B
+// with both cores busy was 1.1x slower (docs/benchmarks.md "Two ranks on
+// loopback: polling, and the socket's bound").
+constexpr int64_t kPollUs = 0;
+
 Result<int64_t> knob(const char* name, int64_t given, int64_t fallback, int64_t min) {
   if (given > 0) return given;
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t v, env_int(name, fallback));
@@ -128,6 +134,13 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   // the doorbell (4 ranks on one host's 2 cores: 50 us beat 1 ms at 64 KiB).
   const int64_t direct_spin = spin_given ? spin : (crowded ? 50 : 10000);
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t yield, env_int("RDMAFLOW_COLL_YIELD", -1));
+  // Of the spin, how long a rank with a core of its own polls its sockets
+  // without blocking after progress, as Open MPI's ranks do, before it may
+  // sleep in ppoll (Run::poll_common_driver in executor.cc).
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t poll, env_int("RDMAFLOW_COLL_POLL_US", kPollUs));
+  if (poll < 0) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "RDMAFLOW_COLL_POLL_US must be >= 0");
+  }
   // Same-host peers whose channel maps their memory: memcpy + sequence words.
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t direct, env_int("RDMAFLOW_COLL_DIRECT", 1));
   if (direct != 0 && direct != 1) {
@@ -153,6 +166,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   if (options.p2p) ++cfg.lanes;  // the last lane is send()/recv()'s
   cfg.spin = std::chrono::microseconds(std::max<int64_t>(0, spin));
   cfg.direct_spin = std::chrono::microseconds(std::max<int64_t>(0, direct_spin));
+  cfg.poll = std::chrono::microseconds(std::min<int64_t>(poll, 60'000'000));
   cfg.yield_polls = static_cast<int>(std::min<int64_t>(yield, 1 << 20));
   cfg.timeout = options.timeout.value_or(default_timeout());
   c->options_.timeout = cfg.timeout;

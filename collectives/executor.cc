@@ -1,6 +1,7 @@
 #include "collectives/executor.h"
 
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -30,6 +31,19 @@ constexpr auto kMixedSpin = std::chrono::microseconds(50);
 // How often a waiting executor looks at the channels of the peers it is not
 // waiting on.
 constexpr auto kPeerScan = std::chrono::milliseconds(5);
+// A polling slice (RDMAFLOW_COLL_POLL_US) whose thread was off the CPU this
+// much longer than it ran lost a time slice to other work (a wake-up of a
+// progress thread on the same core costs microseconds), and the thread
+// sleeps in its waits for kPollBackoff instead.
+constexpr auto kPreempted = std::chrono::microseconds(200);
+constexpr auto kPollBackoff = std::chrono::milliseconds(50);
+
+// CPU time this thread ran.
+Clock::duration thread_cpu() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+}
 
 // Write completions, filled on progress threads, drained by the executor.
 struct Completions {
@@ -79,7 +93,7 @@ class Run {
     if (fabric_.direct_peers() > 0) {
       run_direct();
     } else {
-      spin_until_ = Clock::now() + cfg_.spin;
+      progressed(Clock::now());
     }
     run_driven();
     return complete();
@@ -90,6 +104,7 @@ class Run {
   struct Scratch {
     std::vector<uint32_t> remaining, dep_begin, dependents, cursor, ready, inflight, drained;
     std::vector<uint64_t> send_base, recv_base;
+    Clock::time_point no_poll_until{};  // preempted while polling: sleep until then
   };
   static Scratch& thread_scratch() {
     thread_local Scratch scratch;
@@ -464,7 +479,7 @@ class Run {
         drove = true;
         if (moved || done()) continue;
       } else if (step()) {
-        spin_until_ = Clock::now() + cfg_.spin;
+        progressed(Clock::now());
         continue;
       }
 
@@ -501,12 +516,37 @@ class Run {
     }
   }
 
+  // Something moved at `t`: spin (and poll) again from there.
+  void progressed(Clock::time_point t) {
+    spin_until_ = t + cfg_.spin;
+    poll_until_ = t < scratch_.no_poll_until ? t : t + std::min(cfg_.poll, cfg_.spin);
+  }
+
+  // Until when this thread polls rather than lets its drive sleep in the
+  // backend: crowded ranks for the whole spin, the others for `cfg.poll`.
+  Clock::time_point poll_end() const { return yield_every_ > 0 ? spin_until_ : poll_until_; }
+
   // Runs the items from inside the common backend driver from the first one
   // on: posts then find a registered waiter (the progress thread is not woken
   // to carry them and does not compete for this core). True when anything moved.
   bool spin_in_common_driver(WaitDriver& driver, Clock::time_point t0, uint64_t& epoch) {
+    if (t0 >= poll_end()) return spin_in_driver(driver, t0, epoch, /*step_first=*/true);
     if (yield_every_ > 0) return poll_common_driver(driver, t0, epoch);
-    return spin_in_driver(driver, t0, epoch, /*step_first=*/true);
+    // A poller that loses its core to another thread had none of its own
+    // (a build, or more ranks than the launcher counted): it keeps the peer
+    // it waits for, or the competing work, off the CPU until its time slice
+    // ends (8 B with --load 2: 2-3 ms against 20-70 us sleeping). So a
+    // slice that lost its core (wall time beyond the thread's CPU time) turns
+    // polling off for a while. Not the count of involuntary switches: the
+    // ticks of a progress thread on the same core raise it on a quiet machine.
+    const auto cpu0 = thread_cpu();
+    const bool moved = poll_common_driver(driver, t0, epoch);
+    const auto now = Clock::now();
+    if ((now - t0) - (thread_cpu() - cpu0) > kPreempted) {
+      scratch_.no_poll_until = now + kPollBackoff;
+      poll_until_ = now;
+    }
+    return moved;
   }
 
   // Crowded ranks (more than one per core) spin as Open MPI's do with
@@ -515,26 +555,30 @@ class Run {
   // for one slice. No rank sleeps on a socket while it spins, so a frame
   // costs its receiver no wake-up, and it is taken at the poller's next turn
   // rather than when the scheduler gets round to a woken sleeper behind the
-  // ranks that hold the cores. True when anything moved.
+  // ranks that hold the cores. A rank with a core of its own polls the same
+  // way without yielding, as Open MPI's ranks do, for `cfg.poll` after
+  // progress: the sender of a piece then only queues its bytes (no wake-up
+  // inside its sendmsg) and the receiver takes them at its next look, not
+  // after the scheduler's latency. True when anything moved.
   bool poll_common_driver(WaitDriver& driver, Clock::time_point t0, uint64_t& epoch) {
     bool moved = false;
     int polls = 0;
-    auto slice_end = std::min({deadline_, spin_until_, t0 + kSlice});
+    auto slice_end = std::min({deadline_, poll_end(), t0 + kSlice});
     for (bool first = true;; first = false) {
       if (first || sig_.epoch() != epoch) {
         epoch = sig_.epoch();
         if (step()) {
           moved = true;
           const auto t = Clock::now();
-          spin_until_ = t + cfg_.spin;
-          slice_end = std::min({deadline_, spin_until_, t + kSlice});
+          progressed(t);
+          slice_end = std::min({deadline_, poll_end(), t + kSlice});
           if (done()) return true;
           continue;  // what it started may have completed already
         }
       }
       if (Clock::now() >= slice_end) return moved;
       driver.poll();
-      if (sig_.epoch() == epoch && ++polls >= yield_every_) {
+      if (yield_every_ > 0 && sig_.epoch() == epoch && ++polls >= yield_every_) {
         polls = 0;
         sched_yield();
       }
@@ -567,9 +611,9 @@ class Run {
             if (step()) {
               moved = true;
               const auto t = Clock::now();
-              spin_until_ = t + cfg_.spin;
+              progressed(t);
               slice_end = std::min({deadline_, spin_until_, t + kSlice, last_end});
-              if (done()) return true;
+              if (done() || t < poll_until_) return true;  // back to polling
             }
           }
           if (yield_every_ > 0 && ++polls >= yield_every_) {
@@ -599,7 +643,7 @@ class Run {
           return moved;
         },
         std::min(deadline_, now + kRecheck));
-    if (moved) spin_until_ = Clock::now() + cfg_.spin;
+    if (moved) progressed(Clock::now());
   }
 
   // Spins on the fabric's Signal for what is left of `cfg.spin`, then sleeps
@@ -657,6 +701,7 @@ class Run {
   size_t finished_seen_ = 0;  // finished_ when blocked() last moved the deadline
   Status failure_;
   Clock::time_point spin_until_;      // spin (drive, poll) rather than sleep until then
+  Clock::time_point poll_until_;      // not crowded: poll rather than drive until then
   Clock::time_point next_peer_scan_;  // blocked() looks at every peer's channel then
   int waiting_peer_ = -1;             // set by blocked(): the peer we wait on, or -1
   int64_t waiting_item_ = -1;         // ... and the item, or -1: write completions

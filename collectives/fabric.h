@@ -102,6 +102,10 @@ struct FabricConfig {
   Millis timeout{30000};
   std::chrono::microseconds spin{10000};         // drive progress this long before sleeping
   std::chrono::microseconds direct_spin{10000};  // the same with direct peers (polling)
+  // Of `spin`, how long after the last progress a rank with a core of its own
+  // polls its sockets without blocking (WaitDriver::poll) before its drive may
+  // sleep in ppoll (RDMAFLOW_COLL_POLL_US; crowded ranks always poll).
+  std::chrono::microseconds poll{0};
   int yield_polls = 0;  // sched_yield() every N polls while driving; 0: never
   bool direct = true;   // same-host peers: the direct path when it is viable
   // Direct and tcp peers both: wait for both in one ppoll (mixed_driver())

@@ -329,6 +329,70 @@ TEST_P(Collectives, YieldWhenIdleMarksTheRanksOversubscribed) {
   }
 }
 
+// RDMAFLOW_COLL_POLL_US: a rank with a core of its own polls its sockets
+// without blocking (GroupDriver::poll over tcp) for that long after progress
+// before its drive may sleep. With the poll covering the whole wait (spin and
+// poll 60 s), every algorithm's result is right, and a call whose peer never
+// joins still fails at its timeout: the poller looks at deadline and peers
+// between slices as the sleeper does (over UCX the same through its worker's
+// poll, with the direct path off). A negative value is refused.
+TEST_P(Collectives, PollingWaitGivesResultsAndStillTimesOut) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) GTEST_SKIP() << "needs 2 cores: 2 ranks on 1 are crowded";
+  for (const char* poll : {"0", "60000000"}) {
+    auto r = run_ranks(2, [&](int rank, int n, Exchange& ex) {
+      setenv("RDMAFLOW_COLL_POLL_US", poll, 1);
+      setenv("RDMAFLOW_COLL_SPIN_US", "60000000", 1);
+      // Same-host UCX peers would take the direct path, which polls words, not
+      // the backend (and looks at the deadline only once its spin is over).
+      setenv("RDMAFLOW_COLL_DIRECT", "0", 1);
+      CommNode node;
+      RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node));
+      for (Algorithm algo : algorithms_for(CollectiveKind::kAllreduce)) {
+        if (algo == Algorithm::kHier) continue;  // one host
+        for (size_t count : {size_t{2}, size_t{(1 << 20) + 3}}) {
+          CallSpec c{CollectiveKind::kAllreduce, algo, DataType::kF32, ReduceOp::kSum, count};
+          std::string first;
+          auto wrong = run_and_check(*node.comm, c, &first);
+          RF_ASSERT_OK(wrong);
+          EXPECT_EQ(*wrong, 0u) << "RDMAFLOW_COLL_POLL_US=" << poll << " " << describe(c, n) << ": "
+                                << first;
+        }
+      }
+      RF_ASSERT_OK(ex.barrier());
+      if (rank == 1) {  // never joins the next call
+        RF_ASSERT_OK(ex.barrier());
+        return 0;
+      }
+      std::vector<float> in(4096, 1.0f), out(4096);
+      CallOptions o;
+      o.timeout = Millis(500);
+      const auto t0 = std::chrono::steady_clock::now();
+      Status st =
+          node.comm->allreduce(in.data(), out.data(), in.size(), DataType::kF32, ReduceOp::kSum, o);
+      const auto took = std::chrono::steady_clock::now() - t0;
+      EXPECT_EQ(st.code(), Code::kTimeout) << st.to_string();
+      EXPECT_EQ(st.peer(), 1) << st.to_string();
+      EXPECT_LT(took, std::chrono::milliseconds(10000)) << st.to_string();  // not the 60 s spin
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    });
+    if (r.skipped) GTEST_SKIP() << r.message;
+    ASSERT_TRUE(r.ok) << r.message;
+  }
+  // One rank: with two, the first to refuse exits and closes its channels
+  // while the other may still be connecting.
+  auto r = run_ranks(1, [&](int rank, int n, Exchange& ex) {
+    setenv("RDMAFLOW_COLL_POLL_US", "-1", 1);
+    CommNode node;
+    Status st = make_comm_node(backend(), rank, n, ex, node);
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.to_string();
+    EXPECT_NE(st.to_string().find("RDMAFLOW_COLL_POLL_US"), std::string::npos) << st.to_string();
+    return 0;
+  });
+  if (r.skipped) GTEST_SKIP() << r.message;
+  ASSERT_TRUE(r.ok) << r.message;
+}
+
 // A rank that dies: the others' collective fails within its deadline, with an
 // error naming the collective and a peer; later calls fail at once.
 TEST_P(Collectives, DeadPeerIsNamedAndBreaksTheCommunicator) {
