@@ -50,8 +50,11 @@ void TcpChannel::submit_held(Op* op, std::unique_lock<std::mutex>& lock, int hol
   bool become_sender = sender_ == Sender::kIdle && held_count_ > static_cast<size_t>(hold);
   if (become_sender) sender_ = Sender::kActive;
   lock.unlock();
+  // Sent now (with any held before it): no backstop needed, and starting the
+  // ticker would wake the progress thread for nothing (hold 0 is the default
+  // for ranks with a core each).
+  if (become_sender) return pump();
   loop_->request_ticks();  // flush_held() is the backstop
-  if (become_sender) pump();
 }
 
 void TcpChannel::write_now(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
