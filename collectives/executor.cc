@@ -650,14 +650,10 @@ class Run {
   // on it until something happens, for at most kRecheck: then blocked()
   // looks at every peer (a failed channel we do not wait on signals nothing)
   // and at the deadline (progress made meanwhile moves it).
-  // The spin ends at the recheck too (Signal::wait spins its whole `spin`
-  // before it looks at its deadline): a spin longer than the call's timeout
-  // (RDMAFLOW_COLL_SPIN_US) must not outlast it.
   void sleep_on_signal(Clock::time_point now, uint64_t epoch) {
-    const auto until = std::min(deadline_, now + kRecheck);
     const auto spin = std::chrono::duration_cast<std::chrono::microseconds>(
-        now < spin_until_ ? std::min(spin_until_, until) - now : Clock::duration(0));
-    sig_.wait(epoch, until, spin);
+        now < spin_until_ ? spin_until_ - now : Clock::duration(0));
+    sig_.wait(epoch, std::min(deadline_, now + kRecheck), spin);
   }
 
   // ---- complete ----

@@ -7,6 +7,8 @@
 // instead (transport/shm/memory_channel.h), which notify() rings as well.
 #pragma once
 
+#include <algorithm>
+
 #include <sched.h>
 
 #include <atomic>
@@ -42,7 +44,8 @@ class Signal {
   bool wait(uint64_t seen, Clock::time_point deadline, std::chrono::microseconds spin) {
     if (epoch() != seen) return true;
     if (spin.count() > 0) {
-      const auto spin_until = Clock::now() + spin;
+      // A spin never outlasts the deadline.
+      const auto spin_until = std::min(deadline, Clock::now() + spin);
       int i = 0;
       while (epoch() == seen) {
         if ((++i & 63) == 0) {
