@@ -191,7 +191,7 @@ class MemoryEndpoint {
       const auto now = Clock::now();
       if (moved) {
         moved = false;
-        spin_until = now + options.spin;
+        spin_until = std::min(deadline, now + options.spin);  // never past the deadline
       }
       if (now < spin_until) {
         if (options.yield_every > 0) sched_yield();
