@@ -2,7 +2,8 @@
 // over a UCX channel on shared memory: put + signal reach the peer's memory
 // and wake its wait (also from a sleep on its doorbell), a put or signal
 // outside the grant is refused and writes nothing, and a pair where one side
-// cannot map (or does not offer) keeps its Channel on both sides, in step.
+// cannot map (or does not offer) keeps its Channel on both sides, in step. A
+// wait ends at its deadline even when its spin is longer.
 // Over tcp nothing maps.
 #include <poll.h>
 
@@ -168,6 +169,22 @@ TEST(MemoryChannel, SignalWakesASleepingWaiter) {
       },
       opts());
   RF_EXPECT_RUN_OK(r);
+}
+
+// A spin longer than the call's timeout ends at the deadline: a waiter
+// whose peer never signals returns false once the deadline passes, not after
+// its whole spin (a 60 s spin hung a 300 ms call on the same-host direct
+// path before the spin was capped).
+TEST(MemoryChannel, SpinNeverOutlastsTheDeadline) {
+  alignas(8) std::byte bell[Doorbell::kBytes] = {};
+  const MemoryEndpoint endpoint(bell);
+  shm::PollOptions o;
+  o.spin = std::chrono::seconds(60);
+  const auto t0 = Clock::now();
+  EXPECT_FALSE(endpoint.wait([] { return false; }, t0 + Millis(300), o));
+  const auto took = Clock::now() - t0;
+  EXPECT_GE(took, Millis(300));
+  EXPECT_LT(took, std::chrono::seconds(10)) << "the 60 s spin ran past the deadline";
 }
 
 // Fd sleepers (common/doorbell.h): a ping-pong where every wait announces
