@@ -16,6 +16,18 @@
 // (build_in_group); the Program's buffer dependencies join them, so a piece
 // of block i leaves for the other hosts as soon as the host has reduced it.
 //
+// What it costs (docs/benchmarks.md, "Profile at c3c16a9"): the phases do
+// overlap (on 2 x 2 at 16 MiB the lane's first piece leaves about 1 ms into a
+// 23 ms call, and the allgather runs while the lane still sends), so chunking
+// the phases by hand would add nothing. Summed over a host's ranks, hier does
+// the memory work of the tree in host order (puts into slots, copies out of
+// them, reductions: about ten buffers' worth on 2 x 2 for both) and moves the
+// same bytes over the link; what it saves is the busiest rank's share (the
+// tree's root reduces and sends twice what any hier rank does). So it wins
+// where ranks have cores of their own, and ties the tree where ranks share
+// them (4 ranks on 2 cores). Ring or tree lanes, which reduce each final
+// block once instead of at both ends, measured no better.
+//
 // Layouts without two levels run a flat schedule, which the cost model never
 // prefers to the flat algorithms themselves (hier costs +inf there): one host,
 // the ring within it (the flat ring); one rank per host, the lanes' algorithm
