@@ -29,13 +29,18 @@ def main():
     ap.add_argument("--last", type=int, default=1, help="calls per rank, the last ones")
     args = ap.parse_args()
 
-    with open(args.trace) as f:
-        data = json.load(f)
-    events = data["traceEvents"] if isinstance(data, dict) else data
+    try:
+        with open(args.trace, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"trace-steps: cannot read {args.trace}: {e}")
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise SystemExit(f"trace-steps: {args.trace} is not a trace-event file (no traceEvents list)")
     calls = collections.defaultdict(list)
     pieces = collections.defaultdict(list)
     for e in events:
-        if e.get("ph") != "X" or e.get("cat") != "collective":
+        if not isinstance(e, dict) or e.get("ph") != "X" or e.get("cat") != "collective":
             continue
         a = e.get("args", {})
         if e.get("name") in PIECES:

@@ -7,7 +7,7 @@ Cases (one ctest entry each, tests/tools/CMakeLists.txt):
   collectives  4 ranks of rdmaflow_coll_bench under mpirun over tcp: one file
                per rank, each a valid trace-event file with the collective,
                program, piece and channel spans; merged into one file with 4
-               processes.
+               processes; scripts/trace-steps.py reads the merged file.
   demo         the demo (4 ranks, parameter-server training over tcp): Session
                steps, sends, recvs, the executor's ops and channel writes;
                merged.
@@ -183,6 +183,25 @@ def case_collectives(args, tmp):
                   and e["args"].get("bytes", -1) >= 0 for e in writes),
               f"{f}: a write span lacks transport, peer or bytes: {writes[:2]}")
     merge_and_check(args, trace_dir, 4)
+    steps_of_merged(args, os.path.join(trace_dir, "merged.json"))
+
+
+def steps_of_merged(args, merged):
+    """scripts/trace-steps.py on the merged file: every rank's last 64 KiB call
+    and its steps; a missing or malformed file is refused in one line."""
+    tool = ["/usr/bin/python3", os.path.join(args.source, "scripts", "trace-steps.py")]
+    out = run(tool + [merged, "--bytes", str(64 * 1024)], {})
+    for r in range(4):
+        check(f"rank {r}: allreduce" in out, f"trace-steps: no call of rank {r} in:\n{out}")
+    check(" step " in out and " pieces, " in out, f"trace-steps: no step lines in:\n{out}")
+    bad = os.path.join(os.path.dirname(merged), "bad.json")
+    with open(bad, "w", encoding="utf-8") as f:
+        f.write("{not json")
+    for path in (bad, os.path.join(os.path.dirname(merged), "absent.json")):
+        p = subprocess.run(tool + [path, "--bytes", "8"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=60)
+        check(p.returncode != 0 and "trace-steps: cannot read" in p.stdout
+              and "Traceback" not in p.stdout, f"trace-steps on {path}: {p.stdout}")
 
 
 def case_demo(args, tmp):
