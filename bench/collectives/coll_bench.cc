@@ -461,6 +461,8 @@ int main(int argc, char** argv) {
       return nlohmann::json{{"alpha_s", cp.alpha},
                             {"beta_s_per_byte", cp.beta},
                             {"gamma_s_per_byte", cp.gamma},
+                            {"gamma_cold_s_per_byte", cp.gamma_cold},
+                            {"cache_bytes", cp.cache_bytes},
                             {"round_s", cp.round},
                             {"piece_bytes", cp.piece_bytes}};
     };
