@@ -1,10 +1,10 @@
 // Creation's measurements: which ranks share a host, and alpha, beta and gamma
 // per level of the layout, agreed by every rank (the cost model's inputs).
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <limits>
-#include <unistd.h>
 #include <vector>
 
 #include "collectives/communicator_internal.h"

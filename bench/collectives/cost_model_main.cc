@@ -116,8 +116,9 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
   app.add_option("--alpha", a.alpha, "s per message between hosts")->required();
   app.add_option("--beta", a.beta, "s per byte between hosts (1 / link bytes per s)")->required();
   app.add_option("--gamma", a.gamma, "s per byte reduced")->required();
-  app.add_option("--gamma-cold", a.gamma_cold,
-                 "s per byte reduced out of cache (CostParams::gamma_at); 0: --gamma at every size");
+  app.add_option(
+      "--gamma-cold", a.gamma_cold,
+      "s per byte reduced out of cache (CostParams::gamma_at); 0: --gamma at every size");
   cli::add_size(app, "--cache", a.cache, "the cache reductions run in (RDMAFLOW_COLL_CACHE_BYTES)");
   app.add_option("--intra-alpha", a.intra_alpha, "s per message within a host (--per-host > 1)");
   app.add_option("--intra-beta", a.intra_beta, "s per byte within a host (--per-host > 1)");
