@@ -26,7 +26,7 @@ struct CostParams {
   double gamma = 0.25e-9;  // s per byte reduced, the call's buffers in cache
   // s per byte reduced out of cache (buffers that do not fit cache_bytes);
   // 0: gamma at every size. Measured at creation, the kernel took 0.02-0.06
-  // ns/B in cache and 0.09-0.40 out of it (docs/benchmarks.md, "Selector: gamma
+  // ns/B in cache and 0.11-0.15 out of it (docs/benchmarks.md, "Selector: gamma
   // out of cache").
   double gamma_cold = 0;
   // The cache a rank's reductions run in: its core's L2 (RDMAFLOW_COLL_CACHE_BYTES).
