@@ -1,16 +1,64 @@
 // Creation's measurements: which ranks share a host, and alpha, beta and gamma
 // per level of the layout, agreed by every rank (the cost model's inputs).
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 #include "collectives/communicator_internal.h"
 #include "collectives/executor.h"
 #include "collectives/program.h"
 #include "collectives/reduce_kernels.h"
+#include "common/env.h"
 #include "common/log.h"
 
 namespace rdmaflow {
+
+namespace {
+
+// The cache a rank's reductions run in: RDMAFLOW_COLL_CACHE_BYTES, else the
+// core's L2 as the C library reports it, else 1 MiB.
+Result<double> cache_bytes() {
+  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t bytes,
+                            env_int("RDMAFLOW_COLL_CACHE_BYTES", l2 > 0 ? l2 : 1 << 20));
+  if (bytes < 4096 || bytes > (int64_t{1} << 40)) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, "create communicator", -1,
+                          "RDMAFLOW_COLL_CACHE_BYTES must be between 4096 and 2^40 (bytes)");
+  }
+  return static_cast<double>(bytes);
+}
+
+// gamma out of cache, as a call reduces once its buffers outgrow the cache:
+// 64 KiB pieces of a received slot (in cache: the receive just wrote it) added
+// to an input into an output, walking both from start to end. The two are 4x
+// the cache each, at least 4 MiB. Each piece is timed, and the figure is the
+// median piece: a rank descheduled for a few pieces (a loaded host; every rank
+// measures at once) inflates those pieces, not the figure, where the fastest
+// of two whole passes over 8 MiB read 0.10-1.16 ns/B in one minute on the dev
+// VM. About 7-10 ms at creation, most of it the first touch of the buffers.
+double cold_gamma(size_t cache) {
+  const size_t piece = 16 * 1024;  // floats: 64 KiB
+  const size_t floats = std::max<size_t>(size_t{4} << 20, 4 * cache) / sizeof(float);
+  std::vector<float> in(floats, 1.0f), out(floats, 0.0f), slot(4 * piece, 2.0f);
+  std::vector<double> seconds;
+  seconds.reserve(2 * (floats / piece));
+  for (int r = 0; r < 2; ++r) {
+    for (size_t off = 0; off + piece <= floats; off += piece) {
+      const auto t0 = Clock::now();
+      reduce_buffers(DataType::kF32, ReduceOp::kSum, out.data() + off, in.data() + off,
+                     slot.data() + off % slot.size(), piece);
+      seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+  }
+  auto mid = seconds.begin() + static_cast<std::ptrdiff_t>(seconds.size() / 2);
+  std::nth_element(seconds.begin(), mid, seconds.end());
+  return *mid / static_cast<double>(piece * sizeof(float));
+}
+
+}  // namespace
 
 Status Communicator::find_hosts(uint64_t key) {
   std::vector<uint64_t> keys(static_cast<size_t>(world_));
@@ -74,9 +122,10 @@ Status Communicator::measure() {
     }
     return Status::ok();
   };
-  // alpha, beta: [0], [1] within a host, [2], [3] between hosts; [4] gamma; [5] round; [6] cpus.
-  double params[7] = {
-      0, 0, 0, 0, 0, model_.params().round, static_cast<double>(model_.params().cpus)};
+  // alpha, beta: [0], [1] within a host, [2], [3] between hosts; [4] gamma; [5] round; [6] cpus;
+  // [7] gamma out of cache; [8] the cache's bytes.
+  double params[9] = {
+      0, 0, 0, 0, 0, model_.params().round, static_cast<double>(model_.params().cpus), 0, 0};
   // beta from streams: `pieces` pieces of `large` bytes one way, 8 bytes
   // back. A ping-pong of one 256 KiB buffer read the link up to 2.5x too fast
   // between the simulated hosts (it passes within tbf's burst at the veth's
@@ -128,6 +177,7 @@ Status Communicator::measure() {
   };
   if (within >= 0) RDMAFLOW_RETURN_IF_ERROR(measure_pair(within, 2, &params[0], &params[1]));
   if (between >= 0) RDMAFLOW_RETURN_IF_ERROR(measure_pair(between, 8, &params[2], &params[3]));
+  // gamma in cache: the kernel on 256 KiB it has just touched.
   {
     std::vector<float> x(64 * 1024, 1.0f), y(64 * 1024, 2.0f);
     reduce_buffers(DataType::kF32, ReduceOp::kSum, x.data(), x.data(), y.data(), x.size());
@@ -141,8 +191,10 @@ Status Communicator::measure() {
     }
     params[4] = best / static_cast<double>(x.size() * sizeof(float));
   }
+  RDMAFLOW_ASSIGN_OR_RETURN(params[8], cache_bytes());
+  params[7] = cold_gamma(static_cast<size_t>(params[8]));
   // Agree: the maximum over ranks, by recursive doubling on lane 0.
-  double agreed[7] = {0, 0, 0, 0, 0, 0, 0};
+  double agreed[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
   CollArgs args;
   args.kind = CollectiveKind::kAllreduce;
   args.in = reinterpret_cast<const std::byte*>(params);
@@ -163,6 +215,8 @@ Status Communicator::measure() {
     if (alpha > 0) cp.alpha = alpha;
     if (beta > 0) cp.beta = beta;
     if (agreed[4] > 0) cp.gamma = agreed[4];
+    if (agreed[7] > 0) cp.gamma_cold = std::max(agreed[7], cp.gamma);
+    if (agreed[8] > 0) cp.cache_bytes = static_cast<size_t>(agreed[8]);
     cp.round = agreed[5];
     cp.cpus = static_cast<int>(agreed[6]);
     return cp;

@@ -12,17 +12,27 @@
 namespace rdmaflow {
 
 std::string CostParams::to_string() const {
-  char buf[160];
+  char buf[224];
   int len = std::snprintf(buf, sizeof(buf), "alpha=%.2fus beta=%.3fns/B (%.2f GB/s) gamma=%.3fns/B",
                           alpha * 1e6, beta * 1e9, beta > 0 ? 1e-9 / beta : 0.0, gamma * 1e9);
   if (round > 0 && len > 0 && static_cast<size_t>(len) < sizeof(buf)) {
     len += std::snprintf(buf + len, sizeof(buf) - static_cast<size_t>(len), " round=%.1fus",
                          round * 1e6);
   }
+  if (gamma_cold > 0 && len > 0 && static_cast<size_t>(len) < sizeof(buf)) {
+    len += std::snprintf(buf + len, sizeof(buf) - static_cast<size_t>(len),
+                         " (%.3f out of %zu KiB cache)", gamma_cold * 1e9, cache_bytes >> 10);
+  }
   if (cpus > 0 && len > 0 && static_cast<size_t>(len) < sizeof(buf)) {
     std::snprintf(buf + len, sizeof(buf) - static_cast<size_t>(len), " crowded on %d CPUs", cpus);
   }
   return buf;
+}
+
+double CostParams::gamma_at(double bytes) const {
+  const double touched = 3 * bytes, cache = static_cast<double>(cache_bytes);
+  if (gamma_cold <= 0 || touched <= cache) return gamma;
+  return (cache * gamma + (touched - cache) * gamma_cold) / touched;
 }
 
 size_t call_piece_bytes(size_t total, int world, size_t smallest, size_t largest) {
@@ -51,7 +61,7 @@ CostTerms CostModel::terms(size_t bytes) const {
   t.m = static_cast<double>(bytes);
   t.a = p_.alpha;
   t.b = p_.beta;
-  t.g = p_.gamma;
+  t.g = p_.gamma_at(t.m);
   t.p = pof2;
   t.lgp = std::log2(t.p);
   t.lg = ceil_log2(world_);
@@ -94,7 +104,7 @@ double CostModel::cost(CollectiveKind kind, Algorithm algo, size_t bytes) const 
     if (w.messages + w.host_messages > 0) {
       const CostModel paths = crowded_paths();
       const double path = paths.cost(kind, algo, bytes);
-      return p_.round * info->rounds(kind, t) + crowded(w) + kPathShare * path;
+      return p_.round * info->rounds(kind, t) + crowded(w, t.g) + kPathShare * path;
     }
   }
   return p_.round * info->rounds(kind, t) + info->cost(kind, t);
@@ -116,11 +126,11 @@ CostModel CostModel::crowded_paths() const {
   return m;
 }
 
-double CostModel::crowded(const Work& w) const {
+double CostModel::crowded(const Work& w, double gamma) const {
   const double on_link = w.messages * message_seconds(p_) + w.bytes * p_.beta;
   const double on_host = w.host_messages * message_seconds(within_) + w.host_bytes * within_.beta;
   const double chain = w.chain * p_.beta + w.host_chain * within_.beta;
-  return (on_link + on_host + w.reduced * p_.gamma) / std::max(1, p_.cpus) + chain;
+  return (on_link + on_host + w.reduced * gamma) / std::max(1, p_.cpus) + chain;
 }
 
 Algorithm CostModel::choose(CollectiveKind kind, size_t bytes) const {

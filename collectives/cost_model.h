@@ -4,8 +4,10 @@
 // measured on the communicator's own channels when it is created (a few
 // ping-pongs between rank pairs, bounded in time: a pair on one host for the
 // within-host level, a pair on two hosts for the between-host level); gamma
-// by timing the f32 sum kernel. Every rank uses the maximum over ranks, so
-// all pick the same.
+// by timing the f32 sum kernel, in cache and out of it (a call's reduction
+// reads its input and writes its output, and from a few MiB those no longer
+// fit a core's cache: CostParams::gamma_at). Every rank uses the maximum over
+// ranks, so all pick the same.
 #pragma once
 
 #include <algorithm>
@@ -21,7 +23,19 @@ namespace rdmaflow {
 struct CostParams {
   double alpha = 10e-6;    // s per message
   double beta = 0.5e-9;    // s per byte
-  double gamma = 0.25e-9;  // s per byte reduced
+  double gamma = 0.25e-9;  // s per byte reduced, the call's buffers in cache
+  // s per byte reduced out of cache (buffers that do not fit cache_bytes);
+  // 0: gamma at every size. Measured at creation, the kernel took 0.02-0.06
+  // ns/B in cache and 0.11-0.15 out of it (docs/benchmarks.md, "Selector: gamma
+  // out of cache").
+  double gamma_cold = 0;
+  // The cache a rank's reductions run in: its core's L2 (RDMAFLOW_COLL_CACHE_BYTES).
+  size_t cache_bytes = 1 << 20;
+  // What a reduced byte costs in a call whose largest buffer is `bytes`: the
+  // call reads its input and a received piece and writes its output or
+  // scratch, about 3x its bytes; the share of them beyond the cache comes from
+  // memory, at gamma_cold.
+  double gamma_at(double bytes) const;
   // s per dependent round beyond alpha: on an oversubscribed host a rank that
   // waits for its partner waits for the partner to be scheduled, once per
   // round, so fewer rounds beat fewer messages there. 0 when every rank has a core.
@@ -141,9 +155,9 @@ class CostModel {
   // The cheapest algorithm for the call.
   Algorithm choose(CollectiveKind kind, size_t bytes) const;
   // Seconds of `w` on crowded CPUs: its throughput (each tier's messages and
-  // bytes at its message_seconds() and beta and the reductions at gamma, over
-  // params().cpus) and its chain (each tier's chain bytes at its beta).
-  double crowded(const Work& w) const;
+  // bytes at its message_seconds() and beta and the reductions at `gamma`,
+  // over params().cpus) and its chain (each tier's chain bytes at its beta).
+  double crowded(const Work& w, double gamma) const;
   // What a message costs crowded CPUs: the system calls, frames, credit and
   // wake-up of one send, as many seconds as kMessageBytes take at the level's
   // beta. Not alpha: a ping-pong's half round trip waits for the partner to

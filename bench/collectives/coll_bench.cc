@@ -458,11 +458,11 @@ int main(int argc, char** argv) {
   out_json["host_groups"] = comm.host_groups().describe();
   {
     auto params_json = [](const CostParams& cp) {
-      return nlohmann::json{{"alpha_s", cp.alpha},
-                            {"beta_s_per_byte", cp.beta},
-                            {"gamma_s_per_byte", cp.gamma},
-                            {"round_s", cp.round},
-                            {"piece_bytes", cp.piece_bytes}};
+      return nlohmann::json{
+          {"alpha_s", cp.alpha},           {"beta_s_per_byte", cp.beta},
+          {"gamma_s_per_byte", cp.gamma},  {"gamma_cold_s_per_byte", cp.gamma_cold},
+          {"cache_bytes", cp.cache_bytes}, {"round_s", cp.round},
+          {"piece_bytes", cp.piece_bytes}};
     };
     // Between hosts when the model has two levels (cost_params_within: within a host).
     out_json["cost_params"] = params_json(comm.cost_model().params());

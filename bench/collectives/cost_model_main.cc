@@ -31,6 +31,7 @@
 //                      between hosts: reduce-scatter within the host (ring),
 //                      allreduce of the host's 1/q share between hosts by q
 //                      lanes at once, allgather within the host (ring)
+// Before those, every algorithm as the library's model (the selector) costs it.
 // The bound is the link's: every host sends 2(H-1)/H of the buffer at least.
 #include <cmath>
 #include <cstdio>
@@ -51,6 +52,8 @@ struct Args {
   int hosts = 2;
   int per_host = 1;
   double alpha = 0, beta = 0, gamma = 0;  // between hosts (and the reduction)
+  double gamma_cold = 0;                  // out of cache (0: gamma at every size)
+  size_t cache = 1 << 20;
   double intra_alpha = 0, intra_beta = 0;
   double round = 0;
   int cpus = 0;
@@ -70,6 +73,8 @@ CostParams level(const Args& a, double alpha, double beta) {
   p.alpha = alpha;
   p.beta = beta;
   p.gamma = a.gamma;
+  p.gamma_cold = a.gamma_cold;
+  p.cache_bytes = a.cache;
   p.round = a.round;
   p.cpus = a.cpus;
   p.piece_bytes = a.piece;
@@ -111,6 +116,10 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
   app.add_option("--alpha", a.alpha, "s per message between hosts")->required();
   app.add_option("--beta", a.beta, "s per byte between hosts (1 / link bytes per s)")->required();
   app.add_option("--gamma", a.gamma, "s per byte reduced")->required();
+  app.add_option(
+      "--gamma-cold", a.gamma_cold,
+      "s per byte reduced out of cache (CostParams::gamma_at); 0: --gamma at every size");
+  cli::add_size(app, "--cache", a.cache, "the cache reductions run in (RDMAFLOW_COLL_CACHE_BYTES)");
   app.add_option("--intra-alpha", a.intra_alpha, "s per message within a host (--per-host > 1)");
   app.add_option("--intra-beta", a.intra_beta, "s per byte within a host (--per-host > 1)");
   app.add_option("--round", a.round, "s per dependent round beyond alpha (cost_model.h)");
@@ -162,6 +171,12 @@ int main(int argc, char** argv) {
     }
     const CostModel two(a.hosts, a.per_host, level(a, a.intra_alpha, a.intra_beta),
                         level(a, a.alpha, a.beta));
+    // What the selector weighs: every algorithm by the library's model.
+    for (Algorithm algo : algorithms_for(kind)) {
+      const double seconds = two.cost(kind, algo, bytes);
+      if (std::isfinite(seconds))
+        rows.push_back({bytes, std::string(algorithm_name(algo)), seconds});
+    }
     rows.push_back({bytes, "flat ring", two.cost(kind, Algorithm::kRing, bytes)});
     rows.push_back({bytes, "flat rabenseifner", flat_rabenseifner(a, m, false)});
     rows.push_back({bytes, "flat rabenseifner near", flat_rabenseifner(a, m, true)});
@@ -183,6 +198,8 @@ int main(int argc, char** argv) {
                           {"alpha", a.alpha},
                           {"beta", a.beta},
                           {"gamma", a.gamma},
+                          {"gamma_cold", a.gamma_cold},
+                          {"cache", a.cache},
                           {"intra_alpha", a.intra_alpha},
                           {"intra_beta", a.intra_beta},
                           {"round", a.round},

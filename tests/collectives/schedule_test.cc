@@ -465,6 +465,51 @@ TEST(CostModel, TwoRanksCutHalfAShare) {
   EXPECT_EQ(call_piece_bytes(4096 * kKiB, 4, lo, slot), 256 * kKiB);
 }
 
+// A reduced byte costs what the kernel takes where the call's buffers are: in
+// cache up to about a third of the cache (input, received piece, output), then
+// more and more of it from memory. Measured at creation on 2 ranks over
+// loopback tcp: 0.034 ns/B in cache, 0.45 out of it (docs/benchmarks.md,
+// "Selector: gamma out of cache").
+TEST(CostModel, ReductionsOutOfCacheCostMemory) {
+  CostParams p;
+  p.gamma = 0.034e-9;
+  p.gamma_cold = 0.452e-9;
+  p.cache_bytes = 1 << 20;
+  EXPECT_DOUBLE_EQ(p.gamma_at(64 << 10), p.gamma);
+  EXPECT_DOUBLE_EQ(p.gamma_at(300 << 10), p.gamma);
+  double last = p.gamma;
+  for (double m = 512 << 10; m <= double{256 << 20}; m *= 2) {
+    EXPECT_GT(p.gamma_at(m), last) << m;
+    EXPECT_LT(p.gamma_at(m), p.gamma_cold) << m;
+    last = p.gamma_at(m);
+  }
+  EXPECT_GT(p.gamma_at(16 << 20), 0.9 * p.gamma_cold);
+  CostParams warm = p;
+  warm.gamma_cold = 0;  // not measured: gamma at every size
+  EXPECT_DOUBLE_EQ(warm.gamma_at(256 << 20), warm.gamma);
+
+  // 2 ranks over loopback tcp, the costs one sweep measured (alpha 21 us, beta
+  // 0.57 ns/B): with the in-cache gamma only, recursive doubling, which
+  // reduces the whole buffer on both ranks, took 1 MiB-16 MiB and measured
+  // 1.4-1.6x the fastest; Rabenseifner and the ring reduce half of it.
+  CostParams loop = p;
+  loop.alpha = 21.14e-6;
+  loop.beta = 0.573e-9;
+  warm = loop;
+  warm.gamma_cold = 0;
+  for (size_t m : {size_t{1} << 20, size_t{4} << 20, size_t{16} << 20}) {
+    EXPECT_EQ(CostModel(2, warm).choose(CollectiveKind::kAllreduce, m),
+              Algorithm::kRecursiveDoubling)
+        << m;
+    const Algorithm a = CostModel(2, loop).choose(CollectiveKind::kAllreduce, m);
+    EXPECT_TRUE(a == Algorithm::kRing || a == Algorithm::kRabenseifner)
+        << m << ": " << algorithm_name(a);
+  }
+  // Small calls stay in cache, and with them the fewest messages.
+  EXPECT_EQ(CostModel(2, loop).choose(CollectiveKind::kAllreduce, 64 << 10),
+            Algorithm::kRecursiveDoubling);
+}
+
 // Crowded ranks (4 simulated hosts on 2 cores) share the CPUs, so a call
 // costs every rank's sends, not its longest chain of rounds, plus the chain
 // its first piece travels. These are measured costs of a sweep
@@ -499,16 +544,26 @@ TEST(CostModel, CrowdedRanksPayForEverySend) {
   // A crowded message costs its CPU, kMessageBytes at beta, not alpha: alpha
   // (a ping-pong's half round trip, which waits for the partner to be
   // scheduled) measured 18-175 us on 4 x 1 in one session, and the choice
-  // must not follow it.
-  for (double alpha : {18e-6, 175e-6}) {
-    CostParams other = crowded;
-    other.alpha = alpha;
+  // must not follow it. Nor the reductions out of cache (0.11-0.79 ns/B in
+  // the 4 x 1 and 2 x 2 sweeps of "Selector: gamma out of cache"): ring, the
+  // trees and Rabenseifner reduce the same.
+  auto same_choices = [&](const CostParams& other, const std::string& what) {
     const CostModel m(4, other);
     for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{1} << 20, size_t{16} << 20}) {
       EXPECT_EQ(m.choose(CollectiveKind::kAllreduce, bytes),
                 four_crowded.choose(CollectiveKind::kAllreduce, bytes))
-          << alpha << " s, " << bytes << " B";
+          << what << ", " << bytes << " B";
     }
+  };
+  for (double alpha : {18e-6, 175e-6}) {
+    CostParams other = crowded;
+    other.alpha = alpha;
+    same_choices(other, "alpha " + std::to_string(alpha));
+  }
+  for (double cold : {0.11e-9, 0.79e-9}) {
+    CostParams other = crowded;
+    other.gamma_cold = cold;
+    same_choices(other, "gamma out of cache " + std::to_string(cold));
   }
 
   CostParams host = crowded, wire = crowded;

@@ -336,6 +336,15 @@ TEST(ToolsCli, CostModelPredictions) {
   EXPECT_NEAR(two["flat ring"], ring, 1e-12);
   EXPECT_LE(two["flat rabenseifner near"], two["flat rabenseifner"]);
   EXPECT_GT(two["hier rabenseifner"], 0);
+  // Two levels: every algorithm as the selector costs it, too.
+  EXPECT_NEAR(two["ring"], two["flat ring"], 1e-12);
+  EXPECT_GT(two["hier"], 0);
+  EXPECT_TRUE(two.count("tree") && two.count("dbtree") && two.count("rd"));
+  // Out of cache: 16 MiB touches 48 MiB, of which all but the 1 MiB cache
+  // reduce at --gamma-cold.
+  auto cold = rows("--hosts 8 --gamma-cold 1e-9 --cache 1M");
+  const double g = (1.0 * (1 << 20) * 1e-10 + (3 * m - (1 << 20)) * 1e-9) / (3 * m);
+  EXPECT_NEAR(cold["ring"], ring + (n - 1) / n * m * (g - 1e-10), 1e-12);
   Outcome bad = run_tool(t.path, costs + "--hosts 4 --per-host 3 --intra-alpha 1 --intra-beta 1");
   EXPECT_EQ(bad.exit_code, rdmaflow::cli::kUsageError) << bad.output;
   EXPECT_NE(bad.output.find("powers of two"), std::string::npos) << bad.output;
