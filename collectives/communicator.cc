@@ -245,6 +245,17 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
       knob("RDMAFLOW_COLL_CROWDED_CPUS", 0,
            crowded && agree ? std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN)) : 0, 0));
   params.cpus = static_cast<int>(std::min<int64_t>(cpus, 1 << 20));
+  // The cache a rank's reductions run in (CostParams::gamma_at): the core's L2
+  // as the C library reports it, else 1 MiB. Read here, not in measure(), so
+  // a bad value is refused on every communicator, measured or not.
+  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t cache,
+                            env_int("RDMAFLOW_COLL_CACHE_BYTES", l2 > 0 ? l2 : 1 << 20));
+  if (cache < 4096 || cache > (int64_t{1} << 40)) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
+                          "RDMAFLOW_COLL_CACHE_BYTES must be between 4096 and 2^40 (bytes)");
+  }
+  params.cache_bytes = static_cast<size_t>(cache);
   c->model_ = model_for(c->hosts_, params, params);
   if (agree) RDMAFLOW_RETURN_IF_ERROR(c->measure());
   RDMAFLOW_LOG_DEBUG(

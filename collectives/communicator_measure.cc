@@ -1,6 +1,5 @@
 // Creation's measurements: which ranks share a host, and alpha, beta and gamma
 // per level of the layout, agreed by every rank (the cost model's inputs).
-#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -17,19 +16,6 @@
 namespace rdmaflow {
 
 namespace {
-
-// The cache a rank's reductions run in: RDMAFLOW_COLL_CACHE_BYTES, else the
-// core's L2 as the C library reports it, else 1 MiB.
-Result<double> cache_bytes() {
-  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-  RDMAFLOW_ASSIGN_OR_RETURN(int64_t bytes,
-                            env_int("RDMAFLOW_COLL_CACHE_BYTES", l2 > 0 ? l2 : 1 << 20));
-  if (bytes < 4096 || bytes > (int64_t{1} << 40)) {
-    return RDMAFLOW_ERROR(Code::kInvalidArgument, "create communicator", -1,
-                          "RDMAFLOW_COLL_CACHE_BYTES must be between 4096 and 2^40 (bytes)");
-  }
-  return static_cast<double>(bytes);
-}
 
 // gamma out of cache, as a call reduces once its buffers outgrow the cache:
 // 64 KiB pieces of a received slot (in cache: the receive just wrote it) added
@@ -191,7 +177,7 @@ Status Communicator::measure() {
     }
     params[4] = best / static_cast<double>(x.size() * sizeof(float));
   }
-  RDMAFLOW_ASSIGN_OR_RETURN(params[8], cache_bytes());
+  params[8] = static_cast<double>(model_.params().cache_bytes);  // RDMAFLOW_COLL_CACHE_BYTES
   params[7] = cold_gamma(static_cast<size_t>(params[8]));
   // Agree: the maximum over ranks, by recursive doubling on lane 0.
   double agreed[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};

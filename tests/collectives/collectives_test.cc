@@ -393,6 +393,29 @@ TEST_P(Collectives, PollingWaitGivesResultsAndStillTimesOut) {
   ASSERT_TRUE(r.ok) << r.message;
 }
 
+// RDMAFLOW_COLL_CACHE_BYTES (the cache the cost model's gamma_at assumes): a
+// value out of range or not a number is refused at creation, naming the knob,
+// on a communicator of one rank too (which measures nothing); a good one is
+// taken.
+TEST_P(Collectives, BadCacheBytesAreRefused) {
+  auto r = run_ranks(1, [&](int rank, int n, Exchange& ex) {
+    for (const char* bad : {"100", "abc", "2000000000000000"}) {
+      setenv("RDMAFLOW_COLL_CACHE_BYTES", bad, 1);
+      CommNode node;
+      Status st = make_comm_node(backend(), rank, n, ex, node);
+      EXPECT_EQ(st.code(), Code::kInvalidArgument) << bad << ": " << st.to_string();
+      EXPECT_NE(st.to_string().find("RDMAFLOW_COLL_CACHE_BYTES"), std::string::npos)
+          << st.to_string();
+    }
+    setenv("RDMAFLOW_COLL_CACHE_BYTES", "65536", 1);
+    CommNode node;
+    RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node));
+    return 0;
+  });
+  if (r.skipped) GTEST_SKIP() << r.message;
+  ASSERT_TRUE(r.ok) << r.message;
+}
+
 // A rank that dies: the others' collective fails within its deadline, with an
 // error naming the collective and a peer; later calls fail at once.
 TEST_P(Collectives, DeadPeerIsNamedAndBreaksTheCommunicator) {
