@@ -407,15 +407,14 @@ TEST(Schedule, RabenseifnerSlotPiecesAcrossHosts) {
   for (const std::vector<uint64_t>& keys : std::vector<std::vector<uint64_t>>{
            {0, 1, 2, 3}, {0, 0, 1, 1}, {0, 1, 0, 1}, {0, 1, 2, 3, 4}, {0, 0, 1, 1, 2, 2}}) {
     const HostGroups g(keys);
-    const CostModel model = g.hierarchical()
-                                ? CostModel(g.hosts(), g.per_host(), cp, cp)
-                                : CostModel(g.world(), cp);
-    for (CollectiveKind kind : {CollectiveKind::kAllreduce, CollectiveKind::kReduceScatter,
-                                CollectiveKind::kReduce}) {
+    const CostModel model =
+        g.hierarchical() ? CostModel(g.hosts(), g.per_host(), cp, cp) : CostModel(g.world(), cp);
+    for (CollectiveKind kind :
+         {CollectiveKind::kAllreduce, CollectiveKind::kReduceScatter, CollectiveKind::kReduce}) {
       for (size_t count : {size_t{20}, size_t{37}, size_t{301}}) {
-        const std::string err = simulate(kind, Algorithm::kRabenseifner, DataType::kF32,
-                                         ReduceOp::kSum, g.world(), count, 0, 1 + seed % 3,
-                                         1 + seed % 3, seed, false, &g, &model);
+        const std::string err =
+            simulate(kind, Algorithm::kRabenseifner, DataType::kF32, ReduceOp::kSum, g.world(),
+                     count, 0, 1 + seed % 3, 1 + seed % 3, seed, false, &g, &model);
         ASSERT_EQ(err, "") << collective_name(kind) << " " << g.describe() << " count " << count;
         ++seed;
       }
