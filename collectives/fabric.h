@@ -66,7 +66,10 @@
 // broadcasts with every credit held did, collectives_test
 // HeldCreditsNeverStallTheSender; at the default hold they did not). UCX
 // and verbs post it at once (their default), the direct path signals at
-// once.
+// once. Fewer pieces leave fewer credits: Rabenseifner sends a step's
+// message to another host as one piece when it fits a slot
+// (collectives/algorithms/rabenseifner.cc), so its one credit per peer and
+// step rides with the next step's piece to that peer.
 //
 // Small sends (<= kSmallBytes) are copied into this rank's staging cell for
 // (peer, lane, slot) and posted from there (Channel::post_write, as credits

@@ -21,6 +21,7 @@
 // (pipelining across steps with no per-step barrier).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -85,6 +86,11 @@ class Program {
   int world() const { return world_; }
   size_t elem_size() const { return elem_size_; }
   size_t piece_elems() const { return piece_elems_; }
+  // Pieces of the messages emitted from now on. For an algorithm whose
+  // messages to some peers go better in fewer, larger pieces (Rabenseifner
+  // across hosts); both ends of a message must cut it the same way, and a
+  // piece must fit a slot.
+  void set_piece_elems(size_t n) { piece_elems_ = std::max<size_t>(1, n); }
   const std::vector<Item>& items() const { return items_; }
   // Items that must complete before item i may start.
   const std::vector<uint32_t>& deps(size_t i) const { return deps_[i]; }

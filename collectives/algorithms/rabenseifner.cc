@@ -8,13 +8,53 @@
 // vector and receives the first half; each reduces its half; the even rank then
 // sends its reduced half to the odd one, which carries the pair through the
 // power-of-two phase and hands the result back at the end.
+//
+// Pieces. A message to a rank on another host that fits a slot (the cost
+// model's largest piece, which a caller's piece size caps) goes as one piece:
+// there every piece costs a frame, a credit and a wake-up of both ranks on
+// cores the hosts' kernels share, and the pipelining smaller pieces buy (a
+// piece reduced while the next travels) saved less than that: on 4 hosts x
+// 1 rank over tcp, one piece per step beat the call's 64 KiB pieces at 256
+// KiB and 1 MiB (docs/benchmarks.md "Rabenseifner: one piece per step
+// between hosts"). Within a host (the direct path: a put and a signal) the
+// call's pieces stay. Both ends of a message cut it the same way: the choice
+// depends only on the pair's hosts and the shared configuration.
+#include <algorithm>
 #include <limits>
 
 #include "collectives/algorithms/registry.h"
+#include "collectives/cost_model.h"
 #include "collectives/topology.h"
 
 namespace rdmaflow {
 namespace {
+
+// Sets the pieces of a step's messages by where its peer is (above); the
+// call's pieces again when it goes.
+class StepPieces {
+ public:
+  StepPieces(const CollArgs& a, Program& p) : a_(a), p_(p), call_(p.piece_elems()) {
+    network_ = call_;
+    if (a.hosts != nullptr && a.model != nullptr && a.hosts->world() == a.world) {
+      network_ = std::max(call_, a.model->params().piece_bytes / a.es());
+    }
+  }
+  ~StepPieces() { p_.set_piece_elems(call_); }
+  StepPieces(const StepPieces&) = delete;
+  StepPieces& operator=(const StepPieces&) = delete;
+
+  // The pieces of the next message (of `elems`) to or from `peer`.
+  void message(int peer, size_t elems) {
+    const bool one = network_ != call_ && elems <= network_ &&
+                     a_.hosts->host_of(peer) != a_.hosts->host_of(a_.rank);
+    p_.set_piece_elems(one ? network_ : call_);
+  }
+
+ private:
+  const CollArgs& a_;
+  Program& p_;
+  size_t call_, network_;
+};
 
 // Element range of virtual blocks [lo, hi) when `layout` maps virtual block v
 // to its element range.
@@ -33,14 +73,21 @@ const std::byte* fold_in(const CollArgs& a, Program& p, const Fold& f, std::byte
   if (f.partner < 0) return a.in;
   const size_t es = a.es();
   const size_t h = total / 2;
+  StepPieces pieces(a, p);
+  const int q = f.partner;
   if (f.folded_away()) {
-    p.send(f.partner, a.in + h * es, total - h);
-    p.recv_reduce(f.partner, acc, a.in, h);
-    p.send(f.partner, acc, h);
+    pieces.message(q, total - h);
+    p.send(q, a.in + h * es, total - h);
+    pieces.message(q, h);
+    p.recv_reduce(q, acc, a.in, h);
+    p.send(q, acc, h);
   } else {
-    p.send(f.partner, a.in, h);
-    p.recv_reduce(f.partner, acc + h * es, a.in + h * es, total - h);
-    p.recv(f.partner, acc, h);
+    pieces.message(q, h);
+    p.send(q, a.in, h);
+    pieces.message(q, total - h);
+    p.recv_reduce(q, acc + h * es, a.in + h * es, total - h);
+    pieces.message(q, h);
+    p.recv(q, acc, h);
   }
   p.next_step();
   return acc;
@@ -52,6 +99,7 @@ template <typename Layout>
 void halving(const CollArgs& a, Program& p, const Fold& f, Layout layout, const std::byte* cur,
              std::byte* acc) {
   const size_t es = a.es();
+  StepPieces pieces(a, p);
   int lo = 0, hi = f.pof2;
   for (int d = f.pof2 / 2; d >= 1; d /= 2) {
     const int peer = fold_real_rank(f, f.vrank ^ d);
@@ -59,7 +107,9 @@ void halving(const CollArgs& a, Program& p, const Fold& f, Layout layout, const 
     const bool low = (f.vrank & d) == 0;
     BlockRange give = low ? span(layout, mid, hi) : span(layout, lo, mid);
     BlockRange keep = low ? span(layout, lo, mid) : span(layout, mid, hi);
+    pieces.message(peer, give.size);
     p.send(peer, cur + give.begin * es, give.size);
+    pieces.message(peer, keep.size);
     p.recv_reduce(peer, acc + keep.begin * es, cur + keep.begin * es, keep.size);
     if (low) {
       hi = mid;
@@ -76,12 +126,15 @@ void halving(const CollArgs& a, Program& p, const Fold& f, Layout layout, const 
 template <typename Layout>
 void doubling(const CollArgs& a, Program& p, const Fold& f, Layout layout, std::byte* buf) {
   const size_t es = a.es();
+  StepPieces pieces(a, p);
   for (int d = 1; d < f.pof2; d *= 2) {
     const int pv = f.vrank ^ d;
     const int lo = f.vrank & ~(d - 1), plo = pv & ~(d - 1);
     BlockRange mine = span(layout, lo, lo + d), theirs = span(layout, plo, plo + d);
     const int peer = fold_real_rank(f, pv);
+    pieces.message(peer, mine.size);
     p.send(peer, buf + mine.begin * es, mine.size);
+    pieces.message(peer, theirs.size);
     p.recv(peer, buf + theirs.begin * es, theirs.size);
     p.next_step();
   }

@@ -396,6 +396,59 @@ TEST(Schedule, HierOverHostLayouts) {
   }
 }
 
+// Rabenseifner sends a message to another host that fits a slot (the
+// model's largest piece) as one piece, others in the call's pieces: both
+// ends cut every message alike (the simulator fails on a size mismatch),
+// and across hosts fewer pieces go.
+TEST(Schedule, RabenseifnerSlotPiecesAcrossHosts) {
+  CostParams cp;
+  cp.piece_bytes = 16 * sizeof(float);  // a slot of 16 f32
+  uint32_t seed = 1;
+  for (const std::vector<uint64_t>& keys : std::vector<std::vector<uint64_t>>{
+           {0, 1, 2, 3}, {0, 0, 1, 1}, {0, 1, 0, 1}, {0, 1, 2, 3, 4}, {0, 0, 1, 1, 2, 2}}) {
+    const HostGroups g(keys);
+    const CostModel model =
+        g.hierarchical() ? CostModel(g.hosts(), g.per_host(), cp, cp) : CostModel(g.world(), cp);
+    for (CollectiveKind kind :
+         {CollectiveKind::kAllreduce, CollectiveKind::kReduceScatter, CollectiveKind::kReduce}) {
+      for (size_t count : {size_t{20}, size_t{37}, size_t{301}}) {
+        const std::string err =
+            simulate(kind, Algorithm::kRabenseifner, DataType::kF32, ReduceOp::kSum, g.world(),
+                     count, 0, 1 + seed % 3, 1 + seed % 3, seed, false, &g, &model);
+        ASSERT_EQ(err, "") << collective_name(kind) << " " << g.describe() << " count " << count;
+        ++seed;
+      }
+    }
+  }
+  // 4 hosts x 1 rank, 64 f32 in pieces of 2: steps of 32, 16, 16, 32
+  // elements go in 1 + 1 + 1 + 1 pieces with slots of 32 rather than
+  // 16 + 8 + 8 + 16; with slots of 16 the steps of 32 keep the call's pieces;
+  // on one host the call's pieces stay.
+  auto sends = [&](const std::vector<uint64_t>& keys, size_t slot_elems) {
+    const HostGroups g(keys);
+    CostParams slots = cp;
+    slots.piece_bytes = slot_elems * sizeof(float);
+    const CostModel model(g.world(), slots);
+    std::vector<float> in(64, 1.0f), out(64);
+    CollArgs a;
+    a.in = reinterpret_cast<const std::byte*>(in.data());
+    a.out = reinterpret_cast<std::byte*>(out.data());
+    a.count = 64;
+    a.world = 4;
+    a.hosts = &g;
+    a.model = &model;
+    Program prog(4, DataType::kF32, ReduceOp::kSum, 2);
+    EXPECT_TRUE(build_program(a, Algorithm::kRabenseifner, prog).is_ok());
+    uint64_t n = 0;
+    for (int peer = 1; peer < 4; ++peer) n += prog.sends_to(peer);
+    EXPECT_EQ(prog.piece_elems(), 2u);  // the call's pieces again afterwards
+    return n;
+  };
+  EXPECT_EQ(sends({0, 1, 2, 3}, 32), 4u);
+  EXPECT_EQ(sends({0, 1, 2, 3}, 16), 34u);
+  EXPECT_EQ(sends({0, 0, 0, 0}, 32), 48u);
+}
+
 // Hosts are numbered by their lowest rank, local ranks in rank order.
 TEST(Topology, HostGroupsFromKeys) {
   const uint64_t keys[] = {5, 5, 9, 5, 9, 7};
