@@ -335,8 +335,7 @@ bool TcpChannel::on_payload_done() {
         if (last) rx_.has_poisoned = false;
         break;
       }
-      if (!rx_.refusal.is_ok() && (h.flags & kFlagNoAck) &&
-          rx_.refusal.code() == Code::kNotFound &&
+      if (!rx_.refusal.is_ok() && (h.flags & kFlagNoAck) && rx_.refusal.code() == Code::kNotFound &&
           grants_->state(h.key_id) == GrantTable::KeyState::kRevoked) {
         // A posted write to a key this side issued and has since revoked: the
         // peer wrote before it could know (a collective's late credit, after
