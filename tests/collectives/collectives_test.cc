@@ -178,19 +178,9 @@ TEST_P(Collectives, CommunicatorsComeAndGoOnOneMesh) {
     options.timeout = Millis(5000);
     CommNode node;
     RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node, options));
-    CommunicatorSetup setup;
-    setup.rank = rank;
-    setup.world = n;
-    setup.channels = node.peers;
-    setup.transport = node.transport.get();
     std::vector<float> in(2), out(2);
     for (int round = 0; round < 40; ++round) {
-      if (round > 0) {
-        node.comm.reset();
-        auto comm = Communicator::create(setup, options);
-        RF_ASSERT_OK(comm.status());
-        node.comm = std::move(*comm);
-      }
+      if (round > 0) RF_ASSERT_OK(renew_comm(node, rank, n, options));
       in[0] = static_cast<float>(rank + round);
       in[1] = 1.0f;
       RF_ASSERT_OK(node.comm->allreduce(in.data(), out.data(), 2, DataType::kF32, ReduceOp::kSum));
@@ -234,19 +224,12 @@ TEST_P(Collectives, LateCreditAfterTheDrainLeavesTheMeshHealthy) {
     } else {
       RF_ASSERT_OK(node.comm->broadcast(buf.data(), buf.data(), 2, DataType::kF32, 0));
       RF_ASSERT(buf[0] == 7.0f && buf[1] == 7.0f);
-      node.comm.reset();
     }
     // The next communicator on the same channels, both ways.
-    CommunicatorSetup setup;
-    setup.rank = rank;
-    setup.world = n;
-    setup.channels = node.peers;
-    setup.transport = node.transport.get();
-    auto comm = Communicator::create(setup, options);
-    RF_ASSERT_OK(comm.status());
+    RF_ASSERT_OK(renew_comm(node, rank, n, options));
     std::vector<float> in(2, static_cast<float>(rank + 1)), out(2);
     for (int call = 0; call < 3; ++call) {
-      RF_ASSERT_OK((*comm)->allreduce(in.data(), out.data(), 2, DataType::kF32, ReduceOp::kSum));
+      RF_ASSERT_OK(node.comm->allreduce(in.data(), out.data(), 2, DataType::kF32, ReduceOp::kSum));
       RF_ASSERT(out[0] == 3.0f && out[1] == 3.0f);
     }
     RF_ASSERT_OK(ex.barrier());
