@@ -410,7 +410,10 @@ void Fabric::await_credits() {
   // which the next communicator on it would inherit. So the keys stay until
   // every piece we sent is credited: at once when the peer sent them, a tick
   // later when it held them. Bounded: an aborted call's pieces, or a peer
-  // that died or left before consuming them, never answer.
+  // that died or left before consuming them, never answer. A credit later
+  // still (a peer descheduled past kCreditDrain) must not fail the channel
+  // either: tcp drops a posted write to a revoked key (tcp_recv.cc); ucx
+  // confirms a revoke with the peers first, so only their write fails.
   if (world_ == 1 || shared_->aborted.load(std::memory_order_acquire)) return;
   const auto until = std::chrono::steady_clock::now() + std::min(config_.timeout, kCreditDrain);
   while (!credits_in() && std::chrono::steady_clock::now() < until) {

@@ -31,6 +31,20 @@ struct CommNode {
   }
 };
 
+// Destroys the node's communicator (if any), then makes a new one on the
+// same mesh.
+inline Status renew_comm(CommNode& node, int rank, int world,
+                         const CommunicatorOptions& options = {}) {
+  node.comm.reset();
+  CommunicatorSetup setup;
+  setup.rank = rank;
+  setup.world = world;
+  setup.channels = node.peers;
+  setup.transport = node.transport.get();
+  RDMAFLOW_ASSIGN_OR_RETURN(node.comm, Communicator::create(setup, options));
+  return Status::ok();
+}
+
 // Builds the mesh over `backend` and the communicator; skips the rank (and so
 // the test) when the backend is not built or not viable here.
 inline Status make_comm_node(const BackendRow& backend, int rank, int world, Exchange& ex,
@@ -40,13 +54,7 @@ inline Status make_comm_node(const BackendRow& backend, int rank, int world, Exc
   cfg.world_size = world;
   RDMAFLOW_ASSIGN_OR_RETURN(node.transport, make_row_transport(backend, cfg, ex));
   RDMAFLOW_ASSIGN_OR_RETURN(node.peers, connect_mesh(*node.transport, rank, world, ex));
-  CommunicatorSetup setup;
-  setup.rank = rank;
-  setup.world = world;
-  setup.channels = node.peers;
-  setup.transport = node.transport.get();
-  RDMAFLOW_ASSIGN_OR_RETURN(node.comm, Communicator::create(setup, options));
-  return Status::ok();
+  return renew_comm(node, rank, world, options);
 }
 
 // 64-byte aligned, zeroed memory.

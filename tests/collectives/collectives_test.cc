@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <optional>
 #include <thread>
 
@@ -177,23 +178,59 @@ TEST_P(Collectives, CommunicatorsComeAndGoOnOneMesh) {
     options.timeout = Millis(5000);
     CommNode node;
     RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node, options));
-    CommunicatorSetup setup;
-    setup.rank = rank;
-    setup.world = n;
-    setup.channels = node.peers;
-    setup.transport = node.transport.get();
     std::vector<float> in(2), out(2);
     for (int round = 0; round < 40; ++round) {
-      if (round > 0) {
-        node.comm.reset();
-        auto comm = Communicator::create(setup, options);
-        RF_ASSERT_OK(comm.status());
-        node.comm = std::move(*comm);
-      }
+      if (round > 0) RF_ASSERT_OK(renew_comm(node, rank, n, options));
       in[0] = static_cast<float>(rank + round);
       in[1] = 1.0f;
       RF_ASSERT_OK(node.comm->allreduce(in.data(), out.data(), 2, DataType::kF32, ReduceOp::kSum));
       RF_ASSERT(out[0] == static_cast<float>(3 + 3 * round) && out[1] == 3.0f);
+    }
+    RF_ASSERT_OK(ex.barrier());
+    return 0;
+  });
+  if (r.skipped) GTEST_SKIP() << r.message;
+  ASSERT_TRUE(r.ok) << r.message;
+}
+
+// The credit that comes after the destroyed communicator's drain gave up
+// (Fabric::kCreditDrain): rank 1 is stopped (SIGSTOP) while rank 0 broadcasts
+// to and destroys its communicator, which revokes the keys the credit writes
+// to, and continued 500 ms later. Its late credit must not fail its channel to rank 0
+// (the refusal of a posted write would): a loaded machine deschedules a peer
+// that long, and the next communicator on the mesh inherits the channel.
+TEST_P(Collectives, LateCreditAfterTheDrainLeavesTheMeshHealthy) {
+  auto r = run_ranks(2, [&](int rank, int n, Exchange& ex) {
+    CommunicatorOptions options;
+    options.measure = false;
+    options.timeout = Millis(5000);
+    CommNode node;
+    RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node, options));
+    RF_ASSERT_OK(ex.barrier());
+    std::vector<float> buf(2, rank == 0 ? 7.0f : -1.0f);
+    if (rank == 0) {
+      RF_ASSERT_OK(ex.signal(1, SIGSTOP));  // returns once it is stopped
+      RF_ASSERT_OK(node.comm->broadcast(buf.data(), buf.data(), 2, DataType::kF32, 0));
+      // Continued from a thread of its own: where revoking a key waits for
+      // the peers' confirmation (ucx), it waits for the stopped rank.
+      Status resumed;
+      std::thread resume([&] {
+        std::this_thread::sleep_for(Fabric::kCreditDrain + Millis(300));
+        resumed = ex.signal(1, SIGCONT);
+      });
+      node.comm.reset();  // the drain waits for the credit in vain, then revokes
+      resume.join();
+      RF_ASSERT_OK(resumed);
+    } else {
+      RF_ASSERT_OK(node.comm->broadcast(buf.data(), buf.data(), 2, DataType::kF32, 0));
+      RF_ASSERT(buf[0] == 7.0f && buf[1] == 7.0f);
+    }
+    // The next communicator on the same channels, both ways.
+    RF_ASSERT_OK(renew_comm(node, rank, n, options));
+    std::vector<float> in(2, static_cast<float>(rank + 1)), out(2);
+    for (int call = 0; call < 3; ++call) {
+      RF_ASSERT_OK(node.comm->allreduce(in.data(), out.data(), 2, DataType::kF32, ReduceOp::kSum));
+      RF_ASSERT(out[0] == 3.0f && out[1] == 3.0f);
     }
     RF_ASSERT_OK(ex.barrier());
     return 0;

@@ -335,6 +335,23 @@ bool TcpChannel::on_payload_done() {
         if (last) rx_.has_poisoned = false;
         break;
       }
+      if (!rx_.refusal.is_ok() && (h.flags & kFlagNoAck) && rx_.refusal.code() == Code::kNotFound &&
+          grants_->state(h.key_id) == GrantTable::KeyState::kRevoked) {
+        // A posted write to a key this side issued and has since revoked: the
+        // peer wrote before it could know (a collective's late credit, after
+        // the communicator's drain gave up). Nothing lands, as for any refusal,
+        // but nobody waits for the outcome and the revoker has moved on, so
+        // it is dropped instead of failing the writer's channel (ucx drops a
+        // notify for a revoked key alike). Never-issued keys, wrong secrets
+        // and ranges outside a live grant still refuse.
+        RDMAFLOW_LOG_DEBUG("tcp: rank {}: posted write for revoked key id {} dropped", peer_,
+                           h.key_id);
+        if (!last) {
+          rx_.has_poisoned = true;
+          rx_.poisoned_op = h.op_id;
+        }
+        break;
+      }
       std::lock_guard<std::mutex> lock(mu_);
       if (failed_) return false;
       if ((last || !rx_.refusal.is_ok()) && peer_queue_full_locked()) {
