@@ -10,7 +10,6 @@
 #include "collectives/executor.h"
 #include "collectives/program.h"
 #include "collectives/reduce_kernels.h"
-#include "common/env.h"
 #include "common/log.h"
 
 namespace rdmaflow {

@@ -7,10 +7,9 @@
 // instead (transport/shm/memory_channel.h), which notify() rings as well.
 #pragma once
 
-#include <algorithm>
-
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>

@@ -167,15 +167,22 @@ TEST_P(Collectives, HeldCreditsNeverStallTheSender) {
   }
 }
 
+// Communicators that a test makes again and again on one mesh (renew_comm):
+// nothing measured at creation, calls bounded at 5 s.
+CommunicatorOptions renewable_options() {
+  CommunicatorOptions options;
+  options.measure = false;
+  options.timeout = Millis(5000);
+  return options;
+}
+
 // Communicators made and destroyed one after another on one mesh, with no
 // barrier between: a credit a peer still holds for the last call's pieces
 // (tcp defers them, collectives/fabric.h) lands before the keys it writes to
 // are revoked, so no channel fails and the next communicator works.
 TEST_P(Collectives, CommunicatorsComeAndGoOnOneMesh) {
   auto r = run_ranks(3, [&](int rank, int n, Exchange& ex) {
-    CommunicatorOptions options;
-    options.measure = false;
-    options.timeout = Millis(5000);
+    const CommunicatorOptions options = renewable_options();
     CommNode node;
     RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node, options));
     std::vector<float> in(2), out(2);
@@ -201,9 +208,7 @@ TEST_P(Collectives, CommunicatorsComeAndGoOnOneMesh) {
 // that long, and the next communicator on the mesh inherits the channel.
 TEST_P(Collectives, LateCreditAfterTheDrainLeavesTheMeshHealthy) {
   auto r = run_ranks(2, [&](int rank, int n, Exchange& ex) {
-    CommunicatorOptions options;
-    options.measure = false;
-    options.timeout = Millis(5000);
+    const CommunicatorOptions options = renewable_options();
     CommNode node;
     RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node, options));
     RF_ASSERT_OK(ex.barrier());

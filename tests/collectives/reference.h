@@ -16,6 +16,11 @@
 
 namespace rdmaflow::test {
 
+// The collectives hier implements (collectives/algorithms/hier.cc, hier_ops.cc).
+inline constexpr CollectiveKind kHierKinds[] = {
+    CollectiveKind::kAllreduce, CollectiveKind::kReduceScatter, CollectiveKind::kAllgather,
+    CollectiveKind::kBroadcast, CollectiveKind::kReduce,        CollectiveKind::kBarrier};
+
 inline bool is_float(DataType t) {
   return t == DataType::kF32 || t == DataType::kF64 || t == DataType::kF16 || t == DataType::kBF16;
 }
