@@ -130,7 +130,7 @@ double CostModel::crowded(const Work& w, double gamma) const {
   const double on_link = w.messages * message_seconds(p_) + w.bytes * p_.beta;
   const double on_host = w.host_messages * message_seconds(within_) + w.host_bytes * within_.beta;
   const double chain = w.chain * p_.beta + w.host_chain * within_.beta;
-  return (on_link + on_host + w.reduced * gamma) / std::max(1, p_.cpus) + chain;
+  return (on_link + on_host + (w.reduced + w.copied) * gamma) / std::max(1, p_.cpus) + chain;
 }
 
 Algorithm CostModel::choose(CollectiveKind kind, size_t bytes) const {

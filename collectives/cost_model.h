@@ -106,7 +106,17 @@ struct Work {
   double messages = 0, bytes = 0;            // to other hosts (one level: every send)
   double host_messages = 0, host_bytes = 0;  // within a host (two levels)
   double reduced = 0;                        // bytes reduced, at gamma
-  double chain = 0, host_chain = 0;          // the chain's bytes over the link / within a host
+  // Bytes copied out of a slot (a plain receive: the result coming back down
+  // a tree, an allgather's blocks) or from buffer to buffer, at gamma too:
+  // the copy reads the slot and writes the output as the reduction does (on 2
+  // hosts x 2 ranks at c3c16a9, 8 MiB copied out of a slot took 1907 us inside
+  // the pieces, 8 MiB reduced from one 1509; docs/benchmarks.md, "Profile at
+  // c3c16a9"). Uncounted, the tree (every rank but the root copies the
+  // result) tied hier (a host's ranks copy only the other ranks' blocks) on 2
+  // x 2 and was taken where it measured 1.1-1.3x slower ("Selector: copies
+  // out of the slots").
+  double copied = 0;
+  double chain = 0, host_chain = 0;  // the chain's bytes over the link / within a host
   void add(bool leaves, double msgs, double b) {
     (leaves ? messages : host_messages) += msgs;
     (leaves ? bytes : host_bytes) += b;
@@ -121,6 +131,7 @@ struct Work {
     host_messages += o.host_messages;
     host_bytes += o.host_bytes;
     reduced += o.reduced;
+    copied += o.copied;
     chain += o.chain;
     host_chain += o.host_chain;
     return *this;
@@ -155,7 +166,7 @@ class CostModel {
   // The cheapest algorithm for the call.
   Algorithm choose(CollectiveKind kind, size_t bytes) const;
   // Seconds of `w` on crowded CPUs: its throughput (each tier's messages and
-  // bytes at its message_seconds() and beta and the reductions at `gamma`,
+  // bytes at its message_seconds() and beta, the reductions and copies at `gamma`,
   // over params().cpus) and its chain (each tier's chain bytes at its beta).
   double crowded(const Work& w, double gamma) const;
   // What a message costs crowded CPUs: the system calls, frames, credit and

@@ -95,6 +95,7 @@ Work tree_work(CollectiveKind kind, const CostTerms& t) {
     w.step(t.leaves_host(d), 2 * t.m, 2 * t.k);
   }
   w.reduced = (t.n - 1) * t.m;  // each child's buffer, on the way up
+  w.copied = (t.n - 1) * t.m;   // the result, out of a slot on every rank but the root
   return w;
 }
 

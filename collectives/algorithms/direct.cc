@@ -67,6 +67,7 @@ Work direct_work(CollectiveKind kind, const CostTerms& t) {
   w.add(true, t.n * others * t.pieces(t.m), t.n * others * t.m);
   w.add(false, t.n * near * t.pieces(t.m), t.n * near * t.m);
   w.reduced = t.n * (t.n - 1) * t.m;  // every rank reduces every other's buffer
+  w.copied = t.n * t.m;               // rank 0's buffer into every output (rank 0's own: a copy)
   w.step(true, others * t.m, others * t.k);
   w.step(false, near * t.m, near * t.k);
   return w;

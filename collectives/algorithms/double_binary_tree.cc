@@ -91,6 +91,7 @@ Work dbtree_work(CollectiveKind kind, const CostTerms& t) {
   w.chain = link * hop;
   w.host_chain = host * hop;
   w.reduced = (t.n - 1) * t.m;  // two trees of n - 1 edges, half the buffer each
+  w.copied = (t.n - 1) * t.m;   // each half's result, on every rank but its tree's root
   return w;
 }
 

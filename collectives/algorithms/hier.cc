@@ -174,6 +174,7 @@ Work hier_work(CollectiveKind kind, const CostTerms& t) {
   const Work one = lane->work(kind, lane_terms);
   w.add(true, q * one.messages, q * one.bytes);
   w.reduced = hosts * (q - 1) * t.m + q * one.reduced;
+  w.copied = hosts * (q - 1) * t.m + q * one.copied;  // the allgather's blocks within the host
   w.host_chain = 2 * (q - 1) * std::min(t.m / q, t.k) + q * one.host_chain;
   w.chain = q * one.chain;
   return w;

@@ -238,6 +238,7 @@ Work rabenseifner_work(CollectiveKind kind, const CostTerms& t) {
     w.step(t.leaves_host(1), t.m, t.k);
   }
   w.reduced = (t.p - 1 + (t.n - t.p)) * t.m;  // the halving's blocks; a fold's halves
+  w.copied = (t.n - 1) * t.m;                 // the doubling's blocks; a folded rank's result
   return w;
 }
 

@@ -114,6 +114,7 @@ Work rd_work(CollectiveKind kind, const CostTerms& t) {
     w.step(t.leaves_host(1), 2 * t.m, 2 * t.k);
   }
   w.reduced = (t.p * t.lgp + t.n - t.p) * t.m;  // what every round receives; a fold's once
+  w.copied = (t.n - t.p) * t.m;                 // a folded rank's result (every round reduces)
   return w;
 }
 

@@ -143,6 +143,7 @@ Work ring_work(CollectiveKind kind, const CostTerms& t) {
   w.add(true, steps * across * t.pieces(t.m / t.n), steps * across * t.m / t.n);
   w.add(false, steps * (t.n - across) * t.pieces(t.m / t.n), steps * (t.n - across) * t.m / t.n);
   w.reduced = (t.n - 1) * t.m;  // the reduce-scatter's n - 1 blocks on every rank
+  w.copied = (t.n - 1) * t.m;   // the allgather's, out of the slots
   const double block = std::min(t.m / t.n, t.k);
   w.chain = steps * across / t.n * block;
   w.host_chain = steps * (t.n - across) / t.n * block;
