@@ -127,10 +127,21 @@ CostModel CostModel::crowded_paths() const {
 }
 
 double CostModel::crowded(const Work& w, double gamma) const {
-  const double on_link = w.messages * message_seconds(p_) + w.bytes * p_.beta;
-  const double on_host = w.host_messages * message_seconds(within_) + w.host_bytes * within_.beta;
+  const auto seconds = [&](double msgs, double bytes, double host_msgs, double host_bytes,
+                           double memory) {
+    return msgs * message_seconds(p_) + bytes * p_.beta + host_msgs * message_seconds(within_) +
+           host_bytes * within_.beta + memory * gamma;
+  };
+  const double sum =
+      seconds(w.messages, w.bytes, w.host_messages, w.host_bytes, w.reduced + w.copied);
   const double chain = w.chain * p_.beta + w.host_chain * within_.beta;
-  return (on_link + on_host + (w.reduced + w.copied) * gamma) / std::max(1, p_.cpus) + chain;
+  double excess = 0;
+  if (w.uneven) {
+    const double bulk = seconds(0, w.bytes, 0, w.host_bytes, w.reduced + w.copied);
+    const double top = seconds(0, w.top_bytes, 0, w.top_host_bytes, w.top_memory);
+    excess = std::max(0.0, top - bulk / std::max(1, world_));
+  }
+  return sum / std::max(1, p_.cpus) + excess + chain;
 }
 
 Algorithm CostModel::choose(CollectiveKind kind, size_t bytes) const {

@@ -117,9 +117,25 @@ struct Work {
   // out of the slots").
   double copied = 0;
   double chain = 0, host_chain = 0;  // the chain's bytes over the link / within a host
+  // The busiest rank's own share where the ranks' shares differ (the
+  // binomial tree's root and the rank below it on the next host: every send,
+  // reduction and copy of their subtrees goes through them, twice what any
+  // rank of hier does on 2 hosts x 2 ranks); `uneven` false: every rank does
+  // a world's share of the sums. Crowded CPUs share out the sums only as far
+  // as the ranks' shares are even (CostModel::crowded).
+  bool uneven = false;
+  double top_messages = 0, top_bytes = 0;            // its sends to other hosts (one level: all)
+  double top_host_messages = 0, top_host_bytes = 0;  // its sends within its host
+  double top_memory = 0;                             // its bytes reduced and copied
   void add(bool leaves, double msgs, double b) {
     (leaves ? messages : host_messages) += msgs;
     (leaves ? bytes : host_bytes) += b;
+  }
+  // A send of the busiest rank, beside its share of add()'s sums.
+  void add_top(bool leaves, double msgs, double b) {
+    uneven = true;
+    (leaves ? top_messages : top_host_messages) += msgs;
+    (leaves ? top_bytes : top_host_bytes) += b;
   }
   // One step of the chain: a message of `b` bytes, cut into pieces of `piece`.
   void step(bool leaves, double b, double piece) {
@@ -132,6 +148,12 @@ struct Work {
     host_bytes += o.host_bytes;
     reduced += o.reduced;
     copied += o.copied;
+    uneven = uneven || o.uneven;
+    top_messages += o.top_messages;
+    top_bytes += o.top_bytes;
+    top_host_messages += o.top_host_messages;
+    top_host_bytes += o.top_host_bytes;
+    top_memory += o.top_memory;
     chain += o.chain;
     host_chain += o.host_chain;
     return *this;
@@ -167,7 +189,10 @@ class CostModel {
   Algorithm choose(CollectiveKind kind, size_t bytes) const;
   // Seconds of `w` on crowded CPUs: its throughput (each tier's messages and
   // bytes at its message_seconds() and beta, the reductions and copies at `gamma`,
-  // over params().cpus) and its chain (each tier's chain bytes at its beta).
+  // over params().cpus) and its chain (each tier's chain bytes at its beta),
+  // plus, where the ranks' shares are uneven, the busiest rank's work beyond
+  // the mean share: a rank runs on one CPU at a time and its partners wait on
+  // its pieces, so the CPUs cannot share that excess out.
   double crowded(const Work& w, double gamma) const;
   // What a message costs crowded CPUs: the system calls, frames, credit and
   // wake-up of one send, as many seconds as kMessageBytes take at the level's
