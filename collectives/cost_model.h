@@ -114,7 +114,7 @@ struct Work {
   // c3c16a9"). Uncounted, the tree (every rank but the root copies the
   // result) tied hier (a host's ranks copy only the other ranks' blocks) on 2
   // x 2 and was taken where it measured 1.1-1.3x slower ("Selector: copies
-  // out of the slots").
+  // out of the slots and the tree's root").
   double copied = 0;
   double chain = 0, host_chain = 0;  // the chain's bytes over the link / within a host
   // The busiest rank's own share where the ranks' shares differ (the

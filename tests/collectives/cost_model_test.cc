@@ -266,6 +266,19 @@ TEST(CostModel, CrowdedRanksPayForEverySend) {
   }
 }
 
+// A level of 4 ranks on the cluster's 2 CPUs as a communicator's creation
+// measured it (the round is the default on a crowded host).
+CostParams crowded_level(double alpha, double beta, double gamma, double gamma_cold) {
+  CostParams p;
+  p.alpha = alpha;
+  p.beta = beta;
+  p.gamma = gamma;
+  p.gamma_cold = gamma_cold;
+  p.round = 5e-6;
+  p.cpus = 2;
+  return p;
+}
+
 // Copies out of the slots: on 2 hosts x 2 ranks the binomial tree and hier
 // send, reduce and copy the same bytes in all (hier.cc), but the tree's
 // copies are the result on three of the four ranks and its reductions a
@@ -275,18 +288,8 @@ TEST(CostModel, CrowdedRanksPayForEverySend) {
 // "Network targets in one run"), main took the tree from 4 MiB, which
 // measured 1.22x hier at 16 MiB and 1.10x at 64 MiB; counted, hier.
 TEST(CostModel, CopiesOutOfTheSlotsCount) {
-  CostParams within, between;
-  within.alpha = 1.26e-6;
-  within.beta = 0.195e-9;
-  between.alpha = 101.09e-6;
-  between.beta = 0.820e-9;
-  for (CostParams* p : {&within, &between}) {
-    p->gamma = 0.034e-9;
-    p->gamma_cold = 0.136e-9;
-    p->round = 5e-6;
-    p->cpus = 2;
-  }
-  const CostModel two(2, 2, within, between);
+  const CostModel two(2, 2, crowded_level(1.26e-6, 0.195e-9, 0.034e-9, 0.136e-9),
+                      crowded_level(101.09e-6, 0.820e-9, 0.034e-9, 0.136e-9));
   for (size_t bytes : {size_t{4} << 20, size_t{16} << 20, size_t{64} << 20}) {
     EXPECT_EQ(two.choose(CollectiveKind::kAllreduce, bytes), Algorithm::kHier) << bytes;
     const CostTerms t = two.work_terms(bytes);
@@ -305,25 +308,15 @@ TEST(CostModel, CopiesOutOfTheSlotsCount) {
 // The tree's root: on 2 hosts x 2 ranks it and the first rank of the other
 // host send, reduce and copy half of all the tree does, twice what any rank
 // of hier does, and crowded CPUs cannot share that out (its partners wait on
-// its pieces). With the costs a 2 x 2 sweep measured at creation (cluster 2,
-// 08:0x UTC, the tree 1.68x hier at 16 MiB; docs/benchmarks.md, "Selector:
-// copies out of the slots"), the sums alone tie the two (0.1% apart, the
+// its pieces). With the costs a 2 x 2 sweep measured at creation (the tree
+// 1.68x hier at 16 MiB; docs/benchmarks.md, "Selector: copies out of the
+// slots and the tree's root"), the sums alone tie the two (0.1% apart, the
 // tree first); the root's excess over the mean share takes hier. 8 bytes stay
 // with the tree: the excess counts bytes, not messages (a tiny call is its
 // rounds).
 TEST(CostModel, TheTreesRootIsNotSharedOut) {
-  CostParams within, between;
-  within.alpha = 1.90e-6;
-  within.beta = 0.111e-9;
-  between.alpha = 21.74e-6;
-  between.beta = 1.381e-9;
-  for (CostParams* p : {&within, &between}) {
-    p->gamma = 0.035e-9;
-    p->gamma_cold = 0.192e-9;
-    p->round = 5e-6;
-    p->cpus = 2;
-  }
-  const CostModel two(2, 2, within, between);
+  const CostModel two(2, 2, crowded_level(1.90e-6, 0.111e-9, 0.035e-9, 0.192e-9),
+                      crowded_level(21.74e-6, 1.381e-9, 0.035e-9, 0.192e-9));
   const size_t m = size_t{16} << 20;
   EXPECT_EQ(two.choose(CollectiveKind::kAllreduce, m), Algorithm::kHier);
   EXPECT_EQ(two.choose(CollectiveKind::kAllreduce, 8), Algorithm::kTree);
