@@ -268,8 +268,8 @@ class Run {
       // Nothing later in this program writes the source (no dependents), so
       // it may stay the peer's to read until its credit (fabric.h "Pulled
       // pieces"): the only wait on it is the end of the call.
-      const bool pull = fabric_.may_pull(it.peer, bytes) &&
-                        scratch_.dep_begin[i] == scratch_.dep_begin[i + 1];
+      const bool pull =
+          fabric_.may_pull(it.peer, bytes) && scratch_.dep_begin[i] == scratch_.dep_begin[i + 1];
       Status st = pull ? fabric_.offer_pull(it.peer, lane_, seq, it.src, bytes)
                        : fabric_.send_direct(it.peer, lane_, seq, it.src, bytes);
       if (!st.is_ok()) {

@@ -10,9 +10,9 @@
 #include <random>
 #include <string>
 
+#include "collectives/reduce_kernels.h"
 #include "common/bytes.h"
 #include "common/env.h"
-#include "collectives/reduce_kernels.h"
 #include "common/log.h"
 
 namespace rdmaflow {
@@ -452,8 +452,7 @@ Status Fabric::pull(int p, int lane, uint64_t seq, size_t bytes, std::byte* dst,
   if (d.bytes != bytes) {
     return RDMAFLOW_ERROR(Code::kProtocolError, what, p,
                           "piece " + std::to_string(seq) + " offers " + std::to_string(d.bytes) +
-                              " bytes where this rank's schedule expects " +
-                              std::to_string(bytes));
+                              " bytes where this rank's schedule expects " + std::to_string(bytes));
   }
   int err = 0;
   if (operand == nullptr) {

@@ -305,8 +305,8 @@ class Fabric {
   // Reads an offered piece of `bytes` from p's memory into `dst`, or with
   // `operand` reduces it: dst = operand (op) piece. kProtocolError when the
   // descriptor's length is not `bytes`, kPeerFailed when the read fails.
-  Status pull(int p, int lane, uint64_t seq, size_t bytes, std::byte* dst,
-              const std::byte* operand, DataType type, ReduceOp op);
+  Status pull(int p, int lane, uint64_t seq, size_t bytes, std::byte* dst, const std::byte* operand,
+              DataType type, ReduceOp op);
   // Hands slot of piece `seq` of `lane` from `p` back to `p` (a signal on the
   // direct path, else an 8-byte write with notify CREDIT). A failed credit
   // write is not the caller's failure: the next call needing the peer sees
