@@ -152,8 +152,7 @@ TEST(DirectCopy, FallbackWhenOneSideDoesNotPull) {
     Status st = make_comm_node(shm, rank, n, ex, node);
     if (st.code() == Code::kNotViable) return 0;
     EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.to_string();
-    EXPECT_NE(st.to_string().find("RDMAFLOW_COLL_PULL_BYTES"), std::string::npos)
-        << st.to_string();
+    EXPECT_NE(st.to_string().find("RDMAFLOW_COLL_PULL_BYTES"), std::string::npos) << st.to_string();
     return 0;
   });
   ASSERT_TRUE(bad.ok || bad.skipped) << bad.message;
