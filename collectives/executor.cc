@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/collective_trace.h"
@@ -710,6 +711,14 @@ class Run {
           if (comps_->in_flight == 0) break;
         }
         sig_.wait(epoch, Clock::now() + Millis(100), std::chrono::microseconds(0));
+      }
+      // Offered pieces are read from this rank's buffers, which the caller
+      // may reuse once we return: give the peers a moment to finish reading
+      // (a peer that still reads later gets a copy of whatever is there, or
+      // an EFAULT naming us, never a write into our memory).
+      const auto until = Clock::now() + Fabric::kCreditDrain;
+      while (!scratch_.offered.empty() && Clock::now() < until) {
+        if (!drain_pulled()) std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
       return failure_.with_op(what_);
     }
