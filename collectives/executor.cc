@@ -9,7 +9,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "collectives/collective_trace.h"
@@ -104,7 +103,6 @@ class Run {
   // Reused by the calls on this thread (no allocation per call).
   struct Scratch {
     std::vector<uint32_t> remaining, dep_begin, dependents, cursor, ready, inflight, drained;
-    std::vector<uint32_t> offered;  // pulled sends waiting for the peer's credit
     std::vector<uint64_t> send_base, recv_base;
     Clock::time_point no_poll_until{};  // preempted while polling: sleep until then
   };
@@ -156,7 +154,6 @@ class Run {
     // Sends in flight per peer (their completions are awaited).
     scratch_.inflight.assign(world_, 0);
     scratch_.drained.clear();
-    scratch_.offered.clear();
   }
 
   // ---- start items ----
@@ -175,7 +172,6 @@ class Run {
   // condition holds. True when anything moved.
   bool step() {
     bool progressed = drain_completions();
-    if (!scratch_.offered.empty()) progressed |= drain_pulled();
     if (!failure_.is_ok()) return true;
     auto& ready = scratch_.ready;
     for (size_t k = 0; k < ready.size();) {
@@ -206,25 +202,6 @@ class Run {
     const bool progressed = !drained.empty();
     drained.clear();
     return progressed;
-  }
-
-  // Finishes the offered sends whose peer read them (its credit arrived).
-  bool drain_pulled() {
-    auto& offered = scratch_.offered;
-    bool moved = false;
-    for (size_t k = 0; k < offered.size();) {
-      const Item& it = items_[offered[k]];
-      if (fabric_.credit_arrived(it.peer, lane_, scratch_.send_base[it.peer] + it.ordinal)) {
-        --scratch_.inflight[it.peer];
-        finish(offered[k]);
-        offered[k] = offered.back();
-        offered.pop_back();
-        moved = true;
-      } else {
-        ++k;
-      }
-    }
-    return moved;
   }
 
   // Starts ready item i if its remote condition holds (a send needs the
@@ -266,23 +243,12 @@ class Run {
     Fabric::Peer& peer = fabric_.peer(it.peer);
     const size_t bytes = it.elems * es_;
     if (peer.direct) {
-      // Nothing later in this program writes the source (no dependents), so
-      // it may stay the peer's to read until its credit (fabric.h "Pulled
-      // pieces"): the only wait on it is the end of the call.
-      const bool pull =
-          fabric_.may_pull(it.peer, bytes) && scratch_.dep_begin[i] == scratch_.dep_begin[i + 1];
-      Status st = pull ? fabric_.offer_pull(it.peer, lane_, seq, it.src, bytes)
-                       : fabric_.send_direct(it.peer, lane_, seq, it.src, bytes);
+      Status st = fabric_.send_direct(it.peer, lane_, seq, it.src, bytes);
       if (!st.is_ok()) {
         failure_ = std::move(st);
         return false;
       }
-      if (pull) {
-        scratch_.offered.push_back(i);
-        ++scratch_.inflight[it.peer];
-      } else {
-        finish(i);
-      }
+      finish(i);
       return true;
     }
     if (bytes <= Fabric::kSmallBytes) {
@@ -342,14 +308,7 @@ class Run {
     const trace::Span span(trace::kCollective, item_name(it), piece_args(it, es_));
     Fabric::Peer& peer = fabric_.peer(it.peer);
     const std::byte* slot = peer.local + fabric_.slot_offset(lane_, seq);
-    if (fabric_.offered(it.peer, lane_, seq)) {
-      Status st = fabric_.pull(it.peer, lane_, seq, it.elems * es_, it.dst,
-                               it.reduce ? it.src : nullptr, program_.type(), program_.op());
-      if (!st.is_ok()) {
-        failure_ = std::move(st);
-        return false;
-      }
-    } else if (it.reduce) {
+    if (it.reduce) {
       reduce_buffers(program_.type(), program_.op(), it.dst, it.src, slot, it.elems);
     } else {
       std::memcpy(it.dst, slot, it.elems * es_);
@@ -414,7 +373,7 @@ class Run {
 
   // What blocked() found us waiting for.
   std::string waiting_text() const {
-    if (waiting_item_ < 0) return "write completions or a peer's read of a pulled piece";
+    if (waiting_item_ < 0) return "write completions";
     const Item& it = items_[static_cast<size_t>(waiting_item_)];
     const uint64_t seq =
         (it.kind == ItemKind::kSend ? scratch_.send_base : scratch_.recv_base)[it.peer] +
@@ -711,14 +670,6 @@ class Run {
           if (comps_->in_flight == 0) break;
         }
         sig_.wait(epoch, Clock::now() + Millis(100), std::chrono::microseconds(0));
-      }
-      // Offered pieces are read from this rank's buffers, which the caller
-      // may reuse once we return: give the peers a moment to finish reading
-      // (a peer that still reads later gets a copy of whatever is there, or
-      // an EFAULT naming us, never a write into our memory).
-      const auto until = Clock::now() + Fabric::kCreditDrain;
-      while (!scratch_.offered.empty() && Clock::now() < until) {
-        if (!drain_pulled()) std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
       return failure_.with_op(what_);
     }

@@ -1,16 +1,10 @@
 #include "collectives/fabric.h"
 
-#include <sys/uio.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 
-#include "collectives/reduce_kernels.h"
 #include "common/bytes.h"
 #include "common/env.h"
 #include "common/log.h"
@@ -18,30 +12,7 @@
 namespace rdmaflow {
 namespace {
 
-constexpr char kHello[8] = {'R', 'F', 'C', 'O', 'L', 'L', '0', '4'};
-constexpr char kPullHello[8] = {'R', 'F', 'P', 'U', 'L', 'L', '0', '1'};
-// A reduction of a pulled piece reads it in chunks this size: they stay in
-// cache between the read and the reduction.
-constexpr size_t kPullChunk = 64 * 1024;
-// The 16-byte descriptor of a pulled piece at the start of its slot.
-struct PullDescriptor {
-  uint64_t address;
-  uint64_t bytes;
-};
-
-// Reads `len` bytes at `remote` of process `pid` into `dst`; errno on failure.
-int read_process(int64_t pid, uint64_t remote, void* dst, size_t len) {
-  size_t done = 0;
-  while (done < len) {
-    iovec local{static_cast<std::byte*>(dst) + done, len - done};
-    iovec far{reinterpret_cast<void*>(remote + done), len - done};
-    const ssize_t n = process_vm_readv(static_cast<pid_t>(pid), &local, 1, &far, 1, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return n < 0 ? errno : EFAULT;
-    done += static_cast<size_t>(n);
-  }
-  return 0;
-}
+constexpr char kHello[8] = {'R', 'F', 'C', 'O', 'L', 'L', '0', '3'};
 
 // The payload of every credit write on backends that take any source (see
 // Peer::credit_source): static, so it outlives a held credit.
@@ -108,16 +79,6 @@ Result<std::unique_ptr<Fabric>> Fabric::create(int rank, int world,
     config.credit_hold = static_cast<int>(std::min<int64_t>(*hold, config.slots - 1));
   }
   config.credit_hold = std::clamp(config.credit_hold, 0, config.slots - 1);
-  if (config.pull_bytes < 0) {
-    auto pull = env_int("RDMAFLOW_COLL_PULL_BYTES", FabricConfig::kDefaultPullBytes);
-    if (!pull.is_ok() || *pull < 0) {
-      return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
-                            "RDMAFLOW_COLL_PULL_BYTES must be a byte count >= 0 (0: never pull)");
-    }
-    config.pull_bytes = *pull;
-  }
-  // A descriptor must fit where the piece would have gone.
-  if (config.pull_bytes > 0) config.pull_bytes = std::max<int64_t>(config.pull_bytes, 64);
   std::unique_ptr<Fabric> f(new Fabric());
   f->rank_ = rank;
   f->world_ = world;
@@ -193,10 +154,7 @@ Status Fabric::setup(std::vector<Transport*> transports) {
     registrations_.push_back({t, *region});
   }
 
-  // Send every peer the key of its region and our configuration, and what it
-  // needs to probe whether it can read this process ("Pulled pieces").
-  probe_nonce_ = std::random_device{}() | (static_cast<uint64_t>(std::random_device{}()) << 32);
-  probes_.assign(world_, PeerProbe{});
+  // Send every peer the key of its region and our configuration.
   CompletionGroup sent;
   for (int p = 0; p < world_; ++p) {
     if (p == rank_) continue;
@@ -214,8 +172,6 @@ Status Fabric::setup(std::vector<Transport*> transports) {
     msg.u64(static_cast<uint64_t>(rank_)).u64(config_.slot_bytes);
     msg.u64(static_cast<uint64_t>(config_.slots)).u64(static_cast<uint64_t>(config_.lanes));
     msg.u64(kb.size()).raw(kb.data(), kb.size());
-    msg.u64(static_cast<uint64_t>(getpid())).u64(reinterpret_cast<uintptr_t>(&probe_nonce_));
-    msg.u64(probe_nonce_);
     peer.channel->send_message(msg.take(), sent.add(), config_.timeout);
   }
   for (int p = 0; p < world_; ++p) {
@@ -253,12 +209,6 @@ Status Fabric::setup(std::vector<Transport*> transports) {
     if (!r.view(key_len, key_bytes)) {
       return RDMAFLOW_ERROR(Code::kProtocolError, op, p, "truncated setup message");
     }
-    uint64_t pid = 0;
-    PeerProbe& probe = probes_[p];
-    if (!r.get(pid) || !r.get(probe.address) || !r.get(probe.nonce)) {
-      return RDMAFLOW_ERROR(Code::kProtocolError, op, p, "truncated setup message");
-    }
-    peer.pid = static_cast<int64_t>(pid);
     auto key = RemoteKey::deserialize(key_bytes);
     if (!key.is_ok()) {
       // The decoder knows no peer (e.g. a key over RDMAFLOW_MAX_KEY_BYTES): name it.
@@ -273,7 +223,6 @@ Status Fabric::setup(std::vector<Transport*> transports) {
   }
   RDMAFLOW_RETURN_IF_ERROR(sent.wait(config_.timeout, "send collective scratch keys"));
   RDMAFLOW_RETURN_IF_ERROR(setup_direct(transports));
-  RDMAFLOW_RETURN_IF_ERROR(setup_pull());
   install_listeners();
   find_common_driver();
   find_mixed_driver();
@@ -304,49 +253,6 @@ Status Fabric::setup_direct(const std::vector<Transport*>& transports) {
     shared_->signal.set_doorbell(endpoint_->local_ringer(shared_->ringer));
   }
   return Status::ok();
-}
-
-Status Fabric::setup_pull() {
-  // Every direct pair exchanges one message each way (both sides of a pair
-  // agree on the direct path), so the ordered streams stay in step: whether
-  // this rank can read the peer (it reads the nonce the peer published).
-  const char* op = "create communicator";
-  CompletionGroup sent;
-  std::vector<bool> can_read(world_, false);
-  for (int p = 0; p < world_; ++p) {
-    if (p == rank_ || !peers_[p].direct) continue;
-    if (config_.pull_bytes > 0) {
-      uint64_t seen = 0;
-      const int err = read_process(peers_[p].pid, probes_[p].address, &seen, sizeof(seen));
-      can_read[p] = err == 0 && seen == probes_[p].nonce;
-      if (!can_read[p]) {
-        RDMAFLOW_LOG_INFO(
-            "collectives: rank {} cannot read the memory of rank {} (pid {}): {}; pieces between "
-            "them go through the slots (two copies)",
-            rank_, p, peers_[p].pid,
-            err != 0 ? std::string("process_vm_readv: ") + std::strerror(err)
-                     : std::string("another process answered (pid namespace?)"));
-      }
-    }
-    ByteWriter msg;
-    msg.raw(kPullHello, sizeof(kPullHello)).u64(can_read[p] ? 1 : 0);
-    peers_[p].channel->send_message(msg.take(), sent.add(), config_.timeout);
-  }
-  for (int p = 0; p < world_; ++p) {
-    if (p == rank_ || !peers_[p].direct) continue;
-    auto msg = peers_[p].channel->inbox().recv_message(config_.timeout);
-    if (!msg.is_ok()) return msg.status().with_op("receive pull agreement");
-    ByteReader r(*msg);
-    std::span<const uint8_t> magic;
-    uint64_t reads_us = 0;
-    if (!r.view(sizeof(kPullHello), magic) ||
-        std::memcmp(magic.data(), kPullHello, sizeof(kPullHello)) != 0 || !r.get(reads_us)) {
-      return RDMAFLOW_ERROR(Code::kProtocolError, op, p, "unexpected pull agreement message");
-    }
-    peers_[p].pull = can_read[p] && reads_us == 1;
-    pull_peers_ += peers_[p].pull ? 1 : 0;
-  }
-  return sent.wait(config_.timeout, "send pull agreement");
 }
 
 void Fabric::find_common_driver() {
@@ -434,48 +340,6 @@ Status Fabric::send_direct(int p, int lane, uint64_t seq, const void* src, size_
   return Status::ok();
 }
 
-Status Fabric::offer_pull(int p, int lane, uint64_t seq, const void* src, size_t bytes) {
-  const PullDescriptor d{reinterpret_cast<uintptr_t>(src), bytes};
-  const shm::MemoryChannel& memory = peers_[p].memory;
-  RDMAFLOW_RETURN_IF_ERROR(memory.put(slot_offset(lane, seq), &d, sizeof(d)));
-  RDMAFLOW_RETURN_IF_ERROR(memory.signal(data_word_offset(lane, seq), (seq + 1) | kPullFlag));
-  pull_offers_.fetch_add(1, std::memory_order_relaxed);
-  direct_pieces_.fetch_add(1, std::memory_order_relaxed);
-  return Status::ok();
-}
-
-Status Fabric::pull(int p, int lane, uint64_t seq, size_t bytes, std::byte* dst,
-                    const std::byte* operand, DataType type, ReduceOp op) {
-  const char* what = "read a pulled piece";
-  PullDescriptor d{};
-  std::memcpy(&d, peers_[p].local + slot_offset(lane, seq), sizeof(d));
-  if (d.bytes != bytes) {
-    return RDMAFLOW_ERROR(Code::kProtocolError, what, p,
-                          "piece " + std::to_string(seq) + " offers " + std::to_string(d.bytes) +
-                              " bytes where this rank's schedule expects " + std::to_string(bytes));
-  }
-  int err = 0;
-  if (operand == nullptr) {
-    err = read_process(peers_[p].pid, d.address, dst, bytes);
-  } else {
-    thread_local std::unique_ptr<std::byte[]> chunk(new std::byte[kPullChunk]);
-    const size_t es = dtype_size(type);
-    const size_t step = kPullChunk / es * es;
-    for (size_t off = 0; off < bytes && err == 0; off += step) {
-      const size_t n = std::min(step, bytes - off);
-      err = read_process(peers_[p].pid, d.address + off, chunk.get(), n);
-      if (err == 0) reduce_buffers(type, op, dst + off, operand + off, chunk.get(), n / es);
-    }
-  }
-  if (err != 0) {
-    return RDMAFLOW_ERROR(Code::kPeerFailed, what, p,
-                          "process_vm_readv of " + std::to_string(bytes) + " bytes from pid " +
-                              std::to_string(peers_[p].pid) + ": " + std::strerror(err));
-  }
-  pulled_pieces_.fetch_add(1, std::memory_order_relaxed);
-  return Status::ok();
-}
-
 Status Fabric::return_credit(int p, int lane, uint64_t seq) {
   Peer& peer = peers_[p];
   if (peer.direct) return peer.memory.signal(credit_word_offset(lane, seq), seq + 1);
@@ -499,9 +363,6 @@ FabricStats Fabric::stats() const {
   s.staged_pieces = staged_pieces_.load(std::memory_order_relaxed);
   s.registered_source_pieces = registered_source_pieces_.load(std::memory_order_relaxed);
   s.credit_hold = config_.credit_hold;
-  s.pull_peers = pull_peers_;
-  s.pull_offers = pull_offers_.load(std::memory_order_relaxed);
-  s.pulled_pieces = pulled_pieces_.load(std::memory_order_relaxed);
   return s;
 }
 

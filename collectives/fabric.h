@@ -47,23 +47,6 @@
 // and the block ends with this rank's doorbell (the memory endpoint's, granted
 // to every peer on its own key).
 //
-// Pulled pieces (single copy). put(slot) + the receiver's copy out of the
-// slot moves a copy-only piece through memory twice. So a piece of at least
-// `pull_bytes` whose source nothing later in the sender's program writes
-// (no dependents) is offered instead: the sender puts a 16-byte descriptor
-// (its source address and length) into the slot and signals the data word
-// with kPullFlag set; the receiver reads the bytes straight from the sender's
-// memory with process_vm_readv (cross-memory attach, as Open MPI's vader
-// does with CMA), into its destination, or for a reduction in 64 KiB chunks
-// through a cache-resident buffer, and returns the credit as usual. The
-// sender's send finishes only when that credit arrives (its source must stay
-// as it was until then), which cannot deadlock because nothing waits on
-// such a send but the end of the program. Only the receiver writes, and
-// only into its own memory; the length must match what the receiver's
-// program expects. A pair pulls when both sides probed the other at creation
-// (read a nonce the peer published) and agreed; else (RDMAFLOW_COLL_PULL_BYTES
-// = 0, ptrace restrictions, other pid namespaces) it keeps the slots, logged.
-//
 // Credits ride with other frames. A credit is the most frequent frame and
 // the least urgent: the peer needs credit(seq) only to send piece seq + slots.
 // So on the notify path it is a deferred post (Channel::post_write_deferred):
@@ -106,7 +89,6 @@
 #include <mutex>
 #include <vector>
 
-#include "collectives/types.h"
 #include "collectives/user_memory.h"
 #include "common/signal.h"
 #include "common/status.h"
@@ -143,11 +125,6 @@ struct FabricConfig {
   // above). -1: from RDMAFLOW_COLL_CREDIT_HOLD, else slots / 2 - 1; 0: every
   // credit goes at once. At most slots - 1.
   int credit_hold = -1;
-  // Direct-path pieces of at least this many bytes are pulled by the
-  // receiver ("Pulled pieces" above); 0: never. -1: from
-  // RDMAFLOW_COLL_PULL_BYTES, else kDefaultPullBytes.
-  int64_t pull_bytes = -1;
-  static constexpr int64_t kDefaultPullBytes = 64 * 1024;
 };
 
 // What the fabric did, for tests and tuning.
@@ -162,11 +139,6 @@ struct FabricStats {
   uint64_t staged_pieces = 0;
   uint64_t registered_source_pieces = 0;
   int credit_hold = 0;  // credits that may wait per channel (FabricConfig)
-  // Pulled pieces: peers both ways agreed to pull with, pieces this rank
-  // offered (sent as a descriptor) and pieces it read from a peer's memory.
-  int pull_peers = 0;
-  uint64_t pull_offers = 0;
-  uint64_t pulled_pieces = 0;
 };
 
 namespace notify_code {
@@ -222,8 +194,6 @@ class Fabric {
     std::vector<uint64_t> recv_seq;  // next seq per lane, peer -> this rank
     bool direct = false;             // the direct path (above)
     shm::MemoryChannel memory;       // the peer's region for this rank, when direct
-    bool pull = false;               // pieces may be pulled, both ways ("Pulled pieces")
-    int64_t pid = 0;                 // the peer's process (as it said at creation)
   };
 
   static Result<std::unique_ptr<Fabric>> create(int rank, int world,
@@ -273,8 +243,7 @@ class Fabric {
 
   bool data_arrived(int p, int lane, uint64_t seq) const {
     if (peers_[p].direct) {
-      return (shm::load_word(peers_[p].local + data_word_offset(lane, seq)) & ~kPullFlag) ==
-             seq + 1;
+      return shm::load_word(peers_[p].local + data_word_offset(lane, seq)) == seq + 1;
     }
     return shared_->peers[p].data[cell(lane, seq)].load(std::memory_order_acquire) == seq + 1;
   }
@@ -289,24 +258,6 @@ class Fabric {
   // it. Complete on return (the bytes are in the peer's memory); an error
   // only for a range outside the peer's region (a bug: nothing was written).
   Status send_direct(int p, int lane, uint64_t seq, const void* src, size_t bytes);
-  // Pulled pieces: whether a send of `bytes` to `p` may be offered (the
-  // caller also checks that nothing later writes its source) ...
-  bool may_pull(int p, size_t bytes) const {
-    return peers_[p].pull && bytes >= static_cast<uint64_t>(config_.pull_bytes);
-  }
-  // ... offers it: the descriptor into the slot, the data word with kPullFlag.
-  // The source must stay unchanged until credit_arrived(p, lane, seq).
-  Status offer_pull(int p, int lane, uint64_t seq, const void* src, size_t bytes);
-  // Whether the piece that arrived (data_arrived) was offered for pulling.
-  bool offered(int p, int lane, uint64_t seq) const {
-    return peers_[p].direct &&
-           (shm::load_word(peers_[p].local + data_word_offset(lane, seq)) & kPullFlag) != 0;
-  }
-  // Reads an offered piece of `bytes` from p's memory into `dst`, or with
-  // `operand` reduces it: dst = operand (op) piece. kProtocolError when the
-  // descriptor's length is not `bytes`, kPeerFailed when the read fails.
-  Status pull(int p, int lane, uint64_t seq, size_t bytes, std::byte* dst, const std::byte* operand,
-              DataType type, ReduceOp op);
   // Hands slot of piece `seq` of `lane` from `p` back to `p` (a signal on the
   // direct path, else an 8-byte write with notify CREDIT). A failed credit
   // write is not the caller's failure: the next call needing the peer sees
@@ -342,16 +293,12 @@ class Fabric {
   // One cache line ahead of the sequence words, unused: the words start 64 B in.
   static constexpr size_t kReservedControlBytes = 64;
   static constexpr size_t kSmallBytes = 4096;
-  // Set in a direct-path data word: the slot holds a pull descriptor.
-  static constexpr uint64_t kPullFlag = 1ull << 63;
 
  private:
   Fabric() = default;
   Status setup(std::vector<Transport*> transports);
   // Connects a memory channel to every peer where both sides can map.
   Status setup_direct(const std::vector<Transport*>& transports);
-  // Agrees with every direct peer whether pieces are pulled ("Pulled pieces").
-  Status setup_pull();
   size_t cell(int lane, uint64_t seq) const {
     return static_cast<size_t>(lane) * config_.slots + seq % config_.slots;
   }
@@ -380,17 +327,6 @@ class Fabric {
   std::atomic<uint64_t> notify_pieces_{0};
   std::atomic<uint64_t> staged_pieces_{0};
   std::atomic<uint64_t> registered_source_pieces_{0};
-  std::atomic<uint64_t> pull_offers_{0};
-  std::atomic<uint64_t> pulled_pieces_{0};
-  int pull_peers_ = 0;
-  // What a peer reads to probe whether it can pull from this process: a
-  // random value sent in the setup message with its address.
-  uint64_t probe_nonce_ = 0;
-  struct PeerProbe {
-    uint64_t address = 0;
-    uint64_t nonce = 0;
-  };
-  std::vector<PeerProbe> probes_;  // per peer, from its setup message
   std::shared_ptr<UserMemory> user_memory_;
   size_t region_bytes_ = 0;
   std::byte* block_ = nullptr;
