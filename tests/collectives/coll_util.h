@@ -57,6 +57,45 @@ inline Status make_comm_node(const BackendRow& backend, int rank, int world, Exc
   return renew_comm(node, rank, world, options);
 }
 
+// 2 simulated hosts x 2 ranks as the cluster has them: same-host peers
+// (ranks 2h, 2h + 1) over UCX shared memory (the direct path), the others
+// over tcp; host_key says which host a rank is on.
+struct TwoHostNode {
+  std::unique_ptr<Transport> tcp, shm;
+  std::unique_ptr<Communicator> comm;
+
+  ~TwoHostNode() {
+    comm.reset();
+    if (shm) shm->shutdown();
+    if (tcp) tcp->shutdown();
+  }
+};
+
+inline Status make_two_host_node(int rank, int world, Exchange& ex, TwoHostNode& node,
+                                 CommunicatorOptions options = {}) {
+  TransportConfig cfg;
+  cfg.rank = rank;
+  cfg.world_size = world;
+  RDMAFLOW_ASSIGN_OR_RETURN(node.tcp, make_row_transport(backend_row("tcp"), cfg, ex));
+  RDMAFLOW_ASSIGN_OR_RETURN(node.shm, make_row_transport(backend_row("ucx_shm"), cfg, ex));
+  RDMAFLOW_ASSIGN_OR_RETURN(auto tcp_peers, connect_mesh(*node.tcp, rank, world, ex));
+  RDMAFLOW_ASSIGN_OR_RETURN(auto shm_peers, connect_mesh(*node.shm, rank, world, ex));
+  CommunicatorSetup setup;
+  setup.rank = rank;
+  setup.world = world;
+  setup.channels.resize(world);
+  setup.transports.assign(world, nullptr);
+  for (int p = 0; p < world; ++p) {
+    if (p == rank) continue;
+    const bool same_host = p / 2 == rank / 2;
+    setup.channels[p] = (same_host ? shm_peers : tcp_peers)[p];
+    setup.transports[p] = same_host ? node.shm.get() : node.tcp.get();
+  }
+  options.host_key = static_cast<uint64_t>(rank / 2);
+  RDMAFLOW_ASSIGN_OR_RETURN(node.comm, Communicator::create(setup, options));
+  return Status::ok();
+}
+
 // 64-byte aligned, zeroed memory.
 struct Mem {
   explicit Mem(size_t n = 0) { resize(n); }

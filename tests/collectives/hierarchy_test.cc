@@ -228,7 +228,6 @@ INSTANTIATE_TEST_SUITE_P(Backends, Hierarchy, ::testing::ValuesIn(backend_rows()
 // reply or error fails the run. (The lost-wake-up stress, where no recheck
 // can hide one, is MemoryChannel.FdSleeperIsWokenByEverySignal.)
 TEST(MixedPeers, OneWaitOverSocketsAndSameHostPeers) {
-  const BackendRow shm_row = backend_row("ucx_shm"), tcp_row = backend_row("tcp");
   RunOptions ro;
   ro.timeout = Millis(300000);
   for (const char* mixed : {"1", "0"}) {
@@ -236,35 +235,13 @@ TEST(MixedPeers, OneWaitOverSocketsAndSameHostPeers) {
         4,
         [&](int rank, int n, Exchange& ex) {
           setenv("RDMAFLOW_COLL_MIXED_WAIT", mixed, 1);
-          TransportConfig cfg;
-          cfg.rank = rank;
-          cfg.world_size = n;
-          auto tcp = make_row_transport(tcp_row, cfg, ex);
-          RF_ASSERT_OK(tcp);
-          auto shm = make_row_transport(shm_row, cfg, ex);
-          RF_ASSERT_OK(shm);
-          auto tcp_peers = connect_mesh(**tcp, rank, n, ex);
-          RF_ASSERT_OK(tcp_peers);
-          auto shm_peers = connect_mesh(**shm, rank, n, ex);
-          RF_ASSERT_OK(shm_peers);
-          CommunicatorSetup setup;
-          setup.rank = rank;
-          setup.world = n;
-          setup.channels.resize(n);
-          setup.transports.assign(n, nullptr);
-          for (int p = 0; p < n; ++p) {
-            if (p == rank) continue;
-            const bool same_host = p / 2 == rank / 2;
-            setup.channels[p] = (same_host ? *shm_peers : *tcp_peers)[p];
-            setup.transports[p] = same_host ? shm->get() : tcp->get();
-          }
           CommunicatorOptions co;
-          co.host_key = static_cast<uint64_t>(rank / 2);
           co.slot_bytes = 65536;
           co.timeout = Millis(20000);
-          auto comm = Communicator::create(setup, co);
-          RF_ASSERT_OK(comm);
-          const FabricStats st = (*comm)->stats();
+          TwoHostNode node;
+          RF_ASSERT_OK(make_two_host_node(rank, n, ex, node, co));
+          auto& comm = node.comm;
+          const FabricStats st = comm->stats();
           EXPECT_EQ(st.direct_peers, 1);
           EXPECT_EQ(st.mixed_wait, *mixed == '1') << "rank " << rank << " mixed wait " << mixed;
           std::vector<CallSpec> calls;
@@ -280,16 +257,13 @@ TEST(MixedPeers, OneWaitOverSocketsAndSameHostPeers) {
           }
           for (const CallSpec& c : calls) {
             std::string first;
-            auto wrong = run_and_check(**comm, c, &first);
+            auto wrong = run_and_check(*comm, c, &first);
             RF_ASSERT_OK(wrong);
             EXPECT_EQ(*wrong, 0u) << "rank " << rank << ": " << describe(c, n) << ": " << first;
             if (*wrong) return 1;
-            if (c.seed % 7 == 0) RF_ASSERT_OK((*comm)->barrier());
+            if (c.seed % 7 == 0) RF_ASSERT_OK(comm->barrier());
           }
           RF_ASSERT_OK(ex.barrier());
-          comm->reset();
-          (*shm)->shutdown();
-          (*tcp)->shutdown();
           return 0;
         },
         ro);
