@@ -284,6 +284,66 @@ TEST(TcpConformance, ASmallFrameAfterABulkPayloadComesInTheSameRead) {
   RF_EXPECT_RUN_OK(r);
 }
 
+// Writes posted with hold 0 (a rank's slot credits) from inside a driving
+// waiter's ready(), the executor's step, leave when ready() returns, with what
+// the step posted after them: a credit and the piece after it in one sendmsg
+// (two before), and nothing held past the step (no tick is asked for it: if
+// the end of the step did not send it, the peer would wait forever).
+TEST(TcpConformance, HoldZeroWritesOfAStepLeaveWithItsNextFrame) {
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(kTcp, rank, world, ex));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    Buffer region(4096);
+    RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
+    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(key_bytes(key)));
+    if (rank == 1) {
+      for (uint64_t want : {1u, 2u, 3u}) {
+        RF_ASSIGN_OR_FAIL(uint64_t v, ch.inbox().wait_notify(kOpTimeout));
+        EXPECT_EQ(v, want);
+      }
+      EXPECT_EQ(check_pattern(region.p + 64, 64, 5), -1);
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    }
+    RF_ASSIGN_OR_FAIL(RemoteKey peer, parse_key(all[1]));
+    auto* tcp = dynamic_cast<tcp::TcpChannel*>(&ch);
+    RF_ASSERT(tcp != nullptr);
+    auto driver = ch.inbox().wait_driver();
+    RF_ASSERT(driver != nullptr);
+    Buffer credit(8), piece(64);
+    fill_pattern(piece.p, piece.size, 5);
+    auto noop = [](const Status&) {};
+    const auto deadline = std::chrono::steady_clock::now() + kOpTimeout;
+    // A credit, then a piece, in one step.
+    uint64_t before = tcp->send_calls();
+    bool posted = false;
+    RF_ASSERT(driver->drive(
+        [&] {
+          if (!posted) {
+            ch.post_write_deferred(credit.p, 8, peer, 0, 1, noop, kOpTimeout, 0);
+            ch.post_write(piece.p, 64, peer, 64, 2, noop, kOpTimeout);
+            posted = true;
+          }
+          return true;
+        },
+        deadline));
+    EXPECT_EQ(tcp->send_calls() - before, 1u);
+    // A credit alone: sent when the step ends.
+    before = tcp->send_calls();
+    RF_ASSERT(driver->drive(
+        [&] {
+          ch.post_write_deferred(credit.p, 8, peer, 0, 3, noop, kOpTimeout, 0);
+          return true;
+        },
+        deadline));
+    EXPECT_EQ(tcp->send_calls() - before, 1u);
+    RF_ASSERT_OK(ex.barrier());  // rank 1 took all three
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
 TEST(TcpConformance, WorksOverIpv6Loopback) {
   if (!ipv6_loopback_available()) GTEST_SKIP() << "no IPv6 loopback (::1) on this machine";
   auto r = run_over_ipv6(kTcp, "::1");
