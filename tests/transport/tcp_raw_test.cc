@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tests/transport/conformance_util.h"
+#include "transport/tcp/tcp_channel.h"
 #include "transport/tcp/tcp_wire.h"
 
 namespace rdmaflow::testing {
@@ -218,6 +219,128 @@ TEST(TcpConformance, PeerLimitsFromTheEnvironmentAreEnforced) {
   ::unsetenv("RDMAFLOW_MAX_FRAME_BYTES");
   ::unsetenv("RDMAFLOW_MAX_MESSAGE_BYTES");
   ::unsetenv("RDMAFLOW_MAX_PEER_QUEUED");
+  RF_EXPECT_RUN_OK(r);
+}
+
+// The receive path after a bulk payload (>= 64 KiB) reads a small window, not
+// the next header alone: a slot credit between two pieces, the next piece's
+// header and the first bytes of its payload come in the read that ends the
+// first piece. Three posted writes queued in the socket before the channel
+// exists (64 KiB, 8 B, 64 KiB): every byte lands where its frame says, the
+// notifies come in order, and the channel reads them in 3 recvmsg (reading
+// the header alone took 4).
+TEST(TcpConformance, ASmallFrameAfterABulkPayloadComesInTheSameRead) {
+  using namespace rdmaflow::tcp;
+  constexpr size_t kBulk = 64 << 10;
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    if (rank == 0) {
+      RawPeerTarget target;
+      RF_ASSERT_OK(target.start(kTcp, rank, world, ex));
+      RF_ASSERT(target.region.size == kBulk);
+      RF_ASSERT_OK(ex.barrier());  // every frame is in the socket
+      RF_ASSIGN_OR_FAIL(auto ch, target.node.transport->accept(16, kOpTimeout));
+      for (uint64_t want : {1u, 2u, 3u}) {
+        RF_ASSIGN_OR_FAIL(uint64_t v, ch->inbox().wait_notify(kOpTimeout));
+        EXPECT_EQ(v, want);
+      }
+      fill_pattern(target.expected.p, kBulk, 33);  // the last write's bytes everywhere
+      EXPECT_EQ(std::memcmp(target.region.p, target.expected.p, kBulk), 0)
+          << "bytes staged with a header landed in the wrong place";
+      auto* tcp = dynamic_cast<TcpChannel*>(ch.get());
+      RF_ASSERT(tcp != nullptr);
+      EXPECT_LE(tcp->receive_calls(), 3u);
+      EXPECT_TRUE(ch->error().is_ok()) << ch->error().to_string();
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    }
+    RF_ASSIGN_OR_FAIL(auto target, raw_target_of(ex));
+    const RemoteKey& key = target.second;
+    RawConn c;
+    RF_ASSERT_OK(c.open(target.first));
+    RF_ASSERT(c.hello(16));
+    std::vector<uint8_t> bytes;
+    auto frame = [&](size_t len, uint64_t notify, uint64_t seed) {
+      FrameHeader w;
+      w.type = static_cast<uint8_t>(FrameType::kWrite);
+      w.flags = kFlagFirst | kFlagLast | kFlagHasNotify | kFlagNoAck;
+      w.op_id = notify;
+      w.key_id = key.key_id;
+      w.secret = key.secret;
+      w.length = w.total = len;
+      w.value = notify;
+      const size_t at = bytes.size();
+      bytes.resize(at + sizeof(w) + len);
+      std::memcpy(bytes.data() + at, &w, sizeof(w));
+      fill_pattern(bytes.data() + at + sizeof(w), len, seed);
+    };
+    frame(kBulk, 1, 22);
+    frame(8, 2, 0);
+    frame(kBulk, 3, 33);
+    RF_ASSERT(c.send(bytes.data(), bytes.size()));
+    RF_ASSERT_OK(ex.barrier());
+    RF_ASSERT_OK(ex.barrier());  // keep the connection until rank 0 checked
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// Writes posted with hold 0 (a rank's slot credits) from inside a driving
+// waiter's ready(), the executor's step, leave when ready() returns, with what
+// the step posted after them: a credit and the piece after it in one sendmsg
+// (two before), and nothing held past the step (no tick is asked for it: if
+// the end of the step did not send it, the peer would wait forever).
+TEST(TcpConformance, HoldZeroWritesOfAStepLeaveWithItsNextFrame) {
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(kTcp, rank, world, ex));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    Buffer region(4096);
+    RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
+    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(key_bytes(key)));
+    if (rank == 1) {
+      for (uint64_t want : {1u, 2u, 3u}) {
+        RF_ASSIGN_OR_FAIL(uint64_t v, ch.inbox().wait_notify(kOpTimeout));
+        EXPECT_EQ(v, want);
+      }
+      EXPECT_EQ(check_pattern(region.p + 64, 64, 5), -1);
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    }
+    RF_ASSIGN_OR_FAIL(RemoteKey peer, parse_key(all[1]));
+    auto* tcp = dynamic_cast<tcp::TcpChannel*>(&ch);
+    RF_ASSERT(tcp != nullptr);
+    auto driver = ch.inbox().wait_driver();
+    RF_ASSERT(driver != nullptr);
+    Buffer credit(8), piece(64);
+    fill_pattern(piece.p, piece.size, 5);
+    auto noop = [](const Status&) {};
+    const auto deadline = std::chrono::steady_clock::now() + kOpTimeout;
+    // A credit, then a piece, in one step.
+    uint64_t before = tcp->send_calls();
+    bool posted = false;
+    RF_ASSERT(driver->drive(
+        [&] {
+          if (!posted) {
+            ch.post_write_deferred(credit.p, 8, peer, 0, 1, noop, kOpTimeout, 0);
+            ch.post_write(piece.p, 64, peer, 64, 2, noop, kOpTimeout);
+            posted = true;
+          }
+          return true;
+        },
+        deadline));
+    EXPECT_EQ(tcp->send_calls() - before, 1u);
+    // A credit alone: sent when the step ends.
+    before = tcp->send_calls();
+    RF_ASSERT(driver->drive(
+        [&] {
+          ch.post_write_deferred(credit.p, 8, peer, 0, 3, noop, kOpTimeout, 0);
+          return true;
+        },
+        deadline));
+    EXPECT_EQ(tcp->send_calls() - before, 1u);
+    RF_ASSERT_OK(ex.barrier());  // rank 1 took all three
+    return 0;
+  });
   RF_EXPECT_RUN_OK(r);
 }
 

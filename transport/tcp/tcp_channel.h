@@ -116,10 +116,17 @@ class TcpChannel final : public Channel,
   // within `after` plus a tick whatever this process does. True while some
   // are still held.
   bool flush_held(Clock::time_point now, Clock::duration after);
+  // Sends the held writes now (with the frames behind them) unless a sender
+  // is busy, which takes them anyway. StepGather's end (tcp_drive.cc).
+  void send_held();
   // Writes held back so far, and of them those the ticker had to send (for
   // tests and tuning).
   uint64_t held_writes() const { return held_total_.load(std::memory_order_relaxed); }
   uint64_t held_flushed_by_tick() const { return held_ticked_.load(std::memory_order_relaxed); }
+  // sendmsg calls of the send path and recvmsg calls of the receive path
+  // (for tests and profiles).
+  uint64_t send_calls() const { return tx_calls_.load(std::memory_order_relaxed); }
+  uint64_t receive_calls() const { return rx_calls_.load(std::memory_order_relaxed); }
 
   // Gives the socket back to the progress thread when no waiter drove it for
   // `after` (see drive()). True while it is still leased.
@@ -210,7 +217,7 @@ class TcpChannel final : public Channel,
     std::unique_ptr<uint8_t[]> stage;  // small-frame window (header + small payloads)
     size_t begin = 0, end = 0;         // unparsed bytes in stage
     bool in_payload = false;
-    bool exact_header = false;  // after a bulk payload, read the next header alone
+    bool bulk_window = false;  // after a bulk payload, read kBulkWindow bytes (tcp_recv.cc)
     FrameHeader hdr;
     uint8_t* target = nullptr;  // where payload bytes go; nullptr = discard
     bool granted = false;       // target is a grant's memory: place inside the fence
@@ -326,6 +333,8 @@ class TcpChannel final : public Channel,
   std::atomic<Clock::rep> held_since_ns_{0};  // when the oldest held write was queued
   std::atomic<uint64_t> held_total_{0};
   std::atomic<uint64_t> held_ticked_{0};
+  std::atomic<uint64_t> rx_calls_{0};
+  std::atomic<uint64_t> tx_calls_{0};
   size_t ctrl_head_ = 0;
   Sender sender_ = Sender::kIdle;
   std::condition_variable sender_cv_;

@@ -34,6 +34,23 @@ inline int thread_event_fd() {
   return efd.fd;
 }
 
+// Writes posted with hold 0 (a slot credit a rank with a core of its own
+// returns at once) from inside a driving waiter's ready(), i.e. the
+// executor's step, are gathered and leave when ready() returns, with whatever
+// that step posted after them: the credit for a piece, then the piece its
+// reduction enabled (a ring's or Rabenseifner's allgather), in one sendmsg
+// where there were two. Nothing is held past the step, so the peer gets the
+// credit when it did before, and no tick is needed (tcp_drive.cc).
+class StepGather {
+ public:
+  StepGather();
+  ~StepGather();  // the outermost one sends what was gathered
+  StepGather(const StepGather&) = delete;
+  StepGather& operator=(const StepGather&) = delete;
+  static bool active();
+  static void add(std::shared_ptr<TcpChannel> channel);
+};
+
 // The WaitDriver of a channel's operations and (`exclusive`: only this
 // channel can satisfy the wait) of its inbox (tcp_drive.cc). It joins the
 // drivers of other channels of the same transport into one that waits on all

@@ -28,6 +28,22 @@ timespec until(Clock::duration left) {
   return timespec{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
 }
 
+// StepGather: this thread's nesting and the channels holding its writes.
+struct Gathered {
+  int depth = 0;
+  boost::container::small_vector<std::shared_ptr<TcpChannel>, 4> channels;
+};
+Gathered& gathered() {
+  thread_local Gathered g;
+  return g;
+}
+
+// A waiter's ready() (the executor's step), with its hold-0 writes gathered.
+bool gathered_ready(const std::function<bool()>& ready) {
+  const StepGather gather;
+  return ready();
+}
+
 // How long a poller (GroupDriver::poll) holds an ACK back for its answer.
 constexpr auto kPollAckDelay = std::chrono::microseconds(50);
 
@@ -61,7 +77,7 @@ class GroupDriver final : public WaitDriver {
     const size_t n = driven.size();
     bool ok = false;
     for (;;) {
-      if (ready()) {
+      if (gathered_ready(ready)) {
         ok = true;
         break;
       }
@@ -184,6 +200,30 @@ class ChannelDriver final : public WaitDriver {
 
 }  // namespace
 
+StepGather::StepGather() {
+  ++gathered().depth;
+}
+
+StepGather::~StepGather() {
+  Gathered& g = gathered();
+  if (--g.depth > 0) return;
+  // Taken out first: sending may run callbacks that step again.
+  auto channels = std::move(g.channels);
+  g.channels.clear();
+  for (auto& ch : channels) ch->send_held();
+}
+
+bool StepGather::active() {
+  return gathered().depth > 0;
+}
+
+void StepGather::add(std::shared_ptr<TcpChannel> channel) {
+  auto& channels = gathered().channels;
+  if (std::find(channels.begin(), channels.end(), channel) == channels.end()) {
+    channels.push_back(std::move(channel));
+  }
+}
+
 std::shared_ptr<WaitDriver> make_channel_driver(std::weak_ptr<TcpChannel> channel, bool exclusive) {
   return std::make_shared<ChannelDriver>(std::move(channel), exclusive);
 }
@@ -241,7 +281,7 @@ bool TcpChannel::drive(const std::function<bool()>& ready, Clock::time_point dea
   if (efd >= 0) loop_->add_waiter(efd);
   bool ok = false;
   for (;;) {
-    if (ready()) {
+    if (gathered_ready(ready)) {
       ok = true;
       break;
     }

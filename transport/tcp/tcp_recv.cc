@@ -18,8 +18,14 @@ namespace rdmaflow::tcp {
 namespace {
 
 constexpr size_t kDiscardBytes = 64 << 10;   // sink for refused payloads
-constexpr uint64_t kBulkPayload = 64 << 10;  // after a payload this big, read headers alone
-constexpr size_t kReceiveBudget = 8 << 20;   // bytes one receive turn may take in
+constexpr uint64_t kBulkPayload = 64 << 10;  // after a payload this big, a small window
+// What is read after a bulk payload: the next header, and room for a small
+// frame before it (a slot credit travels between two pieces: credit header,
+// its 8 bytes, then the next piece's header, 152 bytes). Reading the header
+// alone cost a recvmsg per piece; at most this much of a following bulk
+// payload is staged and copied out.
+constexpr size_t kBulkWindow = 256;
+constexpr size_t kReceiveBudget = 8 << 20;  // bytes one receive turn may take in
 
 }  // namespace
 
@@ -94,8 +100,8 @@ void TcpChannel::receive_turn(bool block) {
   for (bool first = true;; first = false) {
     if (!parse_staged()) return;
     // Compose the next read: the rest of the current payload straight into its
-    // target, followed by room for the next header (just the header after a
-    // bulk payload, so bulk data is never staged).
+    // target, followed by room for the next frames (a small window after a
+    // bulk payload, so little bulk data is ever staged).
     iovec iov[2];
     int count = 0;
     size_t want = 0;
@@ -107,7 +113,7 @@ void TcpChannel::receive_turn(bool block) {
           rx_.target != nullptr ? rx_.remaining : std::min<uint64_t>(rx_.remaining, kDiscardBytes);
       iov[count++] = {dst, n};
       rx_.begin = rx_.end = 0;
-      size_t room = rx_.remaining >= kBulkPayload ? sizeof(FrameHeader) : kStageBytes;
+      size_t room = rx_.hdr.length >= kBulkPayload ? kBulkWindow : kStageBytes;
       iov[count++] = {rx_.stage.get(), room};
     } else {
       size_t have = rx_.end - rx_.begin;
@@ -116,7 +122,7 @@ void TcpChannel::receive_turn(bool block) {
         rx_.begin = 0;
         rx_.end = have;
       }
-      size_t room = rx_.exact_header ? sizeof(FrameHeader) - have : kStageBytes - have;
+      size_t room = (rx_.bulk_window ? kBulkWindow : kStageBytes) - have;  // have < a header
       iov[count++] = {rx_.stage.get() + have, room};
     }
     for (int i = 0; i < count; ++i) want += iov[i].iov_len;
@@ -125,6 +131,7 @@ void TcpChannel::receive_turn(bool block) {
     m.msg_iovlen = static_cast<size_t>(count);
     // A driving inbox waiter blocks in its first recvmsg (SO_RCVTIMEO bounds it).
     ssize_t n = ::recvmsg(fd_, &m, block && first ? 0 : MSG_DONTWAIT);
+    rx_calls_.fetch_add(1, std::memory_order_relaxed);
     if (fenced) leave_target();
     if (n == 0) {
       fail(RDMAFLOW_ERROR(Code::kPeerFailed, "receive", peer_,
@@ -213,7 +220,7 @@ bool TcpChannel::parse_staged() {
     if (rx_.end - rx_.begin < sizeof(FrameHeader)) return true;
     std::memcpy(&rx_.hdr, rx_.stage.get() + rx_.begin, sizeof(FrameHeader));
     rx_.begin += sizeof(FrameHeader);
-    rx_.exact_header = false;
+    rx_.bulk_window = false;
     if (!on_header()) return false;
   }
 }
@@ -322,7 +329,7 @@ bool TcpChannel::on_header() {
 
 bool TcpChannel::on_payload_done() {
   const FrameHeader& h = rx_.hdr;
-  rx_.exact_header = h.length >= kBulkPayload;
+  rx_.bulk_window = h.length >= kBulkPayload;
   auto type = static_cast<FrameType>(h.type);
   const bool last = (h.flags & kFlagLast) != 0;
   DoneList done;

@@ -46,14 +46,18 @@ void TcpChannel::submit_held(Op* op, std::unique_lock<std::mutex>& lock, int hol
   }
   // A busy sender takes it with the frames in front of it; an idle one is
   // only started when too many are held (the one over `hold` goes, and the
-  // FIFO order sends the held ones first).
-  bool become_sender = sender_ == Sender::kIdle && held_count_ > static_cast<size_t>(hold);
+  // FIFO order sends the held ones first). Hold 0 inside a waiter's step:
+  // gathered until the step ends (StepGather).
+  const bool gather = hold == 0 && StepGather::active();
+  bool become_sender =
+      !gather && sender_ == Sender::kIdle && held_count_ > static_cast<size_t>(hold);
   if (become_sender) sender_ = Sender::kActive;
   lock.unlock();
   // Sent now (with any held before it): no backstop needed, and starting the
   // ticker would wake the progress thread for nothing (hold 0 is the default
   // for ranks with a core each).
   if (become_sender) return pump();
+  if (gather) return StepGather::add(shared_from_this());
   loop_->request_ticks();  // flush_held() is the backstop
 }
 
@@ -362,6 +366,7 @@ void TcpChannel::pump() {
     }
     lock.unlock();
     ssize_t n = ::sendmsg(fd_, &m, MSG_DONTWAIT | MSG_NOSIGNAL | (zc ? MSG_ZEROCOPY : 0));
+    tx_calls_.fetch_add(1, std::memory_order_relaxed);
     int err = errno;
     if (zc && n < 0 && err == ENOBUFS) {  // out of pinned-page budget: copy this time
       n = ::sendmsg(fd_, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -426,6 +431,15 @@ void TcpChannel::kick_sender() {
     // With the sender idle the FIFO holds nothing but held writes (any other
     // operation starts the sender): they wait for a frame to ride with.
     if (ctrl_head_ == ctrl_.size() && (send_head_ == nullptr || send_head_->held)) return;
+    sender_ = Sender::kActive;
+  }
+  pump();
+}
+
+void TcpChannel::send_held() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_ || held_count_ == 0 || sender_ != Sender::kIdle) return;
     sender_ = Sender::kActive;
   }
   pump();
