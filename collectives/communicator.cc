@@ -437,8 +437,7 @@ Status Communicator::prepare(Call& call, CollectiveKind kind, const void* in, vo
   const size_t total = call_bytes(kind, count, type, world_);
   RDMAFLOW_ASSIGN_OR_RETURN(Tuner::Pick pick, tune(kind, total, type, op, options));
   if (pick.algo != Algorithm::kAuto) algo = pick.algo;
-  call.tune_entry = pick.entry;
-  call.tune_candidate = pick.candidate;
+  call.tune = pick;
   CollArgs& a = call.args;
   a.kind = kind;
   a.in = static_cast<const std::byte*>(in);
@@ -556,11 +555,10 @@ Status Communicator::execute_call(Call& call, Lane& lane) {
 }
 
 Status Communicator::execute_timed(Call& call, Lane& lane) {
-  if (call.tune_entry == nullptr) return execute_call(call, lane);
+  if (call.tune.entry == nullptr) return execute_call(call, lane);
   const Clock::time_point t0 = Clock::now();
   Status st = execute_call(call, lane);
-  tuner_->record(call.tune_entry, call.tune_candidate,
-                 std::chrono::duration<double>(Clock::now() - t0).count());
+  tuner_->record(call.tune, std::chrono::duration<double>(Clock::now() - t0).count());
   return st;
 }
 

@@ -58,9 +58,11 @@ Result<Tuner::Pick> Tuner::pick(CollectiveKind kind, size_t bytes, const CostMod
   Entry& e = entry(kind, bytes, model);
   if (e.outcome) return Pick{e.outcome->winner};
   const int n = static_cast<int>(e.candidates.size());
-  if (e.issued < trials_ * n) {
-    const int c = e.issued++ % n;
-    return Pick{e.candidates[static_cast<size_t>(c)], &e, c};
+  const int block = trials_ + 1;
+  if (e.issued < block * n) {
+    const int c = e.issued / block;
+    const bool warmup = e.issued++ % block == 0;
+    return Pick{e.candidates[static_cast<size_t>(c)], &e, c, warmup};
   }
   // The decision: every trial call of the bucket done here (some may still
   // run on the lanes' workers), then the same figures on every rank.
@@ -69,8 +71,8 @@ Result<Tuner::Pick> Tuner::pick(CollectiveKind kind, size_t bytes, const CostMod
                           "tuner: the trial calls of the bucket did not finish (" +
                               std::to_string(e.recorded) + " of " + std::to_string(e.issued) + ")");
   }
-  // Each candidate's median on this rank: its first call also builds its
-  // program, and one call a neighbour's burst slowed moves no median.
+  // Each candidate's median on this rank: one call a neighbour's burst slowed
+  // moves no median.
   std::vector<int64_t> nanos(static_cast<size_t>(n));
   for (int c = 0; c < n; ++c) {
     std::vector<double> s = e.seconds[static_cast<size_t>(c)];
@@ -93,11 +95,11 @@ Result<Tuner::Pick> Tuner::pick(CollectiveKind kind, size_t bytes, const CostMod
   return Pick{o.winner};
 }
 
-void Tuner::record(Entry* entry, int candidate, double seconds) {
+void Tuner::record(const Pick& trial, double seconds) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    entry->seconds[static_cast<size_t>(candidate)].push_back(seconds);
-    ++entry->recorded;
+    if (!trial.warmup) trial.entry->seconds[static_cast<size_t>(trial.candidate)].push_back(seconds);
+    ++trial.entry->recorded;
   }
   cv_.notify_all();
 }

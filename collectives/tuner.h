@@ -10,8 +10,13 @@
 // trial at run time, as STAR-MPI did, can. Per (collective, size bucket: the
 // bytes rounded up to a power of two) the candidates are the algorithms whose
 // estimate is within kFactor of the cheapest (at most kMaxCandidates). The
-// bucket's first trials x candidates calls take them in turn; every rank
-// times its own calls; the next call of the bucket waits for those to finish,
+// bucket's first calls run each candidate in turn for a block of 1 + trials
+// calls: back to back, as a loop's calls run, since alternating them call by
+// call timed another regime (4 x 1 at 64 KiB, recursive doubling took 0.4 ms
+// a rank between other schedules and 1.0 ms back to back); the block's first
+// call (a new program, the previous schedule's pieces still settling) is not
+// counted. Every rank times its own calls; the next call of the bucket waits
+// for those to finish,
 // and the ranks agree on the winner by one small allreduce of each
 // candidate's median time summed over the ranks (integers, so every rank sums
 // to the same figure), run with a fixed algorithm by the communicator. From
@@ -60,6 +65,7 @@ class Tuner {
     Algorithm algo = Algorithm::kAuto;
     Entry* entry = nullptr;  // set for a trial call: record() its time
     int candidate = -1;
+    bool warmup = false;  // the block's first call: waited for, not counted
   };
   // Runs the agreement: sums each rank's figures in place, over every rank.
   using Agree = std::function<Status(std::vector<int64_t>& nanos)>;
@@ -69,7 +75,7 @@ class Tuner {
   Result<Pick> pick(CollectiveKind kind, size_t bytes, const CostModel& model,
                     std::chrono::steady_clock::time_point deadline, const Agree& agree);
   // A trial call finished (failed or not) after `seconds` on this rank.
-  void record(Entry* entry, int candidate, double seconds);
+  void record(const Pick& trial, double seconds);
 
   // What a bucket settled on: the candidates, each one's median time summed
   // over the ranks, and the winner. Empty before the decision.

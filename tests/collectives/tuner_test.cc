@@ -32,7 +32,7 @@ std::string outcome_text(const Communicator& comm, CollectiveKind kind, size_t c
   return s;
 }
 
-// Two trial calls per candidate; sizes on both sides of the edges of the
+// Two timed trial calls per candidate (blocks of three); sizes on both sides of the edges of the
 // 4 KiB and 64 KiB buckets; every other step two calls in flight at once on
 // the two lanes. Each call's result is checked, each nonblocking call's
 // algorithm logged; the logs and the outcomes are compared across ranks.
@@ -45,7 +45,7 @@ TEST(Tuner, EveryRankTakesTheSameAlgorithmAndResultsStayRight) {
     const size_t counts[] = {1000, 1025, 16384, 16385};
     std::string log;
     for (size_t count : counts) {
-      for (int step = 0; step < 8; ++step) {
+      for (int step = 0; step < 10; ++step) {
         const uint32_t seed = static_cast<uint32_t>(count + step);
         if (step % 2 == 0) {
           std::string first;
@@ -76,8 +76,8 @@ TEST(Tuner, EveryRankTakesTheSameAlgorithmAndResultsStayRight) {
               << "count " << count << " step " << step << " call " << k << ": " << first;
         }
       }
-      // Eight calls per size cover two trials of up to three candidates and
-      // the decision: the bucket is settled, and select() says so.
+      // Fifteen calls per size cover blocks of three calls for up to three
+      // candidates and the decision: the bucket is settled, and select() says so.
       auto o = comm.tuned(CollectiveKind::kAllreduce, count, DataType::kF32);
       EXPECT_TRUE(o.has_value()) << "count " << count;
       if (o) {
@@ -158,7 +158,7 @@ TEST(Tuner, KeepsTheFasterOfANearTie) {
     EXPECT_NE(std::find(close.begin(), close.end(), Algorithm::kRecursiveDoubling), close.end());
     EXPECT_NE(std::find(close.begin(), close.end(), Algorithm::kRabenseifner), close.end());
     std::string first;
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < 10; ++i) {
       CallSpec c{CollectiveKind::kReduceScatter, Algorithm::kAuto, DataType::kF32,
                  ReduceOp::kSum, recv_count};
       auto wrong = run_and_check(comm, c, &first);
