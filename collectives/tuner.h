@@ -49,7 +49,7 @@ class Tuner {
  public:
   // Candidates: estimates within this factor of the cheapest.
   static constexpr double kFactor = 1.3;
-  static constexpr size_t kMaxCandidates = 3;
+  static constexpr size_t kMaxCandidates = 4;
   // RDMAFLOW_COLL_TUNE's default: trial calls per candidate.
   static constexpr int kDefaultTrials = 3;
   static constexpr int kMaxTrials = 100;
