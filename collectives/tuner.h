@@ -93,8 +93,8 @@ class Tuner {
 
   struct Entry {
     std::vector<Algorithm> candidates;
-    int issued = 0;    // trial calls handed out
-    int recorded = 0;  // ... and finished
+    int issued = 0;                            // trial calls handed out
+    int recorded = 0;                          // ... and finished
     std::vector<std::vector<double>> seconds;  // per candidate
     std::optional<Outcome> outcome;
   };
