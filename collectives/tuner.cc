@@ -98,7 +98,8 @@ Result<Tuner::Pick> Tuner::pick(CollectiveKind kind, size_t bytes, const CostMod
 void Tuner::record(const Pick& trial, double seconds) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!trial.warmup) trial.entry->seconds[static_cast<size_t>(trial.candidate)].push_back(seconds);
+    if (!trial.warmup)
+      trial.entry->seconds[static_cast<size_t>(trial.candidate)].push_back(seconds);
     ++trial.entry->recorded;
   }
   cv_.notify_all();
@@ -113,9 +114,10 @@ std::optional<Tuner::Outcome> Tuner::outcome(CollectiveKind kind, size_t bytes) 
 }
 
 std::string Tuner::describe(CollectiveKind kind, const Outcome& o) {
-  std::string s = std::string(collective_name(kind)) + " up to " +
-                  std::to_string(o.bucket_bytes) + " B:";
-  if (o.candidates.size() <= 1) return s + " one candidate, " + std::string(algorithm_name(o.winner));
+  std::string s =
+      std::string(collective_name(kind)) + " up to " + std::to_string(o.bucket_bytes) + " B:";
+  if (o.candidates.size() <= 1)
+    return s + " one candidate, " + std::string(algorithm_name(o.winner));
   for (size_t c = 0; c < o.candidates.size(); ++c) {
     char buf[64];
     std::snprintf(buf, sizeof(buf), "%s %s %.1f us", c == 0 ? "" : ",",
