@@ -374,7 +374,7 @@ Result<Tuner::Pick> Communicator::tune(CollectiveKind kind, size_t bytes, DataTy
     o.algorithm = Algorithm::kDirect;
     o.timeout = timeout;
     return run(CollectiveKind::kAllreduce, nanos.data(), nanos.data(), nanos.size(), DataType::kI64,
-               ReduceOp::kSum, 0, o);
+               ReduceOp::kMax, 0, o);
   };
   return tuner_->pick(kind, bytes, model_, Clock::now() + timeout, agree);
 }

@@ -38,7 +38,7 @@ Tuner::Entry& Tuner::entry(CollectiveKind kind, size_t bytes, const CostModel& m
     if (!slot->candidates.empty() && r.seconds > kFactor * ranked.front().seconds) break;
     slot->candidates.push_back(r.algo);
   }
-  slot->seconds.resize(slot->candidates.size());
+  slot->seconds.assign(slot->candidates.size(), std::vector<double>(static_cast<size_t>(trials_)));
   if (slot->candidates.size() <= 1) {
     // Nothing close: the model's choice, untimed.
     Outcome o;
@@ -61,8 +61,8 @@ Result<Tuner::Pick> Tuner::pick(CollectiveKind kind, size_t bytes, const CostMod
   const int block = trials_ + 1;
   if (e.issued < block * n) {
     const int c = e.issued / block;
-    const bool warmup = e.issued++ % block == 0;
-    return Pick{e.candidates[static_cast<size_t>(c)], &e, c, warmup};
+    const int place = e.issued++ % block;
+    return Pick{e.candidates[static_cast<size_t>(c)], &e, c, place == 0, place - 1};
   }
   // The decision: every trial call of the bucket done here (some may still
   // run on the lanes' workers), then the same figures on every rank.
@@ -71,22 +71,33 @@ Result<Tuner::Pick> Tuner::pick(CollectiveKind kind, size_t bytes, const CostMod
                           "tuner: the trial calls of the bucket did not finish (" +
                               std::to_string(e.recorded) + " of " + std::to_string(e.issued) + ")");
   }
-  // Each candidate's median on this rank: one call a neighbour's burst slowed
-  // moves no median.
-  std::vector<int64_t> nanos(static_cast<size_t>(n));
-  for (int c = 0; c < n; ++c) {
-    std::vector<double> s = e.seconds[static_cast<size_t>(c)];
-    std::sort(s.begin(), s.end());
-    nanos[static_cast<size_t>(c)] = s.empty() ? 0 : std::llround(s[(s.size() - 1) / 2] * 1e9);
+  // Each timed call's slowest rank, as a loop waits for it (and as the
+  // benchmark times a call): summing each rank's own median instead ranked
+  // recursive doubling ahead of the tree on 4 x 1 at 8 B-64 KiB, whose pairs
+  // wait for each other in turn, while its slowest rank took 1.8-2.1x the
+  // tree's (docs/benchmarks.md, "Selector: timing the near-tied candidates").
+  const size_t trials = static_cast<size_t>(trials_);
+  std::vector<int64_t> calls(static_cast<size_t>(n) * trials);
+  for (size_t c = 0; c < static_cast<size_t>(n); ++c) {
+    for (size_t t = 0; t < trials; ++t) calls[c * trials + t] = std::llround(e.seconds[c][t] * 1e9);
   }
   lock.unlock();
-  RDMAFLOW_RETURN_IF_ERROR(agree(nanos));
+  RDMAFLOW_RETURN_IF_ERROR(agree(calls));
   lock.lock();
+  // Then each candidate's median of them: one call a neighbour's burst
+  // slowed moves no median.
+  std::vector<int64_t> nanos(static_cast<size_t>(n));
+  for (size_t c = 0; c < static_cast<size_t>(n); ++c) {
+    std::vector<int64_t> s(calls.begin() + static_cast<std::ptrdiff_t>(c * trials),
+                           calls.begin() + static_cast<std::ptrdiff_t>((c + 1) * trials));
+    std::sort(s.begin(), s.end());
+    nanos[c] = s[(s.size() - 1) / 2];
+  }
   Outcome o;
   o.candidates = e.candidates;
   o.nanos = nanos;
   o.bucket_bytes = size_t{1} << bucket(bytes);
-  // The fewest summed nanoseconds; a tie goes to the model's order.
+  // The least median; a tie goes to the model's order.
   const size_t best =
       static_cast<size_t>(std::min_element(nanos.begin(), nanos.end()) - nanos.begin());
   o.winner = e.candidates[best];
@@ -98,8 +109,10 @@ Result<Tuner::Pick> Tuner::pick(CollectiveKind kind, size_t bytes, const CostMod
 void Tuner::record(const Pick& trial, double seconds) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!trial.warmup)
-      trial.entry->seconds[static_cast<size_t>(trial.candidate)].push_back(seconds);
+    if (!trial.warmup) {
+      trial.entry->seconds[static_cast<size_t>(trial.candidate)][static_cast<size_t>(trial.slot)] =
+          seconds;
+    }
     ++trial.entry->recorded;
   }
   cv_.notify_all();
@@ -125,8 +138,7 @@ std::string Tuner::describe(CollectiveKind kind, const Outcome& o) {
                   static_cast<double>(o.nanos[c]) * 1e-3);
     s += buf;
   }
-  return s + " (median per rank, summed over the ranks) -> " +
-         std::string(algorithm_name(o.winner));
+  return s + " (median of each call's slowest rank) -> " + std::string(algorithm_name(o.winner));
 }
 
 }  // namespace rdmaflow

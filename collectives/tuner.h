@@ -16,11 +16,10 @@
 // a rank between other schedules and 1.0 ms back to back); the block's first
 // call (a new program, the previous schedule's pieces still settling) is not
 // counted. Every rank times its own calls; the next call of the bucket waits
-// for those to finish,
-// and the ranks agree on the winner by one small allreduce of each
-// candidate's median time summed over the ranks (integers, so every rank sums
-// to the same figure), run with a fixed algorithm by the communicator. From
-// then on the bucket takes the winner.
+// for those to finish, and one small allreduce (the maximum, of integer
+// nanoseconds: the same figures on every rank; run with a fixed algorithm by
+// the communicator) gives each timed call's slowest rank. The candidate with
+// the least median of those wins, and the bucket takes it from then on.
 //
 // Every rank takes the same algorithm for the same call: calls are issued in
 // the same order on every rank, and a call's place in its bucket (not its
@@ -50,8 +49,14 @@ class Tuner {
   // Candidates: estimates within this factor of the cheapest.
   static constexpr double kFactor = 1.3;
   static constexpr size_t kMaxCandidates = 4;
-  // RDMAFLOW_COLL_TUNE's default: trial calls per candidate.
-  static constexpr int kDefaultTrials = 3;
+  // RDMAFLOW_COLL_TUNE's default: off. On the cluster under load 4-11 the
+  // trial's per-rank medians ranked recursive doubling ahead of the tree at
+  // 8 B-64 KiB on 4 x 1 (61 against 80 us a rank at 8 B) while the bench's
+  // slowest rank per call took 1.7-2.1x as long with it: the selector was
+  // within 10% of the fastest less often with the tuner (3 trials: 7 of 12
+  // sizes, 8 trials: 2 of 6) than without (16 of 18) (docs/benchmarks.md,
+  // "Selector: timing the near-tied candidates").
+  static constexpr int kDefaultTrials = 0;
   static constexpr int kMaxTrials = 100;
 
   // RDMAFLOW_COLL_TUNE: trial calls per candidate; 0 disables the tuner.
@@ -66,8 +71,9 @@ class Tuner {
     Entry* entry = nullptr;  // set for a trial call: record() its time
     int candidate = -1;
     bool warmup = false;  // the block's first call: waited for, not counted
+    int slot = -1;        // else its place among the candidate's timed calls
   };
-  // Runs the agreement: sums each rank's figures in place, over every rank.
+  // Runs the agreement: the maximum over the ranks of each figure, in place.
   using Agree = std::function<Status(std::vector<int64_t>& nanos)>;
   // Called in call order from the issuing thread. A trial call takes the next
   // candidate; the first call after the trial waits (until `deadline`) for
@@ -77,8 +83,9 @@ class Tuner {
   // A trial call finished (failed or not) after `seconds` on this rank.
   void record(const Pick& trial, double seconds);
 
-  // What a bucket settled on: the candidates, each one's median time summed
-  // over the ranks, and the winner. Empty before the decision.
+  // What a bucket settled on: the candidates, each one's median over its
+  // timed calls of the slowest rank's time, and the winner. Empty before the
+  // decision.
   struct Outcome {
     std::vector<Algorithm> candidates;
     std::vector<int64_t> nanos;
@@ -95,7 +102,7 @@ class Tuner {
     std::vector<Algorithm> candidates;
     int issued = 0;                            // trial calls handed out
     int recorded = 0;                          // ... and finished
-    std::vector<std::vector<double>> seconds;  // per candidate
+    std::vector<std::vector<double>> seconds;  // per candidate, per timed call
     std::optional<Outcome> outcome;
   };
 
