@@ -20,7 +20,9 @@
 // Columns: size (bytes of the largest buffer), count (its elements), type,
 // redop, algo (ours, from the cost model or RDMAFLOW_<OP>_ALGO / --algo), then
 // (--algo all) one column per algorithm of --op, forced, with a line per size
-// naming the fastest and the selector's choice as a multiple of its time; then
+// naming the fastest and the selector's choice as a multiple of its time (with
+// RDMAFLOW_COLL_TUNE, the tuner's trial runs before a size is timed and a
+// "# tuner:" line gives each candidate's time in it and the winner); then
 // per library: time (us, p50 over iterations of the slowest rank; with
 // --rounds, default 5 under --algo all, every column is timed in each of the
 // rounds, interleaved, and its time is the median of its rounds' medians:
@@ -680,7 +682,7 @@ int main(int argc, char** argv) {
         nlohmann::json& tj = row["tuner"];
         tj["winner"] = std::string(algorithm_name(t->winner));
         for (size_t c = 0; c < t->candidates.size(); ++c) {
-          tj["summed_median_us"][std::string(algorithm_name(t->candidates[c]))] =
+          tj["median_slowest_us"][std::string(algorithm_name(t->candidates[c]))] =
               static_cast<double>(t->nanos[c]) * 1e-3;
         }
       }
