@@ -258,6 +258,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   params.cache_bytes = static_cast<size_t>(cache);
   c->model_ = model_for(c->hosts_, params, params);
   if (agree) RDMAFLOW_RETURN_IF_ERROR(c->measure());
+  RDMAFLOW_ASSIGN_OR_RETURN(int trials, Tuner::trials_from_env());
+  if (trials > 0 && setup.world > 1) c->tuner_ = std::make_unique<Tuner>(trials);
   RDMAFLOW_LOG_DEBUG(
       "collectives: rank {} of {}: {} lanes x {} slots x {} B per peer, {} direct peers; {}",
       c->rank_, c->world_, cfg.lanes, cfg.slots, cfg.slot_bytes, c->fabric_->direct_peers(),
@@ -303,6 +305,20 @@ Communicator::~Communicator() {
 
 // ---------------- calls ----------------
 
+namespace {
+
+// The bytes of a call's largest buffer, which the model and the tuner count.
+size_t call_bytes(CollectiveKind kind, size_t count, DataType type, int world) {
+  size_t bytes = count * dtype_size(type);
+  if (kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllgather ||
+      kind == CollectiveKind::kAlltoall) {
+    bytes *= static_cast<size_t>(world);
+  }
+  return bytes;
+}
+
+}  // namespace
+
 Result<Algorithm> Communicator::select(CollectiveKind kind, size_t count, DataType type,
                                        const CallOptions& options) const {
   Algorithm algo = options.algorithm;
@@ -310,11 +326,7 @@ Result<Algorithm> Communicator::select(CollectiveKind kind, size_t count, DataTy
     algo = *env_algo_[static_cast<size_t>(kind)];
   }
   if (algo == Algorithm::kAuto) {
-    size_t bytes = count * dtype_size(type);
-    if (kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllgather ||
-        kind == CollectiveKind::kAlltoall) {
-      bytes *= static_cast<size_t>(world_);
-    }
+    const size_t bytes = call_bytes(kind, count, type, world_);
     // The model's last choice per kind, (bytes << 8) | (algorithm + 1).
     std::atomic<uint64_t>& memo = algo_memo_[static_cast<size_t>(kind)];
     const uint64_t m = memo.load(std::memory_order_relaxed);
@@ -327,6 +339,7 @@ Result<Algorithm> Communicator::select(CollectiveKind kind, size_t count, DataTy
                    std::memory_order_relaxed);
       }
     }
+    if (auto t = tuned(kind, count, type); t && t->winner != Algorithm::kAuto) algo = t->winner;
   }
   if (!algorithm_supports(algo, kind)) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, std::string(collective_name(kind)), -1,
@@ -334,6 +347,36 @@ Result<Algorithm> Communicator::select(CollectiveKind kind, size_t count, DataTy
                               "' does not implement " + std::string(collective_name(kind)));
   }
   return algo;
+}
+
+std::optional<Tuner::Outcome> Communicator::tuned(CollectiveKind kind, size_t count,
+                                                  DataType type) const {
+  if (!tuner_) return std::nullopt;
+  return tuner_->outcome(kind, call_bytes(kind, count, type, world_));
+}
+
+Result<Tuner::Pick> Communicator::tune(CollectiveKind kind, size_t bytes, DataType type,
+                                       ReduceOp op, const CallOptions& options) {
+  // Not tuned: a forced algorithm, and compressed calls (their codec picks
+  // its own schedule, compressed.cc).
+  const bool codec = options.codec ? options.codec->id != CodecId::kNone
+                                   : env_codec_made_ && kind == CollectiveKind::kAllreduce &&
+                                         type == DataType::kF32 &&
+                                         (op == ReduceOp::kSum || op == ReduceOp::kAvg);
+  if (!tuner_ || options.algorithm != Algorithm::kAuto || env_algo_[static_cast<size_t>(kind)] ||
+      codec) {
+    return Tuner::Pick{};
+  }
+  const Millis timeout = options.timeout.value_or(*options_.timeout);
+  // The agreement: a fixed algorithm (one round), never the tuner.
+  auto agree = [&](std::vector<int64_t>& nanos) {
+    CallOptions o;
+    o.algorithm = Algorithm::kDirect;
+    o.timeout = timeout;
+    return run(CollectiveKind::kAllreduce, nanos.data(), nanos.data(), nanos.size(), DataType::kI64,
+               ReduceOp::kMax, 0, o);
+  };
+  return tuner_->pick(kind, bytes, model_, Clock::now() + timeout, agree);
 }
 
 namespace {
@@ -391,6 +434,10 @@ Status Communicator::prepare(Call& call, CollectiveKind kind, const void* in, vo
     }
   }
   RDMAFLOW_ASSIGN_OR_RETURN(Algorithm algo, select(kind, count, type, options));
+  const size_t total = call_bytes(kind, count, type, world_);
+  RDMAFLOW_ASSIGN_OR_RETURN(Tuner::Pick pick, tune(kind, total, type, op, options));
+  if (pick.algo != Algorithm::kAuto) algo = pick.algo;
+  call.tune = pick;
   CollArgs& a = call.args;
   a.kind = kind;
   a.in = static_cast<const std::byte*>(in);
@@ -413,11 +460,6 @@ Status Communicator::prepare(Call& call, CollectiveKind kind, const void* in, vo
 
   // Piece size: call_piece_bytes (cost_model.h) between the bounds the model
   // counts with (a caller's piece size, capped at a slot, is both bounds).
-  size_t total = count * es;
-  if (kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllgather ||
-      kind == CollectiveKind::kAlltoall) {
-    total *= static_cast<size_t>(world_);
-  }
   const CostParams& bounds = model_.params();
   const size_t piece = call_piece_bytes(total, world_, bounds.min_piece_bytes, bounds.piece_bytes);
   call.piece_elems = std::max<size_t>(1, piece / es);
@@ -425,6 +467,7 @@ Status Communicator::prepare(Call& call, CollectiveKind kind, const void* in, vo
       "collectives: {} of {} x {} on lane {}: {}", *call.what, count, dtype_name(type), call.lane,
       options.algorithm != Algorithm::kAuto  ? "forced by the caller"
       : env_algo_[static_cast<size_t>(kind)] ? std::string("forced by ") + collective_algo_env(kind)
+      : pick.entry != nullptr                ? "a trial of the tuner"
                                              : "chosen by the cost model");
   return Status::ok();
 }
@@ -511,6 +554,14 @@ Status Communicator::execute_call(Call& call, Lane& lane) {
   return execute_program(*lane.program, lane.index, *call.what, Clock::now() + call.timeout);
 }
 
+Status Communicator::execute_timed(Call& call, Lane& lane) {
+  if (call.tune.entry == nullptr) return execute_call(call, lane);
+  const Clock::time_point t0 = Clock::now();
+  Status st = execute_call(call, lane);
+  tuner_->record(call.tune, std::chrono::duration<double>(Clock::now() - t0).count());
+  return st;
+}
+
 Status Communicator::execute_program(const Program& program, int lane, const std::string& what,
                                      Clock::time_point deadline) {
   Status st = execute(*fabric_, program, lane, deadline, what);
@@ -543,7 +594,7 @@ Status Communicator::run_prepared(Call& call) {
     call.ticket = lane.next_ticket++;
     lane.cv.wait(lock, [&] { return lane.turn == call.ticket; });
   }
-  Status st = execute_call(call, lane);
+  Status st = execute_timed(call, lane);
   {
     std::lock_guard<std::mutex> lock(lane.mu);
     ++lane.turn;
@@ -599,7 +650,7 @@ void Communicator::worker_loop(Lane* lane) {
     auto call = lane->queue.front();
     lane->queue.pop_front();
     lock.unlock();
-    Status st = execute_call(*call, *lane);
+    Status st = execute_timed(*call, *lane);
     lock.lock();
     ++lane->turn;
     lane->cv.notify_all();

@@ -50,6 +50,7 @@
 #include "collectives/cost_model.h"
 #include "collectives/fabric.h"
 #include "collectives/topology.h"
+#include "collectives/tuner.h"
 #include "collectives/types.h"
 #include "common/dtype.h"
 #include "common/status.h"
@@ -169,9 +170,14 @@ class Communicator {
   // this rank's channels stop answering, or when they are aborted too.
   void abort(const std::string& reason = "");
 
-  // The algorithm a call would use (forced, from the environment, or the model's).
+  // The algorithm a call would use (forced, from the environment, the
+  // tuner's once it settled the call's size, or the model's).
   Result<Algorithm> select(CollectiveKind kind, size_t count, DataType type,
                            const CallOptions& options = {}) const;
+  // What the tuner (RDMAFLOW_COLL_TUNE, collectives/tuner.h) settled on for
+  // calls like this one; empty while it still times candidates, or when off.
+  std::optional<Tuner::Outcome> tuned(CollectiveKind kind, size_t count, DataType type) const;
+  bool tuning() const { return tuner_ != nullptr; }
 
   // ---- blocking ----
   Status allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op,
@@ -246,6 +252,11 @@ class Communicator {
                  DataType type, ReduceOp op, int root, const CallOptions& options);
   Status prepare_codec(Call& call, const CallOptions& options, uint64_t seq);
   Status execute_call(Call& call, Lane& lane);
+  // execute_call, timed for the tuner when the call is one of its trials.
+  Status execute_timed(Call& call, Lane& lane);
+  // The tuner's pick for an automatic call (Tuner::pick; empty pick: not tuned).
+  Result<Tuner::Pick> tune(CollectiveKind kind, size_t bytes, DataType type, ReduceOp op,
+                           const CallOptions& options);
   // Runs a prepared call on its lane: on this thread (blocking) or on the
   // lane's worker (start).
   Status run_prepared(Call& call);
@@ -275,6 +286,7 @@ class Communicator {
   CodecSpec env_codec_;                               // RDMAFLOW_CODEC
   std::shared_ptr<const Codec> env_codec_made_;       // ... made once
   mutable std::atomic<uint64_t> algo_memo_[16] = {};  // per CollectiveKind, see select()
+  std::unique_ptr<Tuner> tuner_;                      // null: RDMAFLOW_COLL_TUNE=0, one rank
   std::vector<std::unique_ptr<Lane>> lanes_;
   // Per peer, [2 * peer] its sends, [2 * peer + 1] its receives (p2p only).
   std::vector<std::unique_ptr<P2pQueue>> p2p_;

@@ -53,6 +53,7 @@ struct Communicator::Call {
   std::optional<CodecCall> codec;          // compressed on the wire (compressed.h)
   std::string codec_label;                 // "allreduce[topk:0.1]": `what` of such a call
   std::shared_ptr<detail::OpState> state;  // start() only: what the Request waits on
+  Tuner::Pick tune;                        // a trial call of the tuner: entry set
   // Set for calls that run their own programs (alltoallv): execute_call runs
   // it instead of building the registry's program from `args`.
   std::function<Status(Lane& lane)> body;

@@ -258,4 +258,16 @@ std::string CostModel::to_string() const {
          " ranks; within a host " + within_.to_string() + "; between hosts " + p_.to_string();
 }
 
+std::vector<CostModel::Ranked> CostModel::ranked(CollectiveKind kind, size_t bytes) const {
+  std::vector<Ranked> out;
+  for (const AlgorithmInfo& info : algorithm_table()) {
+    if (!info.implements(kind)) continue;
+    const double c = cost(kind, info.id, bytes);
+    if (std::isfinite(c)) out.push_back({info.id, c});
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Ranked& x, const Ranked& y) { return x.seconds < y.seconds; });
+  return out;
+}
+
 }  // namespace rdmaflow

@@ -241,6 +241,14 @@ class CostModel {
   double hierarchical(Algorithm between, size_t bytes) const;
   // The costs of each level, for logs and benchmarks.
   std::string to_string() const;
+  // Every algorithm that implements `kind` with its estimate for a call of
+  // `bytes`, cheapest first (ties in table order): the candidates the tuner
+  // (collectives/tuner.h) times when the estimates are close.
+  struct Ranked {
+    Algorithm algo = Algorithm::kAuto;
+    double seconds = 0;
+  };
+  std::vector<Ranked> ranked(CollectiveKind kind, size_t bytes) const;
 
  private:
   int world_ = 1;

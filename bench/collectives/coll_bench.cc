@@ -20,7 +20,9 @@
 // Columns: size (bytes of the largest buffer), count (its elements), type,
 // redop, algo (ours, from the cost model or RDMAFLOW_<OP>_ALGO / --algo), then
 // (--algo all) one column per algorithm of --op, forced, with a line per size
-// naming the fastest and the selector's choice as a multiple of its time; then
+// naming the fastest and the selector's choice as a multiple of its time (with
+// RDMAFLOW_COLL_TUNE, the tuner's trial runs before a size is timed and a
+// "# tuner:" line gives each candidate's time in it and the winner); then
 // per library: time (us, p50 over iterations of the slowest rank; with
 // --rounds, default 5 under --algo all, every column is timed in each of the
 // rounds, interleaved, and its time is the median of its rounds' medians:
@@ -365,6 +367,18 @@ int main(int argc, char** argv) {
                     o.algorithm = x.algo;
                     auto al = comm.select(x.op, per_rank(x.op) ? count / world : count, x.type, o);
                     return al.is_ok() ? std::string(algorithm_name(*al)) : std::string("?");
+                  },
+                  // The tuner's trial (RDMAFLOW_COLL_TUNE) before the rounds,
+                  // untimed: the column times what the selector settled on.
+                  // Every rank settles at the same call, so all stop together.
+                  [&](const Args& x, size_t count, Bufs& b) {
+                    const size_t c = per_rank(x.op) ? count / world : count;
+                    if (x.algo != Algorithm::kAuto || !comm.tuning()) return;
+                    const size_t most = (Tuner::kMaxTrials + 1) * Tuner::kMaxCandidates + 1;
+                    for (size_t i = 0; i < most && !comm.tuned(x.op, c, x.type); ++i) {
+                      Status st = comm.run(x.op, b.in.data(), b.out.data(), c, x.type, x.redop, 0);
+                      if (!st.is_ok()) die(st.to_string());
+                    }
                   }});
   if (a.all_algos) {
     for (Algorithm algo : algorithms_for(a.op)) {
@@ -661,6 +675,16 @@ int main(int argc, char** argv) {
         }
         std::printf("#   plain: %s in a trial of %d calls each; ran %s\n", times.c_str(),
                     tr["calls"].get<int>(), row["plain"]["algo"].get<std::string>().c_str());
+      }
+      const size_t per_call = per_rank(a.op) ? count / world : count;
+      if (auto t = comm.tuned(a.op, per_call, a.type); t && t->candidates.size() > 1) {
+        std::printf("#   tuner: %s\n", Tuner::describe(a.op, *t).c_str());
+        nlohmann::json& tj = row["tuner"];
+        tj["winner"] = std::string(algorithm_name(t->winner));
+        for (size_t c = 0; c < t->candidates.size(); ++c) {
+          tj["median_slowest_us"][std::string(algorithm_name(t->candidates[c]))] =
+              static_cast<double>(t->nanos[c]) * 1e-3;
+        }
       }
       if (a.all_algos) {
         std::vector<std::string> algos;

@@ -1,0 +1,144 @@
+#include "collectives/tuner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "common/env.h"
+#include "common/log.h"
+
+namespace rdmaflow {
+
+Result<int> Tuner::trials_from_env() {
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t v, env_int("RDMAFLOW_COLL_TUNE", kDefaultTrials));
+  if (v < 0 || v > kMaxTrials) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, "create communicator", -1,
+                          "RDMAFLOW_COLL_TUNE must be between 0 (off) and " +
+                              std::to_string(kMaxTrials) + " (trial calls per candidate)");
+  }
+  return static_cast<int>(v);
+}
+
+int Tuner::bucket(size_t bytes) {
+  int b = 0;
+  while (b < 63 && (size_t{1} << b) < bytes) ++b;
+  return b;
+}
+
+Tuner::Entry& Tuner::entry(CollectiveKind kind, size_t bytes, const CostModel& model) {
+  const uint32_t key = (static_cast<uint32_t>(kind) << 8) | static_cast<uint32_t>(bucket(bytes));
+  auto& slot = entries_[key];
+  if (slot) return *slot;
+  slot = std::make_unique<Entry>();
+  // The candidates of the bucket's first call, kept for the whole bucket: every
+  // rank has the same model (measure() agrees on it) and the same first call.
+  const std::vector<CostModel::Ranked> ranked = model.ranked(kind, bytes);
+  for (const CostModel::Ranked& r : ranked) {
+    if (slot->candidates.size() == kMaxCandidates) break;
+    if (!slot->candidates.empty() && r.seconds > kFactor * ranked.front().seconds) break;
+    slot->candidates.push_back(r.algo);
+  }
+  slot->seconds.assign(slot->candidates.size(), std::vector<double>(static_cast<size_t>(trials_)));
+  if (slot->candidates.size() <= 1) {
+    // Nothing close: the model's choice, untimed.
+    Outcome o;
+    o.candidates = slot->candidates;
+    o.nanos.assign(o.candidates.size(), 0);
+    o.winner = o.candidates.empty() ? Algorithm::kAuto : o.candidates.front();
+    o.bucket_bytes = size_t{1} << bucket(bytes);
+    slot->outcome = o;
+  }
+  return *slot;
+}
+
+Result<Tuner::Pick> Tuner::pick(CollectiveKind kind, size_t bytes, const CostModel& model,
+                                std::chrono::steady_clock::time_point deadline,
+                                const Agree& agree) {
+  std::unique_lock<std::mutex> lock(mu_);
+  Entry& e = entry(kind, bytes, model);
+  if (e.outcome) return Pick{e.outcome->winner};
+  const int n = static_cast<int>(e.candidates.size());
+  const int block = trials_ + 1;
+  if (e.issued < block * n) {
+    const int c = e.issued / block;
+    const int place = e.issued++ % block;
+    return Pick{e.candidates[static_cast<size_t>(c)], &e, c, place == 0, place - 1};
+  }
+  // The decision: every trial call of the bucket done here (some may still
+  // run on the lanes' workers), then the same figures on every rank.
+  if (!cv_.wait_until(lock, deadline, [&] { return e.recorded == e.issued; })) {
+    return RDMAFLOW_ERROR(Code::kTimeout, std::string(collective_name(kind)), -1,
+                          "tuner: the trial calls of the bucket did not finish (" +
+                              std::to_string(e.recorded) + " of " + std::to_string(e.issued) + ")");
+  }
+  // Each timed call's slowest rank, as a loop waits for it (and as the
+  // benchmark times a call): summing each rank's own median instead ranked
+  // recursive doubling ahead of the tree on 4 x 1 at 8 B-64 KiB, whose pairs
+  // wait for each other in turn, while its slowest rank took 1.8-2.1x the
+  // tree's (docs/benchmarks.md, "Selector: timing the near-tied candidates").
+  const size_t trials = static_cast<size_t>(trials_);
+  std::vector<int64_t> calls(static_cast<size_t>(n) * trials);
+  for (size_t c = 0; c < static_cast<size_t>(n); ++c) {
+    for (size_t t = 0; t < trials; ++t) calls[c * trials + t] = std::llround(e.seconds[c][t] * 1e9);
+  }
+  lock.unlock();
+  RDMAFLOW_RETURN_IF_ERROR(agree(calls));
+  lock.lock();
+  // Then each candidate's median of them: one call a neighbour's burst
+  // slowed moves no median.
+  std::vector<int64_t> nanos(static_cast<size_t>(n));
+  for (size_t c = 0; c < static_cast<size_t>(n); ++c) {
+    std::vector<int64_t> s(calls.begin() + static_cast<std::ptrdiff_t>(c * trials),
+                           calls.begin() + static_cast<std::ptrdiff_t>((c + 1) * trials));
+    std::sort(s.begin(), s.end());
+    nanos[c] = s[(s.size() - 1) / 2];
+  }
+  Outcome o;
+  o.candidates = e.candidates;
+  o.nanos = nanos;
+  o.bucket_bytes = size_t{1} << bucket(bytes);
+  // The least median; a tie goes to the model's order.
+  const size_t best =
+      static_cast<size_t>(std::min_element(nanos.begin(), nanos.end()) - nanos.begin());
+  o.winner = e.candidates[best];
+  e.outcome = o;
+  RDMAFLOW_LOG_INFO("collectives: tuner: {}", describe(kind, o));
+  return Pick{o.winner};
+}
+
+void Tuner::record(const Pick& trial, double seconds) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!trial.warmup) {
+      trial.entry->seconds[static_cast<size_t>(trial.candidate)][static_cast<size_t>(trial.slot)] =
+          seconds;
+    }
+    ++trial.entry->recorded;
+  }
+  cv_.notify_all();
+}
+
+std::optional<Tuner::Outcome> Tuner::outcome(CollectiveKind kind, size_t bytes) const {
+  const uint32_t key = (static_cast<uint32_t>(kind) << 8) | static_cast<uint32_t>(bucket(bytes));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second->outcome;
+}
+
+std::string Tuner::describe(CollectiveKind kind, const Outcome& o) {
+  std::string s =
+      std::string(collective_name(kind)) + " up to " + std::to_string(o.bucket_bytes) + " B:";
+  if (o.candidates.size() <= 1)
+    return s + " one candidate, " + std::string(algorithm_name(o.winner));
+  for (size_t c = 0; c < o.candidates.size(); ++c) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%s %s %.1f us", c == 0 ? "" : ",",
+                  std::string(algorithm_name(o.candidates[c])).c_str(),
+                  static_cast<double>(o.nanos[c]) * 1e-3);
+    s += buf;
+  }
+  return s + " (median of each call's slowest rank) -> " + std::string(algorithm_name(o.winner));
+}
+
+}  // namespace rdmaflow

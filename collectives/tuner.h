@@ -1,0 +1,118 @@
+// The tuner: where the cost model's estimates of two or three schedules are
+// close, time them on the first calls of the size and keep the fastest.
+//
+// The model's estimates of close schedules are often within a few percent of
+// each other while their times differ by 20-30% and move with load (4 x 1 at
+// 64 KiB: the double tree 1.33x the binomial tree; 2 x 2 at 16 MiB: the tree
+// 1.32x hier; docs/benchmarks.md, "Selector: timing the near-tied
+// candidates"). Fixed tables (Open MPI's coll tuned rules, UCC's score maps,
+// NCCL's tuner plugin that edits the cost table) cannot follow the machine; a
+// trial at run time, as STAR-MPI did, can. Per (collective, size bucket: the
+// bytes rounded up to a power of two) the candidates are the algorithms whose
+// estimate is within kFactor of the cheapest (at most kMaxCandidates). The
+// bucket's first calls run each candidate in turn for a block of 1 + trials
+// calls: back to back, as a loop's calls run, since alternating them call by
+// call timed another regime (4 x 1 at 64 KiB, recursive doubling took 0.4 ms
+// a rank between other schedules and 1.0 ms back to back); the block's first
+// call (a new program, the previous schedule's pieces still settling) is not
+// counted. Every rank times its own calls; the next call of the bucket waits
+// for those to finish, and one small allreduce (the maximum, of integer
+// nanoseconds: the same figures on every rank; run with a fixed algorithm by
+// the communicator) gives each timed call's slowest rank. The candidate with
+// the least median of those wins, and the bucket takes it from then on.
+//
+// Every rank takes the same algorithm for the same call: calls are issued in
+// the same order on every rank, and a call's place in its bucket (not its
+// lane, nor when it finishes) says which candidate it runs. Calls in flight on
+// other lanes are only waited for at the decision.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collectives/cost_model.h"
+#include "collectives/types.h"
+#include "common/status.h"
+
+namespace rdmaflow {
+
+class Tuner {
+ public:
+  // Candidates: estimates within this factor of the cheapest.
+  static constexpr double kFactor = 1.3;
+  static constexpr size_t kMaxCandidates = 4;
+  // RDMAFLOW_COLL_TUNE's default: off. On the cluster under load 4-11 the
+  // trial's per-rank medians ranked recursive doubling ahead of the tree at
+  // 8 B-64 KiB on 4 x 1 (61 against 80 us a rank at 8 B) while the bench's
+  // slowest rank per call took 1.7-2.1x as long with it: the selector was
+  // within 10% of the fastest less often with the tuner (3 trials: 7 of 12
+  // sizes, 8 trials: 2 of 6) than without (16 of 18) (docs/benchmarks.md,
+  // "Selector: timing the near-tied candidates").
+  static constexpr int kDefaultTrials = 0;
+  static constexpr int kMaxTrials = 100;
+
+  // RDMAFLOW_COLL_TUNE: trial calls per candidate; 0 disables the tuner.
+  static Result<int> trials_from_env();
+
+  explicit Tuner(int trials) : trials_(trials) {}
+
+  struct Entry;
+  // The algorithm a tunable call of `bytes` takes, and where it reports its time.
+  struct Pick {
+    Algorithm algo = Algorithm::kAuto;
+    Entry* entry = nullptr;  // set for a trial call: record() its time
+    int candidate = -1;
+    bool warmup = false;  // the block's first call: waited for, not counted
+    int slot = -1;        // else its place among the candidate's timed calls
+  };
+  // Runs the agreement: the maximum over the ranks of each figure, in place.
+  using Agree = std::function<Status(std::vector<int64_t>& nanos)>;
+  // Called in call order from the issuing thread. A trial call takes the next
+  // candidate; the first call after the trial waits (until `deadline`) for
+  // the trial calls to finish, then agrees through `agree`.
+  Result<Pick> pick(CollectiveKind kind, size_t bytes, const CostModel& model,
+                    std::chrono::steady_clock::time_point deadline, const Agree& agree);
+  // A trial call finished (failed or not) after `seconds` on this rank.
+  void record(const Pick& trial, double seconds);
+
+  // What a bucket settled on: the candidates, each one's median over its
+  // timed calls of the slowest rank's time, and the winner. Empty before the
+  // decision.
+  struct Outcome {
+    std::vector<Algorithm> candidates;
+    std::vector<int64_t> nanos;
+    Algorithm winner = Algorithm::kAuto;
+    size_t bucket_bytes = 0;
+  };
+  std::optional<Outcome> outcome(CollectiveKind kind, size_t bytes) const;
+  // "allreduce up to 64 KiB: tree 310.2 us, dbtree 402.7 us -> tree"
+  static std::string describe(CollectiveKind kind, const Outcome& o);
+  // The bucket of `bytes`: ceil(log2(bytes)).
+  static int bucket(size_t bytes);
+
+  struct Entry {
+    std::vector<Algorithm> candidates;
+    int issued = 0;                            // trial calls handed out
+    int recorded = 0;                          // ... and finished
+    std::vector<std::vector<double>> seconds;  // per candidate, per timed call
+    std::optional<Outcome> outcome;
+  };
+
+ private:
+  Entry& entry(CollectiveKind kind, size_t bytes, const CostModel& model);
+
+  const int trials_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint32_t, std::unique_ptr<Entry>> entries_;
+};
+
+}  // namespace rdmaflow

@@ -1,0 +1,180 @@
+// The tuner (collectives/tuner.h) in real processes over TCP: every rank
+// takes the same algorithm for the same call during the trial and after it,
+// results stay right while candidates alternate (sizes on both sides of a
+// bucket's edge, two calls in flight on the two lanes), RDMAFLOW_COLL_TUNE is
+// checked, and of a near tie in the model where one candidate moves far more
+// bytes the tuner keeps the other.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "tests/collectives/coll_util.h"
+
+namespace rdmaflow::testing {
+namespace {
+
+BackendRow tcp() {
+  return backend_row("tcp");
+}
+
+// This rank's outcome of the bucket of `count` elements of f32 as text, the
+// same on every rank when they agreed.
+std::string outcome_text(const Communicator& comm, CollectiveKind kind, size_t count) {
+  auto o = comm.tuned(kind, count, DataType::kF32);
+  if (!o) return "untuned";
+  std::string s = std::string(algorithm_name(o->winner)) + ":";
+  for (size_t c = 0; c < o->candidates.size(); ++c) {
+    s += " " + std::string(algorithm_name(o->candidates[c])) + "=" + std::to_string(o->nanos[c]);
+  }
+  return s;
+}
+
+// Two timed trial calls per candidate (blocks of three); sizes on both sides of the edges of the
+// 4 KiB and 64 KiB buckets; every other step two calls in flight at once on
+// the two lanes. Each call's result is checked, each nonblocking call's
+// algorithm logged; the logs and the outcomes are compared across ranks.
+TEST(Tuner, EveryRankTakesTheSameAlgorithmAndResultsStayRight) {
+  auto r = run_ranks(4, [&](int rank, int n, Exchange& ex) {
+    setenv("RDMAFLOW_COLL_TUNE", "2", 1);
+    CommNode node;
+    RF_ASSERT_OK(make_comm_node(tcp(), rank, n, ex, node));
+    Communicator& comm = *node.comm;
+    const size_t counts[] = {1000, 1025, 16384, 16385};
+    std::string log;
+    for (size_t count : counts) {
+      for (int step = 0; step < 10; ++step) {
+        const uint32_t seed = static_cast<uint32_t>(count + step);
+        if (step % 2 == 0) {
+          std::string first;
+          CallSpec c{CollectiveKind::kAllreduce, Algorithm::kAuto, DataType::kF32, ReduceOp::kSum,
+                     count};
+          c.seed = seed;
+          auto wrong = run_and_check(comm, c, &first);
+          RF_ASSERT_OK(wrong);
+          EXPECT_EQ(*wrong, 0u) << "count " << count << " step " << step << ": " << first;
+          continue;
+        }
+        Mem in[2], out[2];
+        Request req[2];
+        for (int k = 0; k < 2; ++k) {
+          in[k].resize(count * 4);
+          out[k].resize(count * 4);
+          test::make_input(CollectiveKind::kAllreduce, DataType::kF32, ReduceOp::kSum, rank, n,
+                           seed + 1000 * k, in[k].p, count);
+          req[k] = comm.start_allreduce(in[k].p, out[k].p, count, DataType::kF32, ReduceOp::kSum);
+        }
+        for (int k = 0; k < 2; ++k) {
+          RF_ASSERT_OK(req[k].wait());
+          log += std::string(algorithm_name(req[k].algorithm())) + " ";
+          std::string first;
+          EXPECT_EQ(test::check_output(CollectiveKind::kAllreduce, DataType::kF32, ReduceOp::kSum,
+                                       rank, n, 0, seed + 1000 * k, out[k].p, count, &first),
+                    0u)
+              << "count " << count << " step " << step << " call " << k << ": " << first;
+        }
+      }
+      // Fifteen calls per size cover blocks of three calls for up to four
+      // candidates and the decision: the bucket is settled, and select() says so.
+      auto o = comm.tuned(CollectiveKind::kAllreduce, count, DataType::kF32);
+      EXPECT_TRUE(o.has_value()) << "count " << count;
+      if (o) {
+        EXPECT_EQ(*comm.select(CollectiveKind::kAllreduce, count, DataType::kF32), o->winner);
+      }
+      log += "| " + outcome_text(comm, CollectiveKind::kAllreduce, count) + "\n";
+    }
+    auto all = ex.allgather(log);
+    RF_ASSERT_OK(all);
+    for (int p = 1; p < n; ++p) {
+      EXPECT_EQ((*all)[p], (*all)[0]) << "rank " << p << " took other algorithms than rank 0";
+    }
+    if (rank == 0) std::fprintf(stderr, "%s", log.c_str());
+    return 0;
+  });
+  if (r.skipped) GTEST_SKIP() << r.message;
+  ASSERT_TRUE(r.ok) << r.message;
+}
+
+// Bad RDMAFLOW_COLL_TUNE values are refused naming the knob; 0 turns the
+// tuner off, and a forced algorithm is never tuned.
+TEST(Tuner, KnobIsCheckedAndZeroTurnsItOff) {
+  auto r = run_ranks(2, [&](int rank, int n, Exchange& ex) {
+    CommNode node;
+    RF_ASSERT_OK(make_comm_node(tcp(), rank, n, ex, node));
+    for (const char* bad : {"-1", "101", "two"}) {
+      setenv("RDMAFLOW_COLL_TUNE", bad, 1);
+      Status st = renew_comm(node, rank, n);
+      EXPECT_FALSE(st.is_ok()) << "RDMAFLOW_COLL_TUNE='" << bad << "' accepted";
+      EXPECT_NE(st.to_string().find("RDMAFLOW_COLL_TUNE"), std::string::npos) << st.to_string();
+    }
+    // Twelve calls, enough for any trial: none may leave an outcome.
+    auto untuned = [&](const char* tune, Algorithm algo) -> Status {
+      setenv("RDMAFLOW_COLL_TUNE", tune, 1);
+      RDMAFLOW_RETURN_IF_ERROR(renew_comm(node, rank, n));
+      std::string first;
+      for (int i = 0; i < 12; ++i) {
+        CallSpec c{CollectiveKind::kAllreduce, algo, DataType::kF32, ReduceOp::kSum, 4096};
+        RDMAFLOW_ASSIGN_OR_RETURN(size_t wrong, run_and_check(*node.comm, c, &first));
+        EXPECT_EQ(wrong, 0u) << first;
+      }
+      EXPECT_FALSE(node.comm->tuned(CollectiveKind::kAllreduce, 4096, DataType::kF32))
+          << "RDMAFLOW_COLL_TUNE=" << tune << ", " << algorithm_name(algo);
+      return Status::ok();
+    };
+    RF_ASSERT_OK(untuned("0", Algorithm::kAuto));
+    RF_ASSERT_OK(untuned("1", Algorithm::kRing));
+    return 0;
+  });
+  if (r.skipped) GTEST_SKIP() << r.message;
+  ASSERT_TRUE(r.ok) << r.message;
+}
+
+// A near tie in the model with a real gap: RDMAFLOW_COLL_ROUND_US at one
+// second makes the estimates all rounds, so reduce_scatter's two-round
+// schedules tie on 4 ranks: Rabenseifner (halving: 3/4 of the buffer sent)
+// and recursive doubling (an allreduce of the whole buffer: twice the buffer
+// sent and reduced). At 16 MiB the second takes well over twice as long; the
+// tuner must keep the first.
+TEST(Tuner, KeepsTheFasterOfANearTie) {
+  auto r = run_ranks(4, [&](int rank, int n, Exchange& ex) {
+    setenv("RDMAFLOW_COLL_ROUND_US", "1000000", 1);
+    setenv("RDMAFLOW_COLL_TUNE", "2", 1);
+    CommNode node;
+    RF_ASSERT_OK(make_comm_node(tcp(), rank, n, ex, node));
+    Communicator& comm = *node.comm;
+    const size_t recv_count = size_t{1} << 20;  // 4 MiB a rank, 16 MiB in all
+    const auto ranked =
+        comm.cost_model().ranked(CollectiveKind::kReduceScatter, 4 * recv_count * 4);
+    std::vector<Algorithm> close;
+    for (const auto& c : ranked) {
+      if (c.seconds <= Tuner::kFactor * ranked.front().seconds) close.push_back(c.algo);
+    }
+    EXPECT_NE(std::find(close.begin(), close.end(), Algorithm::kRecursiveDoubling), close.end());
+    EXPECT_NE(std::find(close.begin(), close.end(), Algorithm::kRabenseifner), close.end());
+    std::string first;
+    for (int i = 0; i < 14; ++i) {
+      CallSpec c{CollectiveKind::kReduceScatter, Algorithm::kAuto, DataType::kF32, ReduceOp::kSum,
+                 recv_count};
+      auto wrong = run_and_check(comm, c, &first);
+      RF_ASSERT_OK(wrong);
+      EXPECT_EQ(*wrong, 0u) << first;
+    }
+    auto o = comm.tuned(CollectiveKind::kReduceScatter, recv_count, DataType::kF32);
+    EXPECT_TRUE(o.has_value());
+    if (o) {
+      EXPECT_NE(o->winner, Algorithm::kRecursiveDoubling)
+          << Tuner::describe(CollectiveKind::kReduceScatter, *o);
+      if (rank == 0) {
+        std::fprintf(stderr, "%s\n", Tuner::describe(CollectiveKind::kReduceScatter, *o).c_str());
+      }
+    }
+    return 0;
+  });
+  if (r.skipped) GTEST_SKIP() << r.message;
+  ASSERT_TRUE(r.ok) << r.message;
+}
+
+}  // namespace
+}  // namespace rdmaflow::testing
