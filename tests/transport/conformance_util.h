@@ -6,12 +6,15 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <linux/sockios.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -323,6 +326,18 @@ struct RawConn {
       n -= static_cast<size_t>(k);
     }
     return true;
+  }
+  // Whether everything sent was acknowledged by the peer's kernel (so it sits
+  // in the peer's socket) within `timeout`: SIOCOUTQ, unsent plus unacknowledged.
+  bool drained(Millis timeout) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      int queued = 0;
+      if (::ioctl(fd, SIOCOUTQ, &queued) != 0) return false;
+      if (queued == 0) return true;
+      if (std::chrono::steady_clock::now() >= until) return false;
+      ::usleep(1000);
+    }
   }
   bool recv(void* p, size_t n, Millis timeout) {
     auto* c = static_cast<char*>(p);

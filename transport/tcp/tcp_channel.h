@@ -124,7 +124,8 @@ class TcpChannel final : public Channel,
   uint64_t held_writes() const { return held_total_.load(std::memory_order_relaxed); }
   uint64_t held_flushed_by_tick() const { return held_ticked_.load(std::memory_order_relaxed); }
   // sendmsg calls of the send path and recvmsg calls of the receive path
-  // (for tests and profiles).
+  // that brought bytes (an empty poll, EAGAIN, is not counted: how often a
+  // waiter looks depends on timing), for tests and profiles.
   uint64_t send_calls() const { return tx_calls_.load(std::memory_order_relaxed); }
   uint64_t receive_calls() const { return rx_calls_.load(std::memory_order_relaxed); }
 

@@ -131,7 +131,7 @@ void TcpChannel::receive_turn(bool block) {
     m.msg_iovlen = static_cast<size_t>(count);
     // A driving inbox waiter blocks in its first recvmsg (SO_RCVTIMEO bounds it).
     ssize_t n = ::recvmsg(fd_, &m, block && first ? 0 : MSG_DONTWAIT);
-    rx_calls_.fetch_add(1, std::memory_order_relaxed);
+    if (n > 0) rx_calls_.fetch_add(1, std::memory_order_relaxed);
     if (fenced) leave_target();
     if (n == 0) {
       fail(RDMAFLOW_ERROR(Code::kPeerFailed, "receive", peer_,
