@@ -339,7 +339,9 @@ Result<Algorithm> Communicator::select(CollectiveKind kind, size_t count, DataTy
                    std::memory_order_relaxed);
       }
     }
-    if (auto t = tuned(kind, count, type); t && t->winner != Algorithm::kAuto) algo = t->winner;
+    if (tuner_) {
+      if (auto w = tuner_->winner(kind, bytes); w && *w != Algorithm::kAuto) algo = *w;
+    }
   }
   if (!algorithm_supports(algo, kind)) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, std::string(collective_name(kind)), -1,

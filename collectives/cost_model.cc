@@ -145,17 +145,8 @@ double CostModel::crowded(const Work& w, double gamma) const {
 }
 
 Algorithm CostModel::choose(CollectiveKind kind, size_t bytes) const {
-  Algorithm best = Algorithm::kAuto;
-  double best_cost = std::numeric_limits<double>::infinity();
-  for (const AlgorithmInfo& info : algorithm_table()) {
-    if (!info.implements(kind)) continue;
-    const double c = cost(kind, info.id, bytes);
-    if (c < best_cost) {
-      best = info.id;
-      best_cost = c;
-    }
-  }
-  return best;
+  const std::vector<Ranked> r = ranked(kind, bytes);
+  return r.empty() ? Algorithm::kAuto : r.front().algo;
 }
 
 namespace {

@@ -25,9 +25,12 @@ int Tuner::bucket(size_t bytes) {
   return b;
 }
 
+uint32_t Tuner::key(CollectiveKind kind, size_t bytes) {
+  return (static_cast<uint32_t>(kind) << 8) | static_cast<uint32_t>(bucket(bytes));
+}
+
 Tuner::Entry& Tuner::entry(CollectiveKind kind, size_t bytes, const CostModel& model) {
-  const uint32_t key = (static_cast<uint32_t>(kind) << 8) | static_cast<uint32_t>(bucket(bytes));
-  auto& slot = entries_[key];
+  auto& slot = entries_[key(kind, bytes)];
   if (slot) return *slot;
   slot = std::make_unique<Entry>();
   // The candidates of the bucket's first call, kept for the whole bucket: every
@@ -119,11 +122,17 @@ void Tuner::record(const Pick& trial, double seconds) {
 }
 
 std::optional<Tuner::Outcome> Tuner::outcome(CollectiveKind kind, size_t bytes) const {
-  const uint32_t key = (static_cast<uint32_t>(kind) << 8) | static_cast<uint32_t>(bucket(bytes));
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(key);
+  auto it = entries_.find(key(kind, bytes));
   if (it == entries_.end()) return std::nullopt;
   return it->second->outcome;
+}
+
+std::optional<Algorithm> Tuner::winner(CollectiveKind kind, size_t bytes) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key(kind, bytes));
+  if (it == entries_.end() || !it->second->outcome) return std::nullopt;
+  return it->second->outcome->winner;
 }
 
 std::string Tuner::describe(CollectiveKind kind, const Outcome& o) {

@@ -93,6 +93,8 @@ class Tuner {
     size_t bucket_bytes = 0;
   };
   std::optional<Outcome> outcome(CollectiveKind kind, size_t bytes) const;
+  // Only its winner, for a call's selection (no copy of the figures).
+  std::optional<Algorithm> winner(CollectiveKind kind, size_t bytes) const;
   // "allreduce up to 64 KiB: tree 310.2 us, dbtree 402.7 us -> tree"
   static std::string describe(CollectiveKind kind, const Outcome& o);
   // The bucket of `bytes`: ceil(log2(bytes)).
@@ -107,6 +109,7 @@ class Tuner {
   };
 
  private:
+  static uint32_t key(CollectiveKind kind, size_t bytes);
   Entry& entry(CollectiveKind kind, size_t bytes, const CostModel& model);
 
   const int trials_;

@@ -93,7 +93,7 @@ Work tree_work(CollectiveKind kind, const CostTerms& t) {
     const double children = std::ceil((t.n - d) / (2 * d));  // ranks r with r mod 2d == d
     w.add(t.leaves_host(d), 2 * children * t.pieces(t.m), 2 * children * t.m);
     w.step(t.leaves_host(d), 2 * t.m, 2 * t.k);
-    w.add_top(t.leaves_host(d), t.pieces(t.m), t.m);  // the root's send down to its child
+    w.add_top(t.leaves_host(d), t.m);  // the root's send down to its child
   }
   w.reduced = (t.n - 1) * t.m;  // each child's buffer, on the way up
   w.copied = (t.n - 1) * t.m;   // the result, out of a slot on every rank but the root
