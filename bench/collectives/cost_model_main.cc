@@ -132,7 +132,8 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
   cli::add_sizes(app, "--sizes", a.sizes, "buffer sizes (bytes of the largest buffer)")->required();
   app.add_flag("--json", a.json, "print JSON instead of a table");
   app.add_flag("--terms", a.terms,
-               "with --cpus: each algorithm's crowded estimate term by term (CostModel::crowded)");
+               "with --cpus and --per-host > 1, not --json: each algorithm's crowded estimate term "
+               "by term (CostModel::crowded)");
   if (auto exit_code = cli::parse(app, argc, argv)) return exit_code;
   const bool two_level = a.per_host > 1;
   if (two_level && (a.op != "allreduce" || (a.per_host & (a.per_host - 1)) != 0 ||
@@ -203,7 +204,7 @@ int main(int argc, char** argv) {
     }
     const CostModel two(a.hosts, a.per_host, level(a, a.intra_alpha, a.intra_beta),
                         level(a, a.alpha, a.beta));
-    if (a.terms && two.crowded()) print_terms(a, two, kind, bytes);
+    if (a.terms && !a.json && two.crowded()) print_terms(a, two, kind, bytes);
     // What the selector weighs: every algorithm by the library's model.
     for (Algorithm algo : algorithms_for(kind)) {
       const double seconds = two.cost(kind, algo, bytes);
