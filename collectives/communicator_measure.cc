@@ -116,13 +116,14 @@ Status Communicator::measure() {
   // between the simulated hosts (it passes within tbf's burst at the veth's
   // speed, and socket buffers hide the rest). The difference of a long and a
   // short stream is the sustained rate, without alpha.
-  auto stream = [&](int partner, int pieces, double* seconds) -> Status {
+  auto stream = [&](int partner, int pieces, double* seconds, size_t piece = 0) -> Status {
+    if (piece == 0) piece = large;
     Program p(world_, DataType::kU8, ReduceOp::kSum, large);
     for (int i = 0; i < pieces; ++i) {
       if (rank_ < partner) {
-        p.send(partner, a.data(), large);
+        p.send(partner, a.data(), piece);
       } else {
-        p.recv(partner, b.data(), large);
+        p.recv(partner, b.data(), piece);
       }
     }
     if (rank_ < partner) {
@@ -160,7 +161,29 @@ Status Communicator::measure() {
         1e-12, (longer - shorter) / static_cast<double>((long_stream - short_stream) * large));
     return Status::ok();
   };
-  if (within >= 0) RDMAFLOW_RETURN_IF_ERROR(measure_pair(within, 2, &params[0], &params[1]));
+  // Within a host, beta from streams of as many pieces, of two sizes: a
+  // receiver that must be woken for each piece (crowded or loaded cores) adds
+  // the same per piece to both, where the difference of a long and a short
+  // stream counted it per byte (0.27-0.30 GB/s read at load 6-13 against
+  // 7.7-16.9 at load 3-4; the model then took the double tree everywhere).
+  auto measure_within = [&](int partner) -> Status {
+    constexpr int kPieces = 8;
+    const size_t small = large / 4;
+    double t = 0, shorter = std::numeric_limits<double>::infinity(), longer = shorter;
+    RDMAFLOW_RETURN_IF_ERROR(pingpong(partner, 8, 4, &t));  // warm up
+    RDMAFLOW_RETURN_IF_ERROR(fastest(partner, 8, 8, &params[0]));
+    params[0] /= 2;
+    for (int r = 0; r < kRounds; ++r) {
+      RDMAFLOW_RETURN_IF_ERROR(stream(partner, kPieces, &t, small));
+      shorter = std::min(shorter, t);
+      RDMAFLOW_RETURN_IF_ERROR(stream(partner, kPieces, &t, large));
+      longer = std::min(longer, t);
+    }
+    params[1] =
+        std::max(1e-12, (longer - shorter) / static_cast<double>(kPieces * (large - small)));
+    return Status::ok();
+  };
+  if (within >= 0) RDMAFLOW_RETURN_IF_ERROR(measure_within(within));
   if (between >= 0) RDMAFLOW_RETURN_IF_ERROR(measure_pair(between, 8, &params[2], &params[3]));
   // gamma in cache: the kernel on 256 KiB it has just touched.
   {

@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/algorithms/registry.h"
 #include "collectives/cost_model.h"
 #include "tools/cli.h"
 
@@ -60,6 +61,7 @@ struct Args {
   size_t piece = 512 * 1024;
   std::vector<size_t> sizes;
   bool json = false;
+  bool terms = false;
 };
 
 struct Row {
@@ -129,6 +131,9 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
   cli::add_size(app, "--piece", a.piece, "pipeline piece bytes (RDMAFLOW_COLL_SLOT_BYTES)");
   cli::add_sizes(app, "--sizes", a.sizes, "buffer sizes (bytes of the largest buffer)")->required();
   app.add_flag("--json", a.json, "print JSON instead of a table");
+  app.add_flag("--terms", a.terms,
+               "with --cpus and --per-host > 1, not --json: each algorithm's crowded estimate term "
+               "by term (CostModel::crowded)");
   if (auto exit_code = cli::parse(app, argc, argv)) return exit_code;
   const bool two_level = a.per_host > 1;
   if (two_level && (a.op != "allreduce" || (a.per_host & (a.per_host - 1)) != 0 ||
@@ -147,6 +152,34 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
 }
 
 }  // namespace
+
+// The crowded estimate of every algorithm, term by term: what tells two apart.
+void print_terms(const Args& a, const CostModel& model, CollectiveKind kind, size_t bytes) {
+  const CostParams &link = model.params(), &host = model.within();
+  std::printf(
+      "# %zu B: seconds (us) = rounds + messages + bytes + memory + excess + chain + path\n",
+      bytes);
+  for (Algorithm algo : algorithms_for(kind)) {
+    const AlgorithmInfo* info = find_algorithm(algo);
+    const double total = model.cost(kind, algo, bytes);
+    if (info == nullptr || info->work == nullptr || !std::isfinite(total)) continue;
+    const CostTerms t = model.work_terms(bytes);
+    const Work w = info->work(kind, t);
+    const double cpus = std::max(1, a.cpus), us = 1e6;
+    const double msgs = (w.messages * CostModel::message_seconds(link) +
+                         w.host_messages * CostModel::message_seconds(host)) /
+                        cpus;
+    const double byts = (w.bytes * link.beta + w.host_bytes * host.beta) / cpus;
+    const double mem = (w.reduced + w.copied) * t.g / cpus;
+    const double chain = w.chain * link.beta + w.host_chain * host.beta;
+    const double excess = model.crowded(w, t.g) - (msgs + byts + mem + chain);
+    const double rounds = link.round * model.rounds(kind, algo);
+    std::printf("%-14s %9.1f = %6.1f + %8.1f + %8.1f + %8.1f + %8.1f + %8.1f + %8.1f\n",
+                std::string(algorithm_name(algo)).c_str(), total * us, rounds * us, msgs * us,
+                byts * us, mem * us, excess * us, chain * us,
+                (total - rounds - msgs - byts - mem - excess - chain) * us);
+  }
+}
 
 int main(int argc, char** argv) {
   Args a;
@@ -171,6 +204,7 @@ int main(int argc, char** argv) {
     }
     const CostModel two(a.hosts, a.per_host, level(a, a.intra_alpha, a.intra_beta),
                         level(a, a.alpha, a.beta));
+    if (a.terms && !a.json && two.crowded()) print_terms(a, two, kind, bytes);
     // What the selector weighs: every algorithm by the library's model.
     for (Algorithm algo : algorithms_for(kind)) {
       const double seconds = two.cost(kind, algo, bytes);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -351,6 +352,57 @@ TEST(ToolsCli, CostModelPredictions) {
   bad = run_tool(t.path, costs + "--hosts 4 --per-host 2");
   EXPECT_EQ(bad.exit_code, rdmaflow::cli::kUsageError) << bad.output;
   EXPECT_NE(bad.output.find("--intra-alpha"), std::string::npos) << bad.output;
+}
+
+// --terms: each algorithm's crowded estimate, term by term, adds up to what
+// the selector weighs (the JSON's seconds). With the parameters of a 2 hosts x
+// 2 ranks sweep (docs/benchmarks.md, "Selector: 2 x 2 below 16 MiB and
+// loopback at 1 MiB") the tree and hier send, reduce and copy the same, and
+// only the tree's root has an excess.
+TEST(ToolsCli, CostModelTerms) {
+  const Tool& t = tool("rdmaflow_cost_model");
+  SKIP_IF_NOT_BUILT(t);
+  const std::string args =
+      "--hosts 2 --per-host 2 --alpha 1.78e-4 --beta 8.35e-10 --gamma 2.32e-11 "
+      "--gamma-cold 1.67e-10 --cache 2M --round 5e-6 --intra-alpha 4.27e-7 "
+      "--intra-beta 5.92e-11 --cpus 2 --sizes 16M ";
+  Outcome r = run_tool(t.path, args + "--terms", /*merge_stderr=*/false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // name total = rounds + messages + bytes + memory + excess + chain + path
+  std::map<std::string, std::vector<double>> terms;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream in(line);
+    std::string name, eq;
+    double total = 0;
+    if (!(in >> name >> total >> eq) || eq != "=") continue;
+    std::vector<double> v{total};
+    for (double x = 0; in >> x;) {
+      v.push_back(x);
+      std::string plus;
+      in >> plus;
+    }
+    terms[name] = v;
+  }
+  ASSERT_TRUE(terms.count("tree") && terms.count("hier")) << r.output;
+  Outcome j = run_tool(t.path, args + "--json", /*merge_stderr=*/false);
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  auto json = nlohmann::json::parse(j.output, nullptr, false);
+  ASSERT_FALSE(json.is_discarded()) << j.output;
+  for (const auto& row : json["rows"]) {
+    auto it = terms.find(row["schedule"].get<std::string>());
+    if (it == terms.end()) continue;
+    const std::vector<double>& v = it->second;
+    ASSERT_EQ(v.size(), 8u) << it->first;
+    double sum = 0;
+    for (size_t i = 1; i < v.size(); ++i) sum += v[i];
+    EXPECT_NEAR(v[0], sum, 0.5) << it->first;  // us, printed to 0.1
+    EXPECT_NEAR(v[0], row["seconds"].get<double>() * 1e6, 0.1) << it->first;
+  }
+  const std::vector<double>&tree = terms["tree"], &hier = terms["hier"];
+  for (size_t i : {2, 3, 4}) EXPECT_NEAR(tree[i], hier[i], 0.5) << "term " << i;
+  EXPECT_GT(tree[5], 0);
+  EXPECT_NEAR(hier[5], 0, 0.05);
 }
 
 TEST(ToolsCli, ParseSize) {
