@@ -2,7 +2,12 @@
 // (every malformed header refused, memory untouched, the listener still
 // serving), and the choice of address family. The generic contract is in
 // conformance_test.cc; the verbs counterparts are in tests/verbs/raw_peer_test.cc.
+#include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/transport/conformance_util.h"
@@ -342,6 +347,56 @@ TEST(TcpConformance, HoldZeroWritesOfAStepLeaveWithItsNextFrame) {
         deadline));
     EXPECT_EQ(tcp->send_calls() - before, 1u);
     RF_ASSERT_OK(ex.barrier());  // rank 1 took all three
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// Context switches, voluntary and not, of every thread of this process so far.
+uint64_t context_switches() {
+  uint64_t total = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream status(task.path() / "status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.starts_with("voluntary_ctxt_switches:") ||
+          line.starts_with("nonvoluntary_ctxt_switches:")) {
+        total += std::stoull(line.substr(line.find(':') + 1));
+      }
+    }
+  }
+  return total;
+}
+
+// The progress thread's ticker (held credits, deferred ACKs, deadlines) runs
+// while something is pending and stops 100 idle ticks later: an idle
+// transport sleeps. It used to tick every millisecond for good once started.
+TEST(TcpConformance, AnIdleTransportStopsTicking) {
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(kTcp, rank, world, ex));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    Buffer region(4096);
+    RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
+    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(key_bytes(key)));
+    if (rank == 0) {  // some traffic first: it starts the ticker
+      RF_ASSIGN_OR_FAIL(RemoteKey peer, parse_key(all[1]));
+      Buffer src(64);
+      fill_pattern(src.p, src.size, 7);
+      RF_ASSERT_OK(write_sync(ch, src.p, src.size, peer, 0, 7));
+    } else {
+      RF_ASSIGN_OR_FAIL(uint64_t v, ch.inbox().wait_notify(kOpTimeout));
+      EXPECT_EQ(v, 7u);
+      EXPECT_EQ(check_pattern(region.p, 64, 7), -1);
+    }
+    RF_ASSERT_OK(ex.barrier());
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // past the idle ticks
+    const uint64_t before = context_switches();
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const uint64_t switches = context_switches() - before;
+    // A ticker still running would switch about 500 times in this half second.
+    EXPECT_LT(switches, 50u) << "rank " << rank << ": the idle process kept waking up";
+    RF_ASSERT_OK(ex.barrier());
     return 0;
   });
   RF_EXPECT_RUN_OK(r);

@@ -114,7 +114,7 @@ class IoLoop {
   std::chrono::milliseconds period_{10};
   std::function<bool(Clock::time_point)> tick_;
   std::atomic<bool> ticking_{false};
-  static constexpr int kIdleTicks = 100;  // ~1 s at 10 ms
+  static constexpr int kIdleTicks = 100;  // 100 ms at tcp's 1 ms
   int idle_ticks_ = 0;                    // loop thread
 
   int epoll_fd_ = -1;

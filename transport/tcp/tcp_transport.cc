@@ -464,7 +464,9 @@ bool TcpTransport::sweep(Clock::time_point now) {
     channels = channels_;
   }
   // Every tick (1 ms): ACKs held back for an answer that did not come. Every
-  // tenth: operation deadlines.
+  // tenth: operation deadlines. Pending means a later tick has work: the
+  // loop stops ticking after IoLoop::kIdleTicks ticks without (an idle
+  // transport does not wake its thread 1000 times a second).
   bool full = ++ticks_ % 10 == 0;
   bool pending = false;
   for (auto& ch : channels) {
@@ -474,7 +476,7 @@ bool TcpTransport::sweep(Clock::time_point now) {
     pending = ch->drain_zerocopy() || pending;
     if (full) pending = ch->sweep(now) || pending;
   }
-  return pending || !full;
+  return pending;
 }
 
 void TcpTransport::shutdown() {
