@@ -138,8 +138,8 @@ Status Communicator::measure() {
     return Status::ok();
   };
   // Between hosts the streams are long enough (2 and 8 MiB of 256 KiB
-  // pieces) that tbf's burst of 1 ms at the rate is a small part of them;
-  // within a host there is no bucket, and a quarter of that is enough.
+  // pieces) that tbf's burst of 1 ms at the rate is a small part of them
+  // (within a host: measure_within below).
   auto measure_pair = [&](int partner, int short_stream, double* alpha, double* beta) -> Status {
     const int long_stream = 4 * short_stream;
     double t = 0, small = 0, shorter = 0, longer = 0;

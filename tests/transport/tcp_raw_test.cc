@@ -292,6 +292,15 @@ TEST(TcpConformance, ASmallFrameAfterABulkPayloadComesInTheSameRead) {
   RF_EXPECT_RUN_OK(r);
 }
 
+// Two tcp ranks connected, each with `region` exposed; every rank's key in `keys`.
+Status connect_pair(Node& node, Buffer& region, int rank, int world, Exchange& ex,
+                    std::vector<std::string>* keys) {
+  RDMAFLOW_RETURN_IF_ERROR(node.connect_all(kTcp, rank, world, ex));
+  RDMAFLOW_ASSIGN_OR_RETURN(RemoteKey key, node.expose(region.p, region.size));
+  RDMAFLOW_ASSIGN_OR_RETURN(*keys, ex.allgather(key_bytes(key)));
+  return Status::ok();
+}
+
 // Writes posted with hold 0 (a rank's slot credits) from inside a driving
 // waiter's ready(), the executor's step, leave when ready() returns, with what
 // the step posted after them: a credit and the piece after it in one sendmsg
@@ -300,11 +309,10 @@ TEST(TcpConformance, ASmallFrameAfterABulkPayloadComesInTheSameRead) {
 TEST(TcpConformance, HoldZeroWritesOfAStepLeaveWithItsNextFrame) {
   auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
     Node node;
-    RF_ASSERT_OK(node.connect_all(kTcp, rank, world, ex));
-    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
     Buffer region(4096);
-    RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
-    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(key_bytes(key)));
+    std::vector<std::string> all;
+    RF_ASSERT_OK(connect_pair(node, region, rank, world, ex, &all));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
     if (rank == 1) {
       for (uint64_t want : {1u, 2u, 3u}) {
         RF_ASSIGN_OR_FAIL(uint64_t v, ch.inbox().wait_notify(kOpTimeout));
@@ -374,11 +382,10 @@ uint64_t context_switches() {
 TEST(TcpConformance, AnIdleTransportStopsTicking) {
   auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
     Node node;
-    RF_ASSERT_OK(node.connect_all(kTcp, rank, world, ex));
-    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
     Buffer region(4096);
-    RF_ASSIGN_OR_FAIL(auto key, node.expose(region.p, region.size));
-    RF_ASSIGN_OR_FAIL(auto all, ex.allgather(key_bytes(key)));
+    std::vector<std::string> all;
+    RF_ASSERT_OK(connect_pair(node, region, rank, world, ex, &all));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
     if (rank == 0) {  // some traffic first: it starts the ticker
       RF_ASSIGN_OR_FAIL(RemoteKey peer, parse_key(all[1]));
       Buffer src(64);
