@@ -292,14 +292,20 @@ TEST(TcpConformance, ASmallFrameAfterABulkPayloadComesInTheSameRead) {
   RF_EXPECT_RUN_OK(r);
 }
 
-// Two tcp ranks connected, each with `region` exposed; every rank's key in `keys`.
-Status connect_pair(Node& node, Buffer& region, int rank, int world, Exchange& ex,
-                    std::vector<std::string>* keys) {
-  RDMAFLOW_RETURN_IF_ERROR(node.connect_all(kTcp, rank, world, ex));
-  RDMAFLOW_ASSIGN_OR_RETURN(RemoteKey key, node.expose(region.p, region.size));
-  RDMAFLOW_ASSIGN_OR_RETURN(*keys, ex.allgather(key_bytes(key)));
-  return Status::ok();
-}
+// Two tcp ranks connected, each with a 4 KiB region exposed; every rank's key in `keys`.
+struct ExposedPair {
+  Node node;
+  Buffer region{4096};
+  std::vector<std::string> keys;
+
+  Status connect(int rank, int world, Exchange& ex) {
+    RDMAFLOW_RETURN_IF_ERROR(node.connect_all(kTcp, rank, world, ex));
+    RDMAFLOW_ASSIGN_OR_RETURN(RemoteKey key, node.expose(region.p, region.size));
+    RDMAFLOW_ASSIGN_OR_RETURN(keys, ex.allgather(key_bytes(key)));
+    return Status::ok();
+  }
+  Channel& peer(int rank) { return *node.peers[static_cast<size_t>(1 - rank)]; }
+};
 
 // Writes posted with hold 0 (a rank's slot credits) from inside a driving
 // waiter's ready(), the executor's step, leave when ready() returns, with what
@@ -308,11 +314,10 @@ Status connect_pair(Node& node, Buffer& region, int rank, int world, Exchange& e
 // the end of the step did not send it, the peer would wait forever).
 TEST(TcpConformance, HoldZeroWritesOfAStepLeaveWithItsNextFrame) {
   auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
-    Node node;
-    Buffer region(4096);
-    std::vector<std::string> all;
-    RF_ASSERT_OK(connect_pair(node, region, rank, world, ex, &all));
-    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    ExposedPair pair;
+    RF_ASSERT_OK(pair.connect(rank, world, ex));
+    Channel& ch = pair.peer(rank);
+    Buffer& region = pair.region;
     if (rank == 1) {
       for (uint64_t want : {1u, 2u, 3u}) {
         RF_ASSIGN_OR_FAIL(uint64_t v, ch.inbox().wait_notify(kOpTimeout));
@@ -322,7 +327,7 @@ TEST(TcpConformance, HoldZeroWritesOfAStepLeaveWithItsNextFrame) {
       RF_ASSERT_OK(ex.barrier());
       return 0;
     }
-    RF_ASSIGN_OR_FAIL(RemoteKey peer, parse_key(all[1]));
+    RF_ASSIGN_OR_FAIL(RemoteKey peer, parse_key(pair.keys[1]));
     auto* tcp = dynamic_cast<tcp::TcpChannel*>(&ch);
     RF_ASSERT(tcp != nullptr);
     auto driver = ch.inbox().wait_driver();
@@ -381,13 +386,12 @@ uint64_t context_switches() {
 // transport sleeps. It used to tick every millisecond for good once started.
 TEST(TcpConformance, AnIdleTransportStopsTicking) {
   auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
-    Node node;
-    Buffer region(4096);
-    std::vector<std::string> all;
-    RF_ASSERT_OK(connect_pair(node, region, rank, world, ex, &all));
-    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    ExposedPair pair;
+    RF_ASSERT_OK(pair.connect(rank, world, ex));
+    Channel& ch = pair.peer(rank);
+    Buffer& region = pair.region;
     if (rank == 0) {  // some traffic first: it starts the ticker
-      RF_ASSIGN_OR_FAIL(RemoteKey peer, parse_key(all[1]));
+      RF_ASSIGN_OR_FAIL(RemoteKey peer, parse_key(pair.keys[1]));
       Buffer src(64);
       fill_pattern(src.p, src.size, 7);
       RF_ASSERT_OK(write_sync(ch, src.p, src.size, peer, 0, 7));
