@@ -56,11 +56,12 @@ CollectiveKind Request::kind() const {
 
 namespace {
 
-// RDMAFLOW_COLL_POLL_US's default: off. Under load its gains on 2 ranks over
-// loopback (64 KiB-4 MiB) were within the runs' spread, 16 MiB lost, and 8 B
-// with both cores busy was 1.1x slower (docs/benchmarks.md "Two ranks on
-// loopback: polling, and the socket's bound").
-constexpr int64_t kPollUs = 0;
+// RDMAFLOW_COLL_POLL_US's default: 30 us. On 2 ranks over loopback on a
+// quiet machine a wait that sleeps at once paid the core's wake-up twice per
+// call (8 B 80 us against 10 with the poll, 64 KiB 102 against 29), at a cost
+// of about 10% at 256 KiB; under load it was no worse, and a poller that loses
+// its core stops for 50 ms (docs/benchmarks.md "Polling 30 us by default").
+constexpr int64_t kPollUs = 30;
 
 Result<int64_t> knob(const char* name, int64_t given, int64_t fallback, int64_t min) {
   if (given > 0) return given;

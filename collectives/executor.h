@@ -9,7 +9,7 @@
 // drive, so a notify reaches its consumer with no thread hop and a post wakes
 // no progress thread; it yields the core every few polls when the host is
 // oversubscribed (FabricConfig::yield_polls), polls without blocking for
-// FabricConfig::poll after progress otherwise (off by default; a poller that
+// FabricConfig::poll after progress otherwise (30 us by default; a poller that
 // loses its core stops for 50 ms), and sleeps on the fabric's Signal
 // only after FabricConfig::spin without progress; never past the deadline.
 // Small sends (<= Fabric::kSmallBytes) are staged and not waited for.
