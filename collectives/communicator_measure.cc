@@ -111,13 +111,12 @@ Status Communicator::measure() {
   // [7] gamma out of cache; [8] the cache's bytes.
   double params[9] = {
       0, 0, 0, 0, 0, model_.params().round, static_cast<double>(model_.params().cpus), 0, 0};
-  // beta from streams: `pieces` pieces of `large` bytes one way, 8 bytes
+  // beta from streams: `pieces` pieces of `piece` bytes one way, 8 bytes
   // back. A ping-pong of one 256 KiB buffer read the link up to 2.5x too fast
   // between the simulated hosts (it passes within tbf's burst at the veth's
   // speed, and socket buffers hide the rest). The difference of a long and a
   // short stream is the sustained rate, without alpha.
-  auto stream = [&](int partner, int pieces, double* seconds, size_t piece = 0) -> Status {
-    if (piece == 0) piece = large;
+  auto stream = [&](int partner, int pieces, size_t piece, double* seconds) -> Status {
     Program p(world_, DataType::kU8, ReduceOp::kSum, large);
     for (int i = 0; i < pieces; ++i) {
       if (rank_ < partner) {
@@ -137,26 +136,32 @@ Status Communicator::measure() {
     *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     return Status::ok();
   };
+  // alpha: half the fastest 8-byte round trip, after one to warm up.
+  auto measure_alpha = [&](int partner, double* alpha) -> Status {
+    double t = 0;
+    RDMAFLOW_RETURN_IF_ERROR(pingpong(partner, 8, 4, &t));
+    RDMAFLOW_RETURN_IF_ERROR(fastest(partner, 8, 8, &t));
+    *alpha = t / 2;
+    return Status::ok();
+  };
   // Between hosts the streams are long enough (2 and 8 MiB of 256 KiB
   // pieces) that tbf's burst of 1 ms at the rate is a small part of them
   // (within a host: measure_within below).
-  auto measure_pair = [&](int partner, int short_stream, double* alpha, double* beta) -> Status {
-    const int long_stream = 4 * short_stream;
-    double t = 0, small = 0, shorter = 0, longer = 0;
-    RDMAFLOW_RETURN_IF_ERROR(pingpong(partner, 8, 4, &t));  // warm up
-    RDMAFLOW_RETURN_IF_ERROR(fastest(partner, 8, 8, &small));
+  auto measure_between = [&](int partner, double* alpha, double* beta) -> Status {
+    constexpr int short_stream = 8, long_stream = 4 * short_stream;
+    double t = 0, shorter = 0, longer = 0;
+    RDMAFLOW_RETURN_IF_ERROR(measure_alpha(partner, alpha));
     // A first long stream empties tbf's bucket, so that every timed stream
     // starts as the one before it: the fastest of each length is then
     // comparable.
-    RDMAFLOW_RETURN_IF_ERROR(stream(partner, long_stream, &t));
+    RDMAFLOW_RETURN_IF_ERROR(stream(partner, long_stream, large, &t));
     shorter = longer = std::numeric_limits<double>::infinity();
     for (int r = 0; r < kRounds; ++r) {
-      RDMAFLOW_RETURN_IF_ERROR(stream(partner, short_stream, &t));
+      RDMAFLOW_RETURN_IF_ERROR(stream(partner, short_stream, large, &t));
       shorter = std::min(shorter, t);
-      RDMAFLOW_RETURN_IF_ERROR(stream(partner, long_stream, &t));
+      RDMAFLOW_RETURN_IF_ERROR(stream(partner, long_stream, large, &t));
       longer = std::min(longer, t);
     }
-    *alpha = small / 2;
     *beta = std::max(
         1e-12, (longer - shorter) / static_cast<double>((long_stream - short_stream) * large));
     return Status::ok();
@@ -170,13 +175,11 @@ Status Communicator::measure() {
     constexpr int kPieces = 8;
     const size_t small = large / 4;
     double t = 0, shorter = std::numeric_limits<double>::infinity(), longer = shorter;
-    RDMAFLOW_RETURN_IF_ERROR(pingpong(partner, 8, 4, &t));  // warm up
-    RDMAFLOW_RETURN_IF_ERROR(fastest(partner, 8, 8, &params[0]));
-    params[0] /= 2;
+    RDMAFLOW_RETURN_IF_ERROR(measure_alpha(partner, &params[0]));
     for (int r = 0; r < kRounds; ++r) {
-      RDMAFLOW_RETURN_IF_ERROR(stream(partner, kPieces, &t, small));
+      RDMAFLOW_RETURN_IF_ERROR(stream(partner, kPieces, small, &t));
       shorter = std::min(shorter, t);
-      RDMAFLOW_RETURN_IF_ERROR(stream(partner, kPieces, &t, large));
+      RDMAFLOW_RETURN_IF_ERROR(stream(partner, kPieces, large, &t));
       longer = std::min(longer, t);
     }
     params[1] =
@@ -184,7 +187,7 @@ Status Communicator::measure() {
     return Status::ok();
   };
   if (within >= 0) RDMAFLOW_RETURN_IF_ERROR(measure_within(within));
-  if (between >= 0) RDMAFLOW_RETURN_IF_ERROR(measure_pair(between, 8, &params[2], &params[3]));
+  if (between >= 0) RDMAFLOW_RETURN_IF_ERROR(measure_between(between, &params[2], &params[3]));
   // gamma in cache: the kernel on 256 KiB it has just touched.
   {
     std::vector<float> x(64 * 1024, 1.0f), y(64 * 1024, 2.0f);

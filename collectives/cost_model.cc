@@ -127,21 +127,27 @@ CostModel CostModel::crowded_paths() const {
 }
 
 double CostModel::crowded(const Work& w, double gamma) const {
+  return crowded_terms(w, gamma).total();
+}
+
+CostModel::CrowdedTerms CostModel::crowded_terms(const Work& w, double gamma) const {
   const auto seconds = [&](double msgs, double bytes, double host_msgs, double host_bytes,
                            double memory) {
     return msgs * message_seconds(p_) + bytes * p_.beta + host_msgs * message_seconds(within_) +
            host_bytes * within_.beta + memory * gamma;
   };
-  const double sum =
-      seconds(w.messages, w.bytes, w.host_messages, w.host_bytes, w.reduced + w.copied);
-  const double chain = w.chain * p_.beta + w.host_chain * within_.beta;
-  double excess = 0;
+  const double cpus = std::max(1, p_.cpus);
+  CrowdedTerms t;
+  t.messages = seconds(w.messages, 0, w.host_messages, 0, 0) / cpus;
+  t.bytes = seconds(0, w.bytes, 0, w.host_bytes, 0) / cpus;
+  t.memory = seconds(0, 0, 0, 0, w.reduced + w.copied) / cpus;
+  t.chain = w.chain * p_.beta + w.host_chain * within_.beta;
   if (w.uneven) {
     const double bulk = seconds(0, w.bytes, 0, w.host_bytes, w.reduced + w.copied);
     const double top = seconds(0, w.top_bytes, 0, w.top_host_bytes, w.top_memory);
-    excess = std::max(0.0, top - bulk / std::max(1, world_));
+    t.excess = std::max(0.0, top - bulk / std::max(1, world_));
   }
-  return sum / std::max(1, p_.cpus) + excess + chain;
+  return t;
 }
 
 Algorithm CostModel::choose(CollectiveKind kind, size_t bytes) const {

@@ -193,6 +193,14 @@ class CostModel {
   // the mean share: a rank runs on one CPU at a time and its partners wait on
   // its pieces, so the CPUs cannot share that excess out.
   double crowded(const Work& w, double gamma) const;
+  // The same, term by term (each already over the CPUs where it is shared).
+  struct CrowdedTerms {
+    double messages = 0, bytes = 0, memory = 0;  // the sums, over params().cpus
+    double excess = 0;                           // the busiest rank's, beyond its share
+    double chain = 0;
+    double total() const { return messages + bytes + memory + excess + chain; }
+  };
+  CrowdedTerms crowded_terms(const Work& w, double gamma) const;
   // What a message costs crowded CPUs: the system calls, frames, credit and
   // wake-up of one send, as many seconds as kMessageBytes take at the level's
   // beta. Not alpha: a ping-pong's half round trip waits for the partner to

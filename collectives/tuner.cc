@@ -121,18 +121,22 @@ void Tuner::record(const Pick& trial, double seconds) {
   cv_.notify_all();
 }
 
+const Tuner::Entry* Tuner::find(CollectiveKind kind, size_t bytes) const {
+  auto it = entries_.find(key(kind, bytes));
+  return it == entries_.end() ? nullptr : it->second.get();
+}
+
 std::optional<Tuner::Outcome> Tuner::outcome(CollectiveKind kind, size_t bytes) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(key(kind, bytes));
-  if (it == entries_.end()) return std::nullopt;
-  return it->second->outcome;
+  const Entry* e = find(kind, bytes);
+  return e == nullptr ? std::nullopt : e->outcome;
 }
 
 std::optional<Algorithm> Tuner::winner(CollectiveKind kind, size_t bytes) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(key(kind, bytes));
-  if (it == entries_.end() || !it->second->outcome) return std::nullopt;
-  return it->second->outcome->winner;
+  const Entry* e = find(kind, bytes);
+  if (e == nullptr || !e->outcome) return std::nullopt;
+  return e->outcome->winner;
 }
 
 std::string Tuner::describe(CollectiveKind kind, const Outcome& o) {

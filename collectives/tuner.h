@@ -110,6 +110,7 @@ class Tuner {
 
  private:
   static uint32_t key(CollectiveKind kind, size_t bytes);
+  const Entry* find(CollectiveKind kind, size_t bytes) const;  // under mu_
   Entry& entry(CollectiveKind kind, size_t bytes, const CostModel& model);
 
   const int trials_;

@@ -154,30 +154,21 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
 }  // namespace
 
 // The crowded estimate of every algorithm, term by term: what tells two apart.
-void print_terms(const Args& a, const CostModel& model, CollectiveKind kind, size_t bytes) {
-  const CostParams &link = model.params(), &host = model.within();
+void print_terms(const CostModel& model, CollectiveKind kind, size_t bytes) {
   std::printf(
       "# %zu B: seconds (us) = rounds + messages + bytes + memory + excess + chain + path\n",
       bytes);
+  const CostTerms t = model.work_terms(bytes);
   for (Algorithm algo : algorithms_for(kind)) {
     const AlgorithmInfo* info = find_algorithm(algo);
     const double total = model.cost(kind, algo, bytes);
     if (info == nullptr || info->work == nullptr || !std::isfinite(total)) continue;
-    const CostTerms t = model.work_terms(bytes);
-    const Work w = info->work(kind, t);
-    const double cpus = std::max(1, a.cpus), us = 1e6;
-    const double msgs = (w.messages * CostModel::message_seconds(link) +
-                         w.host_messages * CostModel::message_seconds(host)) /
-                        cpus;
-    const double byts = (w.bytes * link.beta + w.host_bytes * host.beta) / cpus;
-    const double mem = (w.reduced + w.copied) * t.g / cpus;
-    const double chain = w.chain * link.beta + w.host_chain * host.beta;
-    const double excess = model.crowded(w, t.g) - (msgs + byts + mem + chain);
-    const double rounds = link.round * model.rounds(kind, algo);
+    const CostModel::CrowdedTerms c = model.crowded_terms(info->work(kind, t), t.g);
+    const double rounds = model.params().round * model.rounds(kind, algo), us = 1e6;
     std::printf("%-14s %9.1f = %6.1f + %8.1f + %8.1f + %8.1f + %8.1f + %8.1f + %8.1f\n",
-                std::string(algorithm_name(algo)).c_str(), total * us, rounds * us, msgs * us,
-                byts * us, mem * us, excess * us, chain * us,
-                (total - rounds - msgs - byts - mem - excess - chain) * us);
+                std::string(algorithm_name(algo)).c_str(), total * us, rounds * us, c.messages * us,
+                c.bytes * us, c.memory * us, c.excess * us, c.chain * us,
+                (total - rounds - c.total()) * us);
   }
 }
 
@@ -204,7 +195,7 @@ int main(int argc, char** argv) {
     }
     const CostModel two(a.hosts, a.per_host, level(a, a.intra_alpha, a.intra_beta),
                         level(a, a.alpha, a.beta));
-    if (a.terms && !a.json && two.crowded()) print_terms(a, two, kind, bytes);
+    if (a.terms && !a.json && two.crowded()) print_terms(two, kind, bytes);
     // What the selector weighs: every algorithm by the library's model.
     for (Algorithm algo : algorithms_for(kind)) {
       const double seconds = two.cost(kind, algo, bytes);
