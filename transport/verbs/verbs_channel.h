@@ -114,6 +114,10 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   // --- progress thread ---
   void poll_send_cq();
   void handle_recv(const ibv_wc& wc);
+  // Ahead of handle_recv, for every completion polled with it: a KeyRevoked
+  // drops its verdicts now (VerbsTransport::poll_recv_cq says why). Consumes
+  // nothing; handle_recv sees the message again.
+  void apply_revocation(const ibv_wc& wc);
   void on_disconnected(const std::string& event);
   // rdma_cm reported ESTABLISHED: sends a disconnect that had to wait for it.
   void on_established();
@@ -210,6 +214,8 @@ class VerbsChannel final : public Channel, public std::enable_shared_from_this<V
   void post_control_locked(const Control& c, Tasks& out);
   // Makes sure a KeyCheck for `claim` is on its way (or answered).
   void request_key_check_locked(const KeyClaim& claim);
+  // The peer revoked key_id: its verdicts go (the next access asks again).
+  void drop_verdicts_locked(uint64_t key_id);
   void on_control_locked(const MsgHeader& h, std::span<const uint8_t> payload, Tasks& out);
   // The acceptor's first receive: the proof, or the reason the peer is refused.
   Status on_proof_locked(const ibv_wc& wc, std::span<const uint8_t> bytes, Tasks& out);

@@ -71,19 +71,30 @@ void VerbsTransport::drain_cq_events() {
 }
 
 void VerbsTransport::poll_recv_cq() {
+  // Everything the receive queue holds is taken first and every revocation in
+  // it applied before any completion is handled: a peer stopped or descheduled
+  // while the target revoked a key finds, when it runs again, the notify that
+  // wakes its caller ahead of the KeyRevoked behind it. Handled in order, the
+  // caller could post a write with the dropped verdict between the two (the
+  // NIC refuses it and the queue pair breaks); applied first, that write asks
+  // the target again and is refused on its own. Dropping a verdict early costs
+  // at most one more key check.
+  recv_batch_.clear();
   ibv_wc wc[32];
   for (;;) {
     int n = ibv_poll_cq(core_->recv_cq(), 32, wc);
-    if (n <= 0) {
-      if (n < 0) RDMAFLOW_LOG_ERROR("verbs: ibv_poll_cq failed on the receive CQ");
-      return;
-    }
-    for (int i = 0; i < n; ++i) {
-      if (auto ch = core_->channel_by_qpn(wc[i].qp_num)) {
-        ch->handle_recv(wc[i]);
-      } else if (Status st = core_->repost_recv(wc[i].wr_id); !st.is_ok()) {
-        RDMAFLOW_LOG_ERROR("verbs: {}", st.to_string());
-      }
+    if (n < 0) RDMAFLOW_LOG_ERROR("verbs: ibv_poll_cq failed on the receive CQ");
+    if (n <= 0) break;
+    recv_batch_.insert(recv_batch_.end(), wc, wc + n);
+  }
+  for (const ibv_wc& c : recv_batch_) {
+    if (auto ch = core_->channel_by_qpn(c.qp_num)) ch->apply_revocation(c);
+  }
+  for (const ibv_wc& c : recv_batch_) {
+    if (auto ch = core_->channel_by_qpn(c.qp_num)) {
+      ch->handle_recv(c);
+    } else if (Status st = core_->repost_recv(c.wr_id); !st.is_ok()) {
+      RDMAFLOW_LOG_ERROR("verbs: {}", st.to_string());
     }
   }
 }

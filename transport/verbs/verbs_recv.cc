@@ -78,6 +78,18 @@ void VerbsChannel::handle_recv(const ibv_wc& wc) {
   run_tasks(out);
 }
 
+void VerbsChannel::apply_revocation(const ibv_wc& wc) {
+  if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint8_t* buf = core_->recv_buffer(wc.wr_id);
+  if (!error_.ok() || acceptor_ != nullptr || buf == nullptr) return;
+  std::span<const uint8_t> bytes(buf, std::min<size_t>(wc.byte_len, core_->recv_buffer_size()));
+  auto h = MsgHeader::decode(bytes, peer_rank_);
+  if (!h.is_ok() || h->type != MsgType::kKeyRevoked) return;
+  auto r = KeyRevoked::decode(bytes.subspan(kMsgHeaderSize), peer_rank_);
+  if (r.is_ok()) drop_verdicts_locked(r->key_id);
+}
+
 Status VerbsChannel::on_proof_locked(const ibv_wc& wc, std::span<const uint8_t> bytes, Tasks& out) {
   auto refused = [&](const std::string& why) {
     return RDMAFLOW_ERROR(Code::kUnauthenticated, "accept", -1, "refused " + who_ + ": " + why);
@@ -99,6 +111,10 @@ Status VerbsChannel::on_proof_locked(const ibv_wc& wc, std::span<const uint8_t> 
   connected_ = true;
   if (on_authenticated_) out.push_back(std::move(on_authenticated_));
   return Status::ok();
+}
+
+void VerbsChannel::drop_verdicts_locked(uint64_t key_id) {
+  std::erase_if(keys_, [&](const auto& e) { return e.first.key_id == key_id && e.second.valid; });
 }
 
 void VerbsChannel::on_control_locked(const MsgHeader& h, std::span<const uint8_t> payload,
@@ -161,8 +177,7 @@ void VerbsChannel::on_control_locked(const MsgHeader& h, std::span<const uint8_t
     case MsgType::kKeyRevoked: {
       auto r = KeyRevoked::decode(payload, peer_rank_);
       if (!r.is_ok()) return fail_locked(r.status(), out);
-      std::erase_if(keys_,
-                    [&](const auto& e) { return e.first.key_id == r->key_id && e.second.valid; });
+      drop_verdicts_locked(r->key_id);
       return;
     }
     case MsgType::kAuth:

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "transport/transport.h"
 #include "transport/verbs/verbs_channel.h"
@@ -82,6 +83,7 @@ class VerbsTransport final : public Transport {
   int wake_fd_ = -1;
   std::thread progress_;
   std::atomic<bool> stop_{false};
+  std::vector<ibv_wc> recv_batch_;  // poll_recv_cq's, on the progress thread
 
   std::mutex mu_;
   std::condition_variable cv_;
