@@ -203,9 +203,11 @@ TEST_P(Collectives, CommunicatorsComeAndGoOnOneMesh) {
 // The credit that comes after the destroyed communicator's drain gave up
 // (Fabric::kCreditDrain): rank 1 is stopped (SIGSTOP) while rank 0 broadcasts
 // to and destroys its communicator, which revokes the keys the credit writes
-// to, and continued 500 ms later. Its late credit must not fail its channel to rank 0
-// (the refusal of a posted write would): a loaded machine deschedules a peer
-// that long, and the next communicator on the mesh inherits the channel.
+// to, and continued 500 ms later, or once the destruction is over where it
+// takes longer (a slow guest): the credit comes after the revoke, not in
+// flight with it. It must not fail its channel to rank 0 (the refusal of a
+// posted write would): a loaded machine deschedules a peer that long, and the
+// next communicator on the mesh inherits the channel.
 TEST_P(Collectives, LateCreditAfterTheDrainLeavesTheMeshHealthy) {
   auto r = run_ranks(2, [&](int rank, int n, Exchange& ex) {
     const CommunicatorOptions options = renewable_options();
@@ -218,12 +220,19 @@ TEST_P(Collectives, LateCreditAfterTheDrainLeavesTheMeshHealthy) {
       RF_ASSERT_OK(node.comm->broadcast(buf.data(), buf.data(), 2, DataType::kF32, 0));
       // Continued from a thread of its own: where revoking a key waits for
       // the peers' confirmation (ucx), it waits for the stopped rank.
+      // Where it does not (tcp, verbs), the destruction is waited for, up to 1 s.
       Status resumed;
+      std::atomic<bool> destroyed{false};
       std::thread resume([&] {
         std::this_thread::sleep_for(Fabric::kCreditDrain + Millis(300));
+        const auto until = std::chrono::steady_clock::now() + Millis(1000);
+        while (!destroyed.load() && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(Millis(1));
+        }
         resumed = ex.signal(1, SIGCONT);
       });
       node.comm.reset();  // the drain waits for the credit in vain, then revokes
+      destroyed.store(true);
       resume.join();
       RF_ASSERT_OK(resumed);
     } else {
