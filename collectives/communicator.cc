@@ -1,5 +1,7 @@
 #include "collectives/communicator.h"
 
+#include <dirent.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -100,6 +102,70 @@ bool oversubscribed(int world) {
   return local > cpus;
 }
 
+// The launcher's index of this rank on its host, else -1.
+int64_t launcher_local_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    auto v = env_int(name, -1);
+    if (v.is_ok() && *v >= 0) return *v;
+  }
+  return -1;
+}
+
+// RDMAFLOW_COLL_BIND=1: every thread of the process (and those started later)
+// is bound to one CPU, the launcher's local rank-th of the host's, as `mpirun
+// --bind-to core` binds a rank. Unbound ranks on loopback sleep on their
+// sockets, and a socket's wake-up is a synchronous one: the scheduler moves
+// the woken rank onto its waker's CPU, so both ranks of a pair end up sharing
+// one core while the other runs something else (Open MPI's ranks never sleep
+// and stay apart). docs/benchmarks.md, "Loopback 1 MiB: what Open MPI does
+// that we did not". Only a process nobody bound (it may run on every online
+// CPU), with a local rank from the launcher, on a host with no more ranks
+// than CPUs; otherwise it logs why and binds nothing.
+void bind_local_cpu(bool crowded) {
+  const int64_t local = launcher_local_rank();
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const char* why = nullptr;
+  if (local < 0) {
+    why = "no local rank from the launcher";
+  } else if (crowded) {
+    why = "more ranks than CPUs on this host";
+  } else if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+    why = "sched_getaffinity failed";
+  } else if (CPU_COUNT(&allowed) < online) {
+    why = "the launcher bound this rank already";
+  }
+  if (why != nullptr) {
+    RDMAFLOW_LOG_INFO("collectives: RDMAFLOW_COLL_BIND=1 binds nothing: {}", why);
+    return;
+  }
+  int want = static_cast<int>(local % CPU_COUNT(&allowed));
+  int cpu = 0;
+  for (; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed) && want-- == 0) break;
+  }
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  int failed = 0;
+  if (DIR* dir = opendir("/proc/self/task")) {
+    while (const dirent* e = readdir(dir)) {
+      const int tid = std::atoi(e->d_name);
+      if (tid > 0 && sched_setaffinity(tid, sizeof(one), &one) != 0) ++failed;
+    }
+    closedir(dir);
+  }
+  if (sched_setaffinity(0, sizeof(one), &one) != 0) ++failed;
+  if (failed > 0) {
+    RDMAFLOW_LOG_WARN("RDMAFLOW_COLL_BIND=1: {} thread(s) could not be bound to cpu {}", failed,
+                      cpu);
+  } else {
+    RDMAFLOW_LOG_INFO("collectives: local rank {} bound to cpu {} (RDMAFLOW_COLL_BIND=1)", local,
+                      cpu);
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup setup,
@@ -159,6 +225,11 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
     return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "RDMAFLOW_COLL_STAGE must be 0 or 1");
   }
   cfg.stage_all = stage == 1;
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t bind, env_int("RDMAFLOW_COLL_BIND", 0));
+  if (bind != 0 && bind != 1) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "RDMAFLOW_COLL_BIND must be 0 or 1");
+  }
+  if (bind == 1) bind_local_cpu(crowded);
   if (yield < 0) yield = crowded ? 1 : 0;
   cfg.slot_bytes = static_cast<size_t>(slot_bytes);
   cfg.slots = static_cast<int>(slots);
