@@ -232,6 +232,11 @@ void TcpChannel::release_socket() {
   sender_cv_.wait_for(lock, std::chrono::seconds(5), [&] { return sender_ != Sender::kActive; });
 }
 
+bool TcpChannel::has_user_ops() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !failed_ && pending_user_ops_ > 0;
+}
+
 bool TcpChannel::sweep(Clock::time_point now) {
   DoneList done;
   Status fail_status;

@@ -95,6 +95,12 @@ class TcpChannel final : public Channel,
   // Progress thread: completes overdue operations with kTimeout. Returns true
   // while operations are pending.
   bool sweep(Clock::time_point now);
+  // Operations of the user's still pending (the sweep's answer without the
+  // sweep): the ticker must not stop under them, whatever tick it is. A
+  // posted write sent from a user thread waits in sent_no_ack_ for a receive
+  // turn, a driving waiter or the sweep to complete it; on a channel nothing
+  // comes back on (a ring's forward link) only the sweep does.
+  bool has_user_ops() const;
   // Progress thread: fails the channel (sticky) and every pending operation.
   void fail(const Status& error);
   // Failed and no thread is sending: the transport may forget it.

@@ -466,10 +466,17 @@ bool TcpTransport::sweep(Clock::time_point now) {
   // Every tick (1 ms): ACKs held back for an answer that did not come. Every
   // tenth: operation deadlines. Pending means a later tick has work: the
   // loop stops ticking after IoLoop::kIdleTicks ticks without (an idle
-  // transport does not wake its thread 1000 times a second).
+  // transport does not wake its thread 1000 times a second). Operations
+  // still pending count on every tick, not only on the tenth: the loop's
+  // last look before it stops (IoLoop::arm_tick) is any tick, and an
+  // operation submitted while the loop still looked busy (its request_ticks()
+  // did nothing) must keep it going. Without that, a posted write sent just
+  // then on a channel nothing answers on was never completed: a ring on
+  // 2 x 2 stopped in 3 of 9 runs, every rank asleep and every socket empty.
   bool full = ++ticks_ % 10 == 0;
   bool pending = false;
   for (auto& ch : channels) {
+    pending = ch->has_user_ops() || pending;
     pending = ch->flush_deferred(now, Millis(1)) || pending;
     pending = ch->flush_held(now, Millis(1)) || pending;
     pending = ch->release_lease(now, Millis(1)) || pending;
