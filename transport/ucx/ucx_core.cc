@@ -314,6 +314,8 @@ void UcxCore::shutdown() {
   // Breaks the channel <-> core reference cycle; users may still hold channels,
   // whose operations now fail with kCancelled.
   ring_channels_.clear();
+  held_acks_.clear();
+  held_count_.store(0, std::memory_order_relaxed);
   channels_.clear();
   std::lock_guard<std::mutex> l(ctl_mu_);
   accepted_.clear();
