@@ -58,8 +58,8 @@ TEST_P(UcxHeldAck, WritesCompleteWhenTheReceiverNeverAnswers) {
           RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(all[0]));
           for (int i = 0; i < kRounds; ++i) {
             fill_pattern(buf.p, kBytes, static_cast<uint64_t>(i));
-            RF_ASSERT_OK(write_sync(ch, buf.p, kBytes, key, 0, static_cast<uint64_t>(i),
-                                    kWriteTimeout));
+            RF_ASSERT_OK(
+                write_sync(ch, buf.p, kBytes, key, 0, static_cast<uint64_t>(i), kWriteTimeout));
             RF_ASSERT_OK(ex.barrier());
           }
           RF_ASSERT_OK(send_text(ch, "done"));
