@@ -148,12 +148,16 @@ inline std::unique_ptr<Contender> setup(const Spec& spec, int rank, Oob& oob, si
     c->channel = *ch;
   }
   c->bytes = bytes;
-  c->local = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes));
-  c->source = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes));
-  std::memset(c->local, 0, bytes);
-  std::memset(c->source, 7, bytes);
-  check(c->transport->register_memory(c->local, bytes).status(), "register");
-  check(c->transport->register_memory(c->source, bytes).status(), "register");
+  // Whole pages are registered, as rdmaflow's own users register them (the arena's
+  // slabs are 2 MiB-aligned): a region smaller than a page cannot be shared with a
+  // same-host peer, so an 8-byte registration would time a path they never take.
+  const size_t region = (bytes + 4095) / 4096 * 4096;
+  c->local = static_cast<uint8_t*>(std::aligned_alloc(4096, region));
+  c->source = static_cast<uint8_t*>(std::aligned_alloc(4096, region));
+  std::memset(c->local, 0, region);
+  std::memset(c->source, 7, region);
+  check(c->transport->register_memory(c->local, region).status(), "register");
+  check(c->transport->register_memory(c->source, region).status(), "register");
   auto key = c->transport->export_key(c->local, bytes);
   check(key.status(), "export key");
   auto wire = key->serialize();

@@ -206,6 +206,9 @@ void UcxChannel::close_locked(const Status& st) {
   if (failed()) return;
   Op* bye = nullptr;
   if (ep_ != nullptr && state() == State::kOpen) {
+    // What we applied is acknowledged before the goodbye, even if it was held.
+    ack_held = false;  // the core's list may still name us: its flush finds nothing
+    flush_acks();
     // Goodbye, ordered after everything already sent. The endpoint is closed (FORCE)
     // as soon as it has left, so the peer's channel fails naming us.
     bye = core_->ctrl_op(this);

@@ -105,6 +105,7 @@ class UcxChannel final : public Channel {
   const std::shared_ptr<shm::NotifyRing>& rx_ring() const { return rx_ring_; }
   const std::shared_ptr<shm::NotifyRing>& tx_ring() const { return tx_ring_; }
   bool dirty = false;      // in the core's dirty list
+  bool ack_held = false;   // in the core's held_acks_ list: flush_acks() waits
   bool peer_gone = false;  // the peer process died: its requests will never complete
   int64_t requests_inflight() const { return requests_inflight_; }
 

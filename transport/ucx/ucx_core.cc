@@ -87,6 +87,7 @@ Result<Options> load_options() {
   if (spin_yield < 0) {
     return bad_knob("RDMAFLOW_UCX_SPIN_YIELD", std::to_string(spin_yield), ">= 0");
   }
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t hold_acks, env_int("RDMAFLOW_UCX_HOLD_ACKS", 1));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t direct, env_int("RDMAFLOW_UCX_DIRECT", 1));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t ring, env_int("RDMAFLOW_UCX_NOTIFY_RING", 1));
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t ring_slots, env_int("RDMAFLOW_UCX_NOTIFY_RING_SLOTS", 1024));
@@ -118,6 +119,7 @@ Result<Options> load_options() {
   o.busy_poll = busy != 0;
   o.wait_block = wait_block != 0;
   o.spin_yield = static_cast<uint32_t>(spin_yield);
+  o.hold_acks = hold_acks != 0;
   o.direct = direct != 0;
   o.notify_ring = ring != 0;
   o.ring_slots = static_cast<uint32_t>(ring_slots);
@@ -312,6 +314,8 @@ void UcxCore::shutdown() {
   // Breaks the channel <-> core reference cycle; users may still hold channels,
   // whose operations now fail with kCancelled.
   ring_channels_.clear();
+  held_acks_.clear();
+  held_count_.store(0, std::memory_order_relaxed);
   channels_.clear();
   std::lock_guard<std::mutex> l(ctl_mu_);
   accepted_.clear();

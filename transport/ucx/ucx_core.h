@@ -75,6 +75,8 @@ struct Options {
   bool busy_poll = false;                     // waiters drive progress until their deadline
   bool wait_block = true;    // after spinning, a waiter sleeps on the worker's event fd itself
   uint32_t spin_yield = 16;  // spinning waiters call sched_yield every this many polls (0: never)
+  // The acknowledgement of a notifying write waits for the next pass or send (hold_ack()).
+  bool hold_acks = true;
   Clock::duration wait_spin = std::chrono::microseconds(50);      // ... or this long
   Clock::duration progress_spin = std::chrono::microseconds(20);  // before the thread sleeps
 };
@@ -162,6 +164,12 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   void emit_message(Inbox& inbox, std::vector<uint8_t> bytes);
   void emit_inbox_failure(Inbox& inbox, Status st);
   void mark_dirty(UcxChannel* ch);
+  // The acknowledgement `ch` owes waits until the next progress pass or submission:
+  // the notify just delivered usually releases a waiter that answers at once, and
+  // the acknowledgement sent behind that answer rides on its wake-up of the peer
+  // instead of waking a sleeping peer by itself first (ucx.md, "Acknowledgements").
+  void hold_ack(UcxChannel* ch);
+  bool release_acks_locked();  // sends the held acknowledgements; true if there were any
   // Closes `ep` (FORCE) after the current UCP callback, once `linger_on` (if any, a
   // referenced op) has been sent or 200 ms passed; destroys `rkeys` when it is closed.
   void retire_ep(ucp_ep_h ep, std::vector<ucp_rkey_h> rkeys, Op* linger_on);
@@ -307,6 +315,8 @@ class UcxCore final : public WaitDriver, public std::enable_shared_from_this<Ucx
   bool request_posted_ = false;
   std::vector<Event> events_;
   std::vector<UcxChannel*> dirty_;
+  std::vector<UcxChannel*> held_acks_;      // channels whose acknowledgement hold_ack() held
+  std::atomic<size_t> held_count_{0};       // held_acks_.size(), read without the lock
   std::vector<UcxChannel*> ring_channels_;  // channels with a notify ring we consume
   std::vector<std::shared_ptr<shm::NotifyRing>> pt_armed_;      // the progress thread's, asleep
   std::vector<std::shared_ptr<shm::NotifyRing>> waiter_armed_;  // drive_blocking's, asleep

@@ -138,6 +138,25 @@ void UcxCore::mark_dirty(UcxChannel* ch) {
   dirty_.push_back(ch);
 }
 
+void UcxCore::hold_ack(UcxChannel* ch) {
+  if (ch->ack_held) return;
+  ch->ack_held = true;
+  held_acks_.push_back(ch);
+  held_count_.store(held_acks_.size(), std::memory_order_relaxed);
+}
+
+bool UcxCore::release_acks_locked() {
+  if (held_acks_.empty()) return false;
+  std::vector<UcxChannel*> held;
+  held.swap(held_acks_);
+  held_count_.store(0, std::memory_order_relaxed);
+  for (UcxChannel* ch : held) {
+    ch->ack_held = false;
+    ch->flush_acks();
+  }
+  return true;
+}
+
 void UcxCore::scan_timeouts_locked(Clock::time_point now) {
   next_scan_ = now + kScanPeriod;
   active_.sweep(
@@ -191,6 +210,8 @@ void UcxCore::submit(Op* op) {
           ch->flush_acks();
         }
       }
+      // Behind what this submission sent: the answer a held acknowledgement waited for.
+      release_acks_locked();
       if (!events_.empty()) {
         needs_progress = true;
         std::lock_guard<std::mutex> lock(ready_mu_);
@@ -242,6 +263,8 @@ void UcxCore::drain_submissions_locked() {
 bool UcxCore::pass_locked() {
   bool did = false;
   drain_submissions_locked();
+  // Held by the previous pass (hold_ack()): whoever it released had its chance to answer.
+  if (release_acks_locked()) did = true;
   for (int i = 0; i < 64 && ucp_worker_progress(worker_) != 0; ++i) did = true;
   if (poll_rings_locked()) did = true;
   if (!hellos_.empty()) {
@@ -577,6 +600,12 @@ bool UcxCore::drive(const std::function<bool()>& ready, Clock::time_point deadli
   if (!ok) followers_.fetch_add(1, std::memory_order_seq_cst);
   if (last && followers_.exchange(0, std::memory_order_seq_cst) > 0) {
     // A waiter sleeps on its condition variable and nobody drives: hand progress back.
+    activity_.fetch_add(1, std::memory_order_seq_cst);
+    kick();
+  } else if (last && held_count_.load(std::memory_order_relaxed) > 0 &&
+             pt_state_.load(std::memory_order_seq_cst) == kPtSleeping) {
+    // An acknowledgement this wait held must not wait for the thread's next timeout
+    // if this thread sends nothing soon (a backing-off thread looks within kScanPeriod).
     activity_.fetch_add(1, std::memory_order_seq_cst);
     kick();
   }

@@ -273,6 +273,7 @@ void UcxChannel::deliver(RxItem& item) {
         append_refusal(ack_refusals_, Refusal{item.seq, item.code, item.reason});
       } else if (item.has_notify) {
         core_->emit_notify(inbox_, item.notify);  // every byte is in place by now
+        if (core_->options().hold_acks) core_->hold_ack(this);
       }
       ack_needed_ = true;
       core_->mark_dirty(this);

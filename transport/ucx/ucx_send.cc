@@ -184,7 +184,7 @@ void UcxChannel::post_ctrl(const AmHeader& h, std::vector<uint8_t> data) {
 }
 
 void UcxChannel::flush_acks() {
-  if (!ack_needed_ || failed()) return;
+  if (!ack_needed_ || ack_held || failed()) return;
   AmHeader h;
   h.type = static_cast<uint8_t>(MsgType::kAck);
   h.channel = remote_id_;
