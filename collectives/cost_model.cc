@@ -180,28 +180,11 @@ Algorithm CostModel::between_hosts(size_t block_bytes) const {
 // (one exchange each way at once): on 2 x 2, 0.6-0.9x the time of hier with
 // ring lanes from 64 KiB to 16 MiB in the same runs (docs/benchmarks.md,
 // "Hierarchical collectives (2 hosts x 2 ranks)").
-//
-// Except where ranks share cores (crowded) and an allreduce's lanes join two
-// hosts with blocks of 2 pieces to 2 MiB: there the lanes take the pipelined
-// tree, which reduces each block once (at the lane's rank on the first host)
-// where recursive doubling reduces it at both ends. That CPU work, not the
-// link, bounds these sizes on shared cores: on 2 x 2 (4 ranks on 2 cores)
-// hier with tree lanes took 0.82-0.91x the time at 256 KiB-4 MiB (paired
-// medians, faster in 6-8 of 8 alternating rounds), tied at 128 KiB, and lost
-// at 16 MiB (1.08x, 8 MiB lanes), where the link is the bound and one
-// exchange each way at once wins (docs/benchmarks.md, "2 x 2 at 256 KiB-4
-// MiB: where hier's time goes").
 Algorithm CostModel::between_hosts(CollectiveKind kind, size_t lane_bytes) const {
   CostParams link = p_;
   link.beta *= per_host_;  // the host's lanes share its link
   link.cpus = 0;
-  const Algorithm path = CostModel(hosts_, link).choose(kind, lane_bytes);
-  if (crowded() && kind == CollectiveKind::kAllreduce && hosts_ == 2 &&
-      path == Algorithm::kRecursiveDoubling && lane_bytes >= 2 * p_.min_piece_bytes &&
-      lane_bytes <= kCrowdedTreeLaneMax) {
-    return Algorithm::kTree;
-  }
-  return path;
+  return CostModel(hosts_, link).choose(kind, lane_bytes);
 }
 
 CostModel::Estimate CostModel::hier_estimate(Algorithm between, size_t bytes) const {

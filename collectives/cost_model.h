@@ -231,10 +231,7 @@ class CostModel {
   // that carry every lane at once.
   Algorithm between_hosts(size_t block_bytes) const;
   // The same for hier's lane phase of `kind` (a lane's call of `lane_bytes`).
-  // Crowded ranks' allreduce lanes between 2 hosts take the tree for blocks
-  // of 2 pieces up to this many bytes (cost_model.cc).
   Algorithm between_hosts(CollectiveKind kind, size_t lane_bytes) const;
-  static constexpr size_t kCrowdedTreeLaneMax = size_t{2} << 20;
   // hier with `between` for the lanes: its dependent rounds, and its seconds
   // without them (two levels only).
   struct Estimate {

@@ -11,9 +11,7 @@
 //
 // The lanes' algorithm is the cost model's choice for the block on links
 // that all lanes share, by its path (CostModel::between_hosts): on 2 hosts
-// recursive doubling, one exchange each way at once; where ranks share cores,
-// lanes of 2 pieces to 2 MiB take the pipelined tree, which reduces each
-// block once instead of at both ends. Each phase is a
+// recursive doubling, one exchange each way at once. Each phase is a
 // sub-collective built by its own schedule in a group of ranks
 // (build_in_group); the Program's buffer dependencies join them, so a piece
 // of block i leaves for the other hosts as soon as the host has reduced it.

@@ -297,18 +297,7 @@ TEST(CostModel, CopiesOutOfTheSlotsCount) {
     const auto [tree_reduced, tree_copied] = memory(Algorithm::kTree);
     const auto [hier_reduced, hier_copied] = memory(Algorithm::kHier);
     EXPECT_DOUBLE_EQ(tree_copied, 3.0 * static_cast<double>(bytes));
-    const double m = static_cast<double>(bytes);
-    if (bytes / 2 <= CostModel::kCrowdedTreeLaneMax) {
-      // Crowded lanes of up to 2 MiB are trees (CostModel::between_hosts):
-      // each lane's block is reduced once, at its first host, and copied out
-      // of the slot at the other, so m/2 of recursive doubling's reductions
-      // become copies.
-      EXPECT_EQ(two.between_hosts(bytes / 2), Algorithm::kTree);
-      EXPECT_DOUBLE_EQ(hier_copied, 3.0 * m);
-      EXPECT_DOUBLE_EQ(hier_reduced, 3.0 * m);
-    } else {
-      EXPECT_DOUBLE_EQ(hier_copied, 2.0 * m);
-    }
+    EXPECT_DOUBLE_EQ(hier_copied, 2.0 * static_cast<double>(bytes));
     EXPECT_DOUBLE_EQ(tree_reduced + tree_copied, hier_reduced + hier_copied);
   }
 }
@@ -388,48 +377,23 @@ TEST(CostModel, HierWhereTheHostIsCheaperThanTheLink) {
             2 + CostModel(2, between).rounds(CollectiveKind::kAllreduce, two.between_hosts(0)));
 }
 
-// The lanes' algorithm is chosen by its path: every allreduce over 2 hosts
-// moves the same bytes, so their crowded costs tie and the choice fell to
-// noise (tree at 1 MiB, Rabenseifner at 16 MiB). 2 hosts take recursive
-// doubling (one exchange each way at once), which measured 0.6-0.9x the time
-// of ring lanes on the cluster's 2 x 2 (docs/benchmarks.md). Where ranks
-// share cores, lanes of 2 pieces to 2 MiB take the tree instead (it reduces
-// each block once); smaller and larger lanes, the other collectives' lanes
-// and more hosts keep the path's choice.
+// The lanes' algorithm is chosen by its path, crowded or not: every allreduce
+// over 2 hosts moves the same bytes, so their crowded costs tie and the
+// choice fell to noise (tree at 1 MiB, Rabenseifner at 16 MiB). 2 hosts take
+// recursive doubling (one exchange each way at once), which measured 0.6-0.9x
+// the time of ring lanes on the cluster's 2 x 2 (docs/benchmarks.md).
 TEST(CostModel, HierLanesByTheirPath) {
   auto [within, between] = cluster_levels();
   within.round = between.round = 5e-6;
-  const size_t piece = between.min_piece_bytes;
-  const CostModel uncrowded(2, 2, within, between);
   for (int cpus : {0, 2}) {
     within.cpus = between.cpus = cpus;
     const CostModel two(2, 2, within, between);
-    for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{256} << 10, size_t{1} << 20,
-                         size_t{4} << 20, size_t{16} << 20}) {
-      const size_t lane = bytes / 2;
-      const bool tree = cpus > 0 && lane >= 2 * piece && lane <= CostModel::kCrowdedTreeLaneMax;
-      EXPECT_EQ(two.between_hosts(lane), tree ? Algorithm::kTree : Algorithm::kRecursiveDoubling)
+    for (size_t bytes :
+         {size_t{8}, size_t{64} << 10, size_t{256} << 10, size_t{1} << 20, size_t{16} << 20}) {
+      EXPECT_EQ(two.between_hosts(bytes / 2), Algorithm::kRecursiveDoubling)
           << cpus << " cpus, " << bytes;
-      EXPECT_EQ(two.between_hosts(CollectiveKind::kReduceScatter, lane),
-                uncrowded.between_hosts(CollectiveKind::kReduceScatter, lane))
-          << cpus << " cpus, " << bytes;
-    }
-    // The band's edges: one piece short of two, and one byte past the top.
-    if (cpus > 0) {
-      EXPECT_EQ(two.between_hosts(2 * piece - 1), Algorithm::kRecursiveDoubling);
-      EXPECT_EQ(two.between_hosts(2 * piece), Algorithm::kTree);
-      EXPECT_EQ(two.between_hosts(CostModel::kCrowdedTreeLaneMax), Algorithm::kTree);
-      EXPECT_EQ(two.between_hosts(CostModel::kCrowdedTreeLaneMax + 1),
-                Algorithm::kRecursiveDoubling);
     }
   }
-  // Three hosts keep the path's choice, crowded or not.
-  within.cpus = between.cpus = 2;
-  const CostModel three(3, 2, within, between);
-  CostParams quiet = between;
-  quiet.cpus = 0;
-  const CostModel three_quiet(3, 2, within, quiet);
-  EXPECT_EQ(three.between_hosts(size_t{512} << 10), three_quiet.between_hosts(size_t{512} << 10));
 }
 
 // The other collectives on the same two levels: hier's lanes carry what

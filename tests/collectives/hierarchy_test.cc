@@ -146,56 +146,6 @@ TEST_P(Hierarchy, HierAllreduceEveryTypeAndReduction) {
   }
 }
 
-// Crowded ranks (RDMAFLOW_COLL_CROWDED_CPUS) on 2 hosts x 2 ranks: lanes of
-// 2 pieces to 2 MiB are trees (CostModel::between_hosts), smaller ones
-// recursive doubling; hier's allreduce is right with both, for every type and
-// reduction, in and out of place.
-TEST_P(Hierarchy, HierAllreduceTreeLanesWhenCrowded) {
-  const Layout l{4, 2, false};
-  std::vector<CallSpec> calls;
-  uint32_t seed = 1;
-  for (DataType t : kTypes) {
-    for (ReduceOp op : kAllReduceOps) {
-      for (size_t count : {size_t{1001}, size_t{100003}, size_t{300007}}) {
-        CallSpec c{CollectiveKind::kAllreduce, Algorithm::kHier, t, op, count};
-        c.in_place = seed % 2 == 0;
-        c.seed = seed++;
-        calls.push_back(c);
-      }
-    }
-  }
-  RunOptions ro;
-  ro.timeout = Millis(300000);
-  const RunResult r = run_ranks(
-      l.world,
-      [&](int rank, int n, Exchange& ex) {
-        setenv("RDMAFLOW_COLL_CROWDED_CPUS", "2", 1);
-        CommNode node;
-        RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node, layout_options(l, rank)));
-        const CostModel& model = node.comm->cost_model();
-        EXPECT_TRUE(model.crowded());
-        // Outside the band the path's choice (which this machine's figures
-        // make); inside it the tree, where the path takes recursive doubling
-        // (2 hosts do at these sizes), so the calls below run tree lanes.
-        const size_t piece = model.params().min_piece_bytes;
-        EXPECT_NE(model.between_hosts(2 * piece - 1), Algorithm::kTree);
-        EXPECT_NE(model.between_hosts(CostModel::kCrowdedTreeLaneMax + 1), Algorithm::kTree);
-        EXPECT_EQ(model.between_hosts(2 * piece), Algorithm::kTree);
-        for (const CallSpec& c : calls) {
-          std::string first;
-          auto wrong = run_and_check(*node.comm, c, &first);
-          RF_ASSERT_OK(wrong);
-          EXPECT_EQ(*wrong, 0u) << "rank " << rank << ": " << describe(c, n) << ": " << first;
-          if (*wrong) return 1;
-        }
-        RF_ASSERT_OK(ex.barrier());
-        return 0;
-      },
-      ro);
-  if (r.skipped) GTEST_SKIP() << r.message;
-  ASSERT_TRUE(r.ok) << r.message;
-}
-
 // hier's reduce_scatter, allgather, broadcast and reduce, forced per call,
 // over the layouts above: every type, the reductions in turn, roots in turn
 // (root != 0 included), counts that do not divide by the ranks per host or
