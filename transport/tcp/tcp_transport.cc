@@ -472,7 +472,7 @@ bool TcpTransport::sweep(Clock::time_point now) {
   // operation submitted while the loop still looked busy (its request_ticks()
   // did nothing) must keep it going. Without that, a posted write sent just
   // then on a channel nothing answers on was never completed: a ring on
-  // 2 x 2 stopped in 3 of 9 runs, every rank asleep and every socket empty.
+  // 2 x 2 stopped in 4 of 9 runs, every rank asleep and every socket empty.
   bool full = ++ticks_ % 10 == 0;
   bool pending = false;
   for (auto& ch : channels) {
