@@ -5,7 +5,8 @@
 # that nothing coming back on that link completes: the tcp ticker's sweep
 # does. Its ticker stopping with such a write outstanding (it did, between
 # the last look and the stop) left every rank asleep with every socket empty
-# (crowded ranks: mpi_yield_when_idle) until the deadline: 4 of 9 runs of 3000 calls at 64 KiB before the fix.
+# (crowded ranks: mpi_yield_when_idle) until the deadline: 4 of 9 runs of
+# 3000 calls at 64 KiB before the fix.
 # Three runs here, each within a 10 s collective deadline.
 # shellcheck source=tests/cluster/lib.sh
 . "$(dirname "$0")/lib.sh"
