@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A flat ring across 2 hosts x 2 ranks, many calls back to back: each rank
 # has one same-host peer (the direct path) and one on the other host (tcp),
-# and its tcp link forward carries only its pieces, which are posted writes
-# that nothing coming back on that link completes: the tcp ticker's sweep
-# does. Its ticker stopping with such a write outstanding (it did, between
+# and its tcp link forward carries only its pieces, which are posted writes;
+# nothing comes back on that link but the peer's credits, held and sent late,
+# so the tcp ticker's sweep is often what completes them. Its ticker stopping with such a write outstanding (it did, between
 # the last look and the stop) left every rank asleep with every socket empty
 # (crowded ranks: mpi_yield_when_idle) until the deadline: 4 of 9 runs of
 # 3000 calls at 64 KiB before the fix.
