@@ -33,6 +33,21 @@ BackendRow held_row(const char* label) {
   return b;
 }
 
+// Rank 0's region is the target, rank 1's the source: rank 0 exposes its
+// buffer, rank 1 registers its own and gets rank 0's key (rank 0's stays empty).
+Status share_target(Node& node, Buffer& buf, int rank, Exchange& ex, RemoteKey& key) {
+  std::string mine;
+  if (rank == 1) RDMAFLOW_RETURN_IF_ERROR(node.local(buf));
+  if (rank == 0) {
+    RDMAFLOW_ASSIGN_OR_RETURN(RemoteKey own, node.expose(buf.p, kBytes));
+    mine = key_bytes(own);
+  }
+  RDMAFLOW_ASSIGN_OR_RETURN(auto all, ex.allgather(mine));
+  if (rank == 0) return Status::ok();
+  RDMAFLOW_ASSIGN_OR_RETURN(key, parse_key(all[0]));
+  return Status::ok();
+}
+
 // Rank 1 writes with notify; rank 0 takes the notify and then leaves the channel
 // alone (an out-of-band barrier), in turn idle, sleeping, or waiting on a message
 // that only comes at the end. Every write must complete, and succeed.
@@ -46,16 +61,10 @@ TEST_P(UcxHeldAck, WritesCompleteWhenTheReceiverNeverAnswers) {
         Node node;
         RF_ASSERT_OK(node.connect_all(b, rank, world, ex));
         Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
-        Buffer buf(kBytes);  // rank 0: the target; rank 1: the source
-        std::string mine;
-        if (rank == 1) RF_ASSERT_OK(node.local(buf));
-        if (rank == 0) {
-          RF_ASSIGN_OR_FAIL(RemoteKey key, node.expose(buf.p, kBytes));
-          mine = key_bytes(key);
-        }
-        RF_ASSIGN_OR_FAIL(auto all, ex.allgather(mine));
+        Buffer buf(kBytes);
+        RemoteKey key;
+        RF_ASSERT_OK(share_target(node, buf, rank, ex, key));
         if (rank == 1) {
-          RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(all[0]));
           for (int i = 0; i < kRounds; ++i) {
             fill_pattern(buf.p, kBytes, static_cast<uint64_t>(i));
             RF_ASSERT_OK(
@@ -92,16 +101,10 @@ TEST_P(UcxHeldAck, CloseRightAfterTheNotifyStillAcknowledgesTheWrite) {
         Node node;
         RF_ASSERT_OK(node.connect_all(b, rank, world, ex));
         Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
-        Buffer buf(kBytes);  // rank 0: the target; rank 1: the source
-        std::string mine;
-        if (rank == 1) RF_ASSERT_OK(node.local(buf));
-        if (rank == 0) {
-          RF_ASSIGN_OR_FAIL(RemoteKey key, node.expose(buf.p, kBytes));
-          mine = key_bytes(key);
-        }
-        RF_ASSIGN_OR_FAIL(auto all, ex.allgather(mine));
+        Buffer buf(kBytes);
+        RemoteKey key;
+        RF_ASSERT_OK(share_target(node, buf, rank, ex, key));
         if (rank == 1) {
-          RF_ASSIGN_OR_FAIL(RemoteKey key, parse_key(all[0]));
           fill_pattern(buf.p, kBytes, 7);
           RF_ASSERT_OK(write_sync(ch, buf.p, kBytes, key, 0, uint64_t{7}, kWriteTimeout));
           RF_ASSERT_OK(ex.barrier());
