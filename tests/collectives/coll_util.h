@@ -188,6 +188,17 @@ class ReferenceCache {
   std::map<std::tuple<int, int, int, uint32_t, size_t>, std::vector<double>> cache_;
 };
 
+// run_and_check as a Status: an error naming the call (after `context`), how
+// many elements are wrong and the first of them, when any is.
+inline Status check_call(Communicator& comm, const CallSpec& c, const std::string& context = "") {
+  std::string first;
+  RDMAFLOW_ASSIGN_OR_RETURN(size_t wrong, run_and_check(comm, c, &first));
+  if (wrong == 0) return Status::ok();
+  return RDMAFLOW_ERROR(Code::kInternal, "check result", comm.rank(),
+                        context + describe(c, comm.world_size()) + ": " + std::to_string(wrong) +
+                            " wrong elements, the first " + first);
+}
+
 // Like run_and_check, but reductions are compared against `cache`.
 inline Result<size_t> run_and_check_cached(Communicator& comm, const CallSpec& c,
                                            ReferenceCache& cache, std::string* first) {

@@ -3,9 +3,7 @@
 // whole product runs under the "collectives-full" label, matrix_test.cc),
 // asynchronous calls in flight at once, algorithm forcing, and failures that
 // name the peer and the collective.
-#include <dirent.h>
 #include <gtest/gtest.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -83,11 +81,7 @@ TEST_P(Collectives, EveryAlgorithmRepresentativeSlice) {
               c.root = static_cast<int>(seed % n);
               c.in_place = seed % 2 == 0 && a.kind != CollectiveKind::kBarrier;
               c.seed = seed++;
-              std::string first;
-              auto wrong = run_and_check(*node.comm, c, &first);
-              RF_ASSERT_OK(wrong);
-              EXPECT_EQ(*wrong, 0u) << "rank " << rank << ": " << describe(c, n) << ": " << first;
-              if (*wrong) return 1;
+              RF_ASSERT_OK(check_call(*node.comm, c));
             }
           }
           // Nobody tears down its channels while a peer may still finish its last call.
@@ -110,10 +104,7 @@ TEST_P(Collectives, LargeAllreduceEveryAlgorithm) {
     for (Algorithm algo : algorithms_for(CollectiveKind::kAllreduce)) {
       CallSpec c{CollectiveKind::kAllreduce, algo, DataType::kF32, ReduceOp::kSum, (1u << 20) + 1};
       c.seed = seed++;
-      std::string first;
-      auto wrong = run_and_check(*node.comm, c, &first);
-      RF_ASSERT_OK(wrong);
-      EXPECT_EQ(*wrong, 0u) << describe(c, n) << ": " << first;
+      RF_ASSERT_OK(check_call(*node.comm, c));
     }
     RF_ASSERT_OK(ex.barrier());
     return 0;
@@ -404,11 +395,8 @@ TEST_P(Collectives, PollingWaitGivesResultsAndStillTimesOut) {
         if (algo == Algorithm::kHier) continue;  // one host
         for (size_t count : {size_t{2}, size_t{(1 << 20) + 3}}) {
           CallSpec c{CollectiveKind::kAllreduce, algo, DataType::kF32, ReduceOp::kSum, count};
-          std::string first;
-          auto wrong = run_and_check(*node.comm, c, &first);
-          RF_ASSERT_OK(wrong);
-          EXPECT_EQ(*wrong, 0u) << "RDMAFLOW_COLL_POLL_US=" << poll << " " << describe(c, n) << ": "
-                                << first;
+          RF_ASSERT_OK(
+              check_call(*node.comm, c, std::string("RDMAFLOW_COLL_POLL_US=") + poll + " "));
         }
       }
       RF_ASSERT_OK(ex.barrier());
@@ -440,79 +428,6 @@ TEST_P(Collectives, PollingWaitGivesResultsAndStillTimesOut) {
     Status st = make_comm_node(backend(), rank, n, ex, node);
     EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.to_string();
     EXPECT_NE(st.to_string().find("RDMAFLOW_COLL_POLL_US"), std::string::npos) << st.to_string();
-    return 0;
-  });
-  if (r.skipped) GTEST_SKIP() << r.message;
-  ASSERT_TRUE(r.ok) << r.message;
-}
-
-// The CPUs of every thread of this process: one set if they all agree, else empty.
-std::vector<int> process_cpus() {
-  std::vector<int> cpus;
-  bool first = true;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return {};
-  while (const dirent* e = readdir(dir)) {
-    const int tid = std::atoi(e->d_name);
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (tid <= 0 || sched_getaffinity(tid, sizeof(set), &set) != 0) continue;
-    std::vector<int> mine;
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &set)) mine.push_back(c);
-    }
-    if (!first && mine != cpus) cpus.clear();
-    if (first) cpus = mine;
-    first = false;
-  }
-  closedir(dir);
-  return cpus;
-}
-
-// RDMAFLOW_COLL_BIND=1 binds every thread of an unbound rank to the CPU of its
-// launcher's local rank (the progress threads started before the communicator
-// too), and the calls still give the right sums; without a local rank it binds
-// nothing; a value other than 0 or 1 is refused, naming the knob.
-TEST_P(Collectives, BindPutsEachRankOnItsOwnCpu) {
-  const std::vector<int> all = process_cpus();
-  if (all.size() < 2 || static_cast<long>(all.size()) < sysconf(_SC_NPROCESSORS_ONLN)) {
-    GTEST_SKIP() << "needs an unbound process on 2 or more CPUs";
-  }
-  auto r = run_ranks(2, [&](int rank, int n, Exchange& ex) {
-    unsetenv("OMPI_MCA_mpi_yield_when_idle");
-    unsetenv("OMPI_MCA_mpi_oversubscribe");
-    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
-    setenv("OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(rank).c_str(), 1);
-    setenv("RDMAFLOW_COLL_BIND", "1", 1);
-    CommNode node;
-    RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node));
-    EXPECT_EQ(process_cpus(), std::vector<int>{all[static_cast<size_t>(rank)]}) << "rank " << rank;
-    CallSpec c{CollectiveKind::kAllreduce, Algorithm::kAuto, DataType::kF32, ReduceOp::kSum,
-               (1 << 18) + 5};
-    std::string first;
-    auto wrong = run_and_check(*node.comm, c, &first);
-    RF_ASSERT_OK(wrong);
-    EXPECT_EQ(*wrong, 0u) << describe(c, n) << ": " << first;
-    RF_ASSERT_OK(ex.barrier());
-    return 0;
-  });
-  if (r.skipped) GTEST_SKIP() << r.message;
-  ASSERT_TRUE(r.ok) << r.message;
-  r = run_ranks(1, [&](int rank, int n, Exchange& ex) {
-    for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
-      unsetenv(name);
-    }
-    setenv("RDMAFLOW_COLL_BIND", "1", 1);
-    {
-      CommNode node;
-      RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node));
-      EXPECT_EQ(process_cpus(), all);
-    }
-    setenv("RDMAFLOW_COLL_BIND", "2", 1);
-    CommNode node;
-    Status st = make_comm_node(backend(), rank, n, ex, node);
-    EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.to_string();
-    EXPECT_NE(st.to_string().find("RDMAFLOW_COLL_BIND"), std::string::npos) << st.to_string();
     return 0;
   });
   if (r.skipped) GTEST_SKIP() << r.message;
@@ -673,9 +588,7 @@ TEST_P(Collectives, DirectPathOnSharedMemoryAndItsKnob) {
       for (size_t count : {size_t{2}, size_t{1000}, size_t{300000}}) {
         for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling}) {
           CallSpec c{CollectiveKind::kAllreduce, a, DataType::kF32, ReduceOp::kSum, count};
-          std::string first;
-          RF_ASSIGN_OR_FAIL(size_t wrong, run_and_check(*node.comm, c, &first));
-          EXPECT_EQ(wrong, 0u) << describe(c, n) << ": " << first;
+          RF_ASSERT_OK(check_call(*node.comm, c));
         }
       }
       const FabricStats st = node.comm->stats();
@@ -707,9 +620,7 @@ TEST_P(Collectives, DirectAndChannelPeersMix) {
       for (Algorithm a : {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kRabenseifner,
                           Algorithm::kTree}) {
         CallSpec c{CollectiveKind::kAllreduce, a, DataType::kF32, ReduceOp::kSum, count};
-        std::string first;
-        RF_ASSIGN_OR_FAIL(size_t wrong, run_and_check(*node.comm, c, &first));
-        EXPECT_EQ(wrong, 0u) << describe(c, n) << ": " << first;
+        RF_ASSERT_OK(check_call(*node.comm, c));
       }
     }
     const FabricStats st = node.comm->stats();
