@@ -54,6 +54,7 @@ gtest tests/verbs/verbs_raw_peer_test '*'
 gtest tests/session/session_test '*/verbs'
 gtest tests/session/session_transport_select_test 'SelectTransports.RequestedVerbs*:DecidePair.*'
 gtest tests/collectives/collectives_test '*/verbs'
+gtest tests/collectives/collectives_bind_test '*/verbs'
 
 if [ "$FULL" = 1 ]; then
   gtest tests/collectives/collectives_matrix_test '*verbs*'

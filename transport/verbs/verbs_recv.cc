@@ -79,15 +79,18 @@ void VerbsChannel::handle_recv(const ibv_wc& wc) {
 }
 
 void VerbsChannel::apply_revocation(const ibv_wc& wc) {
+  // Every receive passes here: only a KeyRevoked takes the lock. The buffer
+  // is ours until handle_recv reposts it.
   if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV) return;
-  std::lock_guard<std::mutex> lock(mu_);
   const uint8_t* buf = core_->recv_buffer(wc.wr_id);
-  if (!error_.ok() || acceptor_ != nullptr || buf == nullptr) return;
+  if (buf == nullptr) return;
   std::span<const uint8_t> bytes(buf, std::min<size_t>(wc.byte_len, core_->recv_buffer_size()));
-  auto h = MsgHeader::decode(bytes, peer_rank_);
+  auto h = MsgHeader::decode(bytes, -1);
   if (!h.is_ok() || h->type != MsgType::kKeyRevoked) return;
-  auto r = KeyRevoked::decode(bytes.subspan(kMsgHeaderSize), peer_rank_);
-  if (r.is_ok()) drop_verdicts_locked(r->key_id);
+  auto r = KeyRevoked::decode(bytes.subspan(kMsgHeaderSize), -1);
+  if (!r.is_ok()) return;  // handle_recv fails the channel with the reason
+  std::lock_guard<std::mutex> lock(mu_);
+  if (error_.ok() && acceptor_ == nullptr) drop_verdicts_locked(r->key_id);
 }
 
 Status VerbsChannel::on_proof_locked(const ibv_wc& wc, std::span<const uint8_t> bytes, Tasks& out) {
