@@ -225,30 +225,43 @@ def p2p(rep, d):
     return link
 
 
-def load_rows(rep, loaded, quiet):
+def load_rows(rep, loaded, quiet, sequential=None):
     rep.say("### 8 B on one host: with --load %s (both cores busy) and quiet" % loaded.get("load"))
-    rep.say("| transport | loaded p50 us | socket p50 us | ratio | quiet p50 us | quiet socket p50 us |")
-    rep.say("|---|---|---|---|---|---|")
+    if any(r.get("latency_interleaved") for r in loaded.get("rows", [])):
+        rep.say("Loaded: `--interleave`, the socket's round trips and the transport's in turn "
+                "in one loop, so both see the same CPU placement; sequential: the socket's "
+                "phase, then the transport's (each may find the two ranks on one CPU, about "
+                "2 us, or on two, about 20 us: docs/benchmarks.md \"ucx_shm 8 B under load\").")
+    rep.say("| transport | loaded p50 us | socket p50 us | ratio | sequential p50 us | its socket p50 us "
+            "| quiet p50 us | quiet socket p50 us |")
+    rep.say("|---|---|---|---|---|---|---|---|")
     verdicts = []
     for name in ("ucx_shm", "tcp"):
         lr, qr = row_of(loaded, name), row_of(quiet, name) if quiet else None
+        sr = row_of(sequential, name) if sequential else None
         if lr is None:
             continue
-        lat = next((r for r in lr.get("latency_us", []) if r["size"] == 8), None)
-        qlat = next((r for r in qr.get("latency_us", []) if r["size"] == 8), None) if qr else None
+        lat = size8(lr)
+        qlat = size8(qr) if qr else None
+        slat = size8(sr) if sr else None
         if lat is None:
             continue
         ratio = lat["transport_p50"] / lat["socket_p50"]
-        rep.say("| %s | %.2f | %.2f | %.2fx | %s | %s |" % (
+        cell = lambda row, key: "%.2f" % row[key] if row else "-"
+        rep.say("| %s | %.2f | %.2f | %.2fx | %s | %s | %s | %s |" % (
             name, lat["transport_p50"], lat["socket_p50"], ratio,
-            "%.2f" % qlat["transport_p50"] if qlat else "-",
-            "%.2f" % qlat["socket_p50"] if qlat else "-"))
+            cell(slat, "transport_p50"), cell(slat, "socket_p50"),
+            cell(qlat, "transport_p50"), cell(qlat, "socket_p50")))
         verdicts.append((name, ratio))
     rep.say()
     for name, ratio in verdicts:
         rep.target(f"same host, {name} 8 B with both cores busy <= 2x the plain socket (p50)",
                    ratio <= 2.0, "%.2fx" % ratio)
     rep.say()
+
+
+def size8(row):
+    return next((r for r in row.get("latency_us", []) if r["size"] == 8), None)
 
 
 def main():
@@ -272,7 +285,8 @@ def main():
         loopback(rep, lb)
     loaded = load(os.path.join(d, "p2p-load.json"), missing_ok=True)
     if loaded:
-        load_rows(rep, loaded, load(os.path.join(d, "p2p-quiet.json"), missing_ok=True))
+        load_rows(rep, loaded, load(os.path.join(d, "p2p-quiet.json"), missing_ok=True),
+                  load(os.path.join(d, "p2p-load-sequential.json"), missing_ok=True))
     met = sum(1 for _, ok in rep.results if ok)
     rep.say(f"**{met} of {len(rep.results)} targets met.**")
     for line in rep.lines:

@@ -170,31 +170,58 @@ inline std::unique_ptr<Contender> setup(const Spec& spec, int rank, Oob& oob, si
   return c;
 }
 
-inline Latency transport_latency(Contender& c, int rank, Oob& oob, size_t size, const Options& o) {
-  constexpr Millis kTimeout(30000);
+// The transport's ping-pong: round() is one round trip (a notifying write each
+// way); finish() waits for every write's completion and syncs the ranks.
+struct TransportPingPong {
+  static constexpr Millis kTimeout{30000};
+  Contender& c;
+  int rank;
+  size_t size;
+  const Options& o;
   uint64_t issued = 0;
   uint64_t seq = 0;
-  Latency l = measure_pingpong(rank, oob, o, size, [&] {
-    if (rank == 0) {
-      c.channel->write(c.source, size, c.peer_key, 0, seq++, c.counter(), kTimeout);
-      ++issued;
-      c.wait_notify(o);
-    } else {
-      c.wait_notify(o);
-      c.channel->write(c.source, size, c.peer_key, 0, seq++, c.counter(), kTimeout);
-      ++issued;
-    }
-  });
-  // Let every write's completion arrive before the next size.
-  auto deadline = Clock::now() + std::chrono::seconds(30);
-  while (c.completed.load(std::memory_order_acquire) < issued && Clock::now() < deadline) {
-    std::this_thread::yield();
+
+  std::function<void()> round() {
+    return [this] {
+      if (rank == 0) {
+        c.channel->write(c.source, size, c.peer_key, 0, seq++, c.counter(), kTimeout);
+        ++issued;
+        c.wait_notify(o);
+      } else {
+        c.wait_notify(o);
+        c.channel->write(c.source, size, c.peer_key, 0, seq++, c.counter(), kTimeout);
+        ++issued;
+      }
+    };
   }
-  c.check_errors();
-  c.completed = 0;
-  oob.send("done");
-  oob.recv();
+  // Lets every write's completion arrive before the next size.
+  void finish(Oob& oob) {
+    auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (c.completed.load(std::memory_order_acquire) < issued && Clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    c.check_errors();
+    c.completed = 0;
+    oob.send("done");
+    oob.recv();
+  }
+};
+
+inline Latency transport_latency(Contender& c, int rank, Oob& oob, size_t size, const Options& o) {
+  TransportPingPong pp{c, rank, size, o};
+  Latency l = measure_pingpong(rank, oob, o, size, pp.round());
+  pp.finish(oob);
   return l;
+}
+
+// --interleave: the socket reference's round trips and the transport's in turn,
+// in the same loop (harness.h measure_pingpongs); returns {reference, transport}.
+inline std::pair<Latency, Latency> interleaved_latency(Reference& ref, Contender& c, int rank,
+                                                       Oob& oob, size_t size, const Options& o) {
+  TransportPingPong pp{c, rank, size, o};
+  auto l = measure_pingpongs(rank, oob, o, size, {ref.round(rank, size), pp.round()});
+  pp.finish(oob);
+  return {l[0], l[1]};
 }
 
 inline double transport_bandwidth(Contender& c, int rank, Oob& oob, size_t size, const Options& o) {

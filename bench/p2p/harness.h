@@ -45,6 +45,7 @@ struct Options {
   bool quick = false;
   bool json = false;
   bool spin = false;            // busy-wait for notifies instead of blocking
+  bool interleave = false;      // latency: socket and transport round trips in turn
   bool grpc = true;             // measure the gRPC reference
   bool default_malloc = false;  // the gRPC reference without the malloc tunables
   int rank = -1;                // -1 = fork both processes here
@@ -281,37 +282,52 @@ struct Latency {
 
 // Warm-up as osu_latency's: 1000 rounds up to 8 KiB, 10 above (the first
 // size of a freshly started pair used to come out 2-3x slow after 20).
-inline Latency measure_pingpong(int rank, Oob& oob, const Options& o, size_t size,
-                                const std::function<void()>& one_round) {
-  const uint64_t warmup = size <= 8192 ? 1000 : 10;
-  for (uint64_t i = 0; i < warmup; ++i) one_round();
+// With several kinds of round (--interleave: the socket reference and the
+// transport), every iteration runs each kind once, in turn, and each kind
+// gets its own figures: they share whatever the scheduler does meanwhile.
+inline std::vector<Latency> measure_pingpongs(int rank, Oob& oob, const Options& o, size_t size,
+                                              const std::vector<std::function<void()>>& rounds) {
+  auto each = [&](uint64_t n) {
+    for (uint64_t i = 0; i < n; ++i) {
+      for (const auto& round : rounds) round();
+    }
+  };
+  each(size <= 8192 ? 1000 : 10);
   const uint64_t trial = 20;
   uint64_t iters;
   if (rank == 0) {
     auto t0 = Clock::now();
-    for (uint64_t i = 0; i < trial; ++i) one_round();
+    each(trial);
     iters = pick_iters(since(t0), trial, o.seconds, 20, 200000);
     oob.send(std::to_string(iters));
   } else {
-    for (uint64_t i = 0; i < trial; ++i) one_round();
+    each(trial);
     iters = oob.recv_u64();
   }
-  std::vector<double> rtt;
-  rtt.reserve(iters);
-  auto t0 = Clock::now();
+  std::vector<std::vector<double>> rtt(rounds.size());
+  for (auto& r : rtt) r.reserve(rank == 0 ? iters : 0);
   for (uint64_t i = 0; i < iters; ++i) {
-    auto a = Clock::now();
-    one_round();
-    if (rank == 0) rtt.push_back(std::chrono::duration<double>(Clock::now() - a).count());
+    for (size_t k = 0; k < rounds.size(); ++k) {
+      auto a = Clock::now();
+      rounds[k]();
+      if (rank == 0) rtt[k].push_back(std::chrono::duration<double>(Clock::now() - a).count());
+    }
   }
-  double s = since(t0);
-  Latency l;
-  if (rank == 0) {
-    std::nth_element(rtt.begin(), rtt.begin() + rtt.size() / 2, rtt.end());
-    l.avg_us = s / static_cast<double>(iters) / 2 * 1e6;
-    l.p50_us = rtt[rtt.size() / 2] / 2 * 1e6;
+  std::vector<Latency> out(rounds.size());
+  if (rank != 0) return out;
+  for (size_t k = 0; k < rounds.size(); ++k) {
+    double sum = 0;
+    for (double x : rtt[k]) sum += x;
+    std::nth_element(rtt[k].begin(), rtt[k].begin() + rtt[k].size() / 2, rtt[k].end());
+    out[k].avg_us = sum / static_cast<double>(iters) / 2 * 1e6;
+    out[k].p50_us = rtt[k][rtt[k].size() / 2] / 2 * 1e6;
   }
-  return l;
+  return out;
+}
+
+inline Latency measure_pingpong(int rank, Oob& oob, const Options& o, size_t size,
+                                const std::function<void()>& one_round) {
+  return measure_pingpongs(rank, oob, o, size, {one_round})[0];
 }
 
 // Both ranks run `run(windows)` in step: once to warm up, then a short trial
@@ -343,16 +359,21 @@ struct Reference {
   int fd = -1;
   std::vector<uint8_t> buf;
 
-  // One-way latency (rank 0).
-  Latency latency(int rank, Oob& oob, size_t size, const Options& o) {
+  // One round trip of `size` bytes (rank 0 pings, rank 1 pongs).
+  std::function<void()> round(int rank, size_t size) {
     buf.resize(std::max<size_t>(size, 1));
-    return measure_pingpong(rank, oob, o, size, [&] {
+    return [this, rank, size] {
       if (rank == 0) {
         if (!write_all(fd, buf.data(), size) || !read_all(fd, buf.data(), size)) die("ref ping");
       } else {
         if (!read_all(fd, buf.data(), size) || !write_all(fd, buf.data(), size)) die("ref pong");
       }
-    });
+    };
+  }
+
+  // One-way latency (rank 0).
+  Latency latency(int rank, Oob& oob, size_t size, const Options& o) {
+    return measure_pingpong(rank, oob, o, size, round(rank, size));
   }
 
   // Returns MB/s (rank 0).

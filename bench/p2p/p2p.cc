@@ -48,6 +48,7 @@
 #include "bench/p2p/harness.h"
 
 #include <fstream>
+#include <tuple>
 
 #include "bench/link_rate.h"
 #include "runtime/rendezvous/launcher_rendezvous.h"
@@ -379,8 +380,13 @@ int run(int rank, Oob& oob, const Options& o) {
     const bool memcpy_ref = medium.medium == Medium::kSharedMemory;
     std::vector<Row> lat, bw;
     for (size_t s : lat_sizes) {
-      Latency r = ref.latency(rank, oob, s, o);
-      Latency t = transport_latency(*c, rank, oob, s, o);
+      Latency r, t;
+      if (o.interleave) {
+        std::tie(r, t) = interleaved_latency(ref, *c, rank, oob, s, o);
+      } else {
+        r = ref.latency(rank, oob, s, o);
+        t = transport_latency(*c, rank, oob, s, o);
+      }
       lat.push_back({s, t.avg_us, r.avg_us, t.p50_us, r.p50_us});
       lat.back().grpc = grpc_at(grpc_lat, s);
     }
@@ -401,6 +407,7 @@ int run(int rank, Oob& oob, const Options& o) {
     if (medium.text != medium_name(medium.medium)) j["medium_note"] = medium.text;
     for (const auto& [k, v] : spec.env) j["env"][k] = v;
     j["wait"] = o.spin ? "spin" : "block";
+    j["latency_interleaved"] = o.interleave;
     j["busy_poll_us"] = busy ? std::atoi(busy) : 0;
     for (auto& r : lat) j["latency_us"].push_back(latency_json(r));
     // A row through memory is not bounded by the link; its reference is memcpy.
@@ -464,6 +471,10 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
                  "also write the JSON report to FILE (rank 0 writes it)")
       ->type_name("FILE");
   app.add_flag("--spin", o.spin, "busy-wait for notifies instead of blocking");
+  app.add_flag("--interleave", o.interleave,
+               "latency: alternate the socket reference's round trips with the transport's in "
+               "one loop, so both see the same CPU placement (under --load the scheduler may "
+               "put the two ranks on one CPU or on two, for a whole phase: 2 vs 20 us here)");
   bool no_grpc = false;
   app.add_flag("--no-grpc", no_grpc, "skip the gRPC reference");
   app.add_flag("--default-malloc", o.default_malloc,

@@ -164,6 +164,34 @@ TEST(ToolsCli, P2pReadsSizeSuffixes) {
   EXPECT_EQ(row["latency_us"][0]["size"].get<uint64_t>(), 8u);
 }
 
+// p2p --interleave: the socket's round trips and the transport's in one loop
+// (both under the same CPU placement), each timed on its own and recorded as
+// interleaved; two sizes, two transports.
+TEST(ToolsCli, P2pInterleavesTheSocketReference) {
+  const Tool& t = tool("p2p");
+  SKIP_IF_NOT_BUILT(t);
+  Outcome r = run_tool(t.path,
+                       "--transport tcp --transport ucx_shm --interleave --lat-min 8 "
+                       "--lat-max 1K --quick --bw-max 1K --link-seconds 0 --no-grpc --json",
+                       /*merge_stderr=*/false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.output;
+  size_t measured = 0;
+  for (const auto& row : j["rows"]) {
+    if (row.contains("skipped")) continue;  // a build without UCX
+    ++measured;
+    EXPECT_TRUE(row.value("latency_interleaved", false)) << row.dump();
+    ASSERT_GE(row["latency_us"].size(), 2u) << row.dump();
+    for (const auto& l : row["latency_us"]) {
+      EXPECT_GT(l["transport_p50"].get<double>(), 0) << l.dump();
+      EXPECT_GT(l["socket_p50"].get<double>(), 0) << l.dump();
+      EXPECT_GT(l["transport"].get<double>(), 0) << l.dump();
+    }
+  }
+  EXPECT_GE(measured, 1u) << r.output;
+}
+
 // The JSON a tool wrote to `path` (discarded when missing or malformed).
 nlohmann::json read_json(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "r");
