@@ -595,6 +595,11 @@ int main(int argc, char** argv) {
       }
       unsigned long long total_bad = 0;
       MPI_Reduce(&bad, &total_bad, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+      // Every rank's process CPU time over its timed calls (threads, user and
+      // system: a library's progress threads and the kernel's socket work done
+      // in its system calls), summed over the ranks, per call.
+      double cpu_all = 0;
+      MPI_Reduce(&s.cpu_seconds, &cpu_all, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
       if (rank != 0) continue;
       const std::vector<double>& slowest = s.slowest;
       const double p50 = s.p50(), mn = bench::pct(slowest, 0.0), p99 = bench::pct(slowest, 0.99);
@@ -618,6 +623,7 @@ int main(int argc, char** argv) {
       j["iters"] = s.calls;
       j["rounds_us"] = s.round_p50;                      // each round's median, in round order
       if (cpu_busy >= 0) j["host_cpu_busy"] = cpu_busy;  // rank 0's host, timed iterations
+      j["cpu_us_per_call"] = cpu_all / std::max(1, s.calls) * 1e6;  // all ranks' processes
       j["channel_sent_bytes_per_call"] = sent_per_call;  // rank 0; rdmaflow's own calls only
       row[lib.name] = j;
       if (lib.name == "plain") {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -55,12 +56,21 @@ inline uint64_t bytes_sent_to_peers() {
   return total;
 }
 
+// CPU seconds this process (every thread, user and system) has used so far.
+inline double process_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return sec(u.ru_utime) + sec(u.ru_stime);
+}
+
 // What one column measured at one size, over every round.
 struct Samples {
   std::vector<double> slowest;    // rank 0: every timed call, the slowest rank's time (us)
   std::vector<double> round_p50;  // rank 0: the median of each round
   CpuJiffies cpu;                 // this host's jiffies while the column's calls ran
   uint64_t sent = 0;              // this rank's channel bytes in those calls
+  double cpu_seconds = 0;         // this rank's process CPU time in those calls
   int calls = 0;
 
   // The column's time: the median of the rounds' medians (one round: the
@@ -105,11 +115,13 @@ std::vector<Samples> time_interleaved(std::vector<Column<Args>>& libs,
       std::vector<double> times(per_round);
       const CpuJiffies cpu0 = cpu_jiffies();
       const uint64_t sent0 = bytes_sent_to_peers();
+      const double own0 = process_cpu_seconds();
       for (int it = 0; it < per_round; ++it) {
         auto t0 = Clock::now();
         libs[l].run(a, count, b);
         times[it] = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
       }
+      s.cpu_seconds += process_cpu_seconds() - own0;
       const CpuJiffies cpu1 = cpu_jiffies();
       s.cpu.busy += cpu1.busy - cpu0.busy;
       s.cpu.idle += cpu1.idle - cpu0.idle;

@@ -230,6 +230,11 @@ TEST(ToolsCli, CollBenchSocketReferenceUnderLoad) {
     ASSERT_TRUE(row.contains("socket")) << row.dump();
     EXPECT_EQ(row["socket"]["algo"].get<std::string>(), "pingpong");
     EXPECT_GT(row["socket"]["time_us"].get<double>(), 0.0);
+    // Every column's process CPU time per call, all ranks summed (ticks: may be 0).
+    for (const char* col : {"rdmaflow", "socket"}) {
+      ASSERT_TRUE(row[col].contains("cpu_us_per_call")) << row.dump();
+      EXPECT_GE(row[col]["cpu_us_per_call"].get<double>(), 0.0) << row.dump();
+    }
   }
 }
 
