@@ -145,7 +145,10 @@ CostModel::CrowdedTerms CostModel::crowded_terms(const Work& w, double gamma) co
   if (w.uneven) {
     const double bulk = seconds(0, w.bytes, 0, w.host_bytes, w.reduced + w.copied);
     const double top = seconds(0, w.top_bytes, 0, w.top_host_bytes, w.top_memory);
-    t.excess = std::max(0.0, top - bulk / std::max(1, world_));
+    // What one CPU runs of the sums: a rank's share with a CPU per rank,
+    // more with more ranks than CPUs (cost_model.h).
+    const double per_cpu = bulk / std::min(cpus, static_cast<double>(std::max(1, world_)));
+    t.excess = std::max(0.0, top - per_cpu);
   }
   return t;
 }

@@ -122,7 +122,7 @@ struct Work {
   // reduction and copy of their subtrees goes through them, twice what any
   // rank of hier does on 2 hosts x 2 ranks); `uneven` false: every rank does
   // a world's share of the sums. Crowded CPUs share out the sums only as far
-  // as the ranks' shares are even (CostModel::crowded).
+  // as the busiest rank's share is within a CPU's (CostModel::crowded).
   // Its messages are not counted: with them the model moved 8 B to
   // recursive doubling, up to 2.18x slower, where the tree is right.
   bool uneven = false;
@@ -190,8 +190,17 @@ class CostModel {
   // bytes at its message_seconds() and beta, the reductions and copies at `gamma`,
   // over params().cpus) and its chain (each tier's chain bytes at its beta),
   // plus, where the ranks' shares are uneven, the busiest rank's work beyond
-  // the mean share: a rank runs on one CPU at a time and its partners wait on
-  // its pieces, so the CPUs cannot share that excess out.
+  // a CPU's share of the sums: a rank runs on one CPU at a time and its
+  // partners wait on its pieces, so the CPUs cannot share out what it does
+  // beyond what one CPU does anyway. With more ranks than CPUs a CPU's share
+  // is more than a rank's: on 2 hosts x 2 ranks on 2 CPUs the tree's root
+  // sends half the link's bytes and a quarter of the host's and does a third
+  // of the memory work, no more of any than the half a CPU runs, and costs
+  // nothing beyond the sums. Against the mean rank's share (as
+  // before) the root's excess put the tree 20-25% above its measured time
+  // from 256 KiB to 256 MiB in every 2 x 2 sweep of the three targets runs
+  // of 2026-11-27 and took hier, 1.06-1.17x the tree there
+  // (docs/benchmarks.md, "Selector: 2 x 2, hier against the tree at 1-4 MiB").
   double crowded(const Work& w, double gamma) const;
   // The same, term by term (each already over the CPUs where it is shared).
   struct CrowdedTerms {

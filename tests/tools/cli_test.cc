@@ -391,7 +391,8 @@ TEST(ToolsCli, CostModelPredictions) {
 // the selector weighs (the JSON's seconds). With the parameters of a 2 hosts x
 // 2 ranks sweep (docs/benchmarks.md, "Selector: 2 x 2 below 16 MiB and
 // loopback at 1 MiB") the tree and hier send, reduce and copy the same, and
-// only the tree's root has an excess.
+// neither has an excess: the tree's root does less than a CPU's half of the
+// sums of 4 ranks on 2 CPUs (CostModel.TheTreesRootIsSharedOutOnlyBeyondACpusShare).
 TEST(ToolsCli, CostModelTerms) {
   const Tool& t = tool("rdmaflow_cost_model");
   SKIP_IF_NOT_BUILT(t);
@@ -434,7 +435,7 @@ TEST(ToolsCli, CostModelTerms) {
   }
   const std::vector<double>&tree = terms["tree"], &hier = terms["hier"];
   for (size_t i : {2, 3, 4}) EXPECT_NEAR(tree[i], hier[i], 0.5) << "term " << i;
-  EXPECT_GT(tree[5], 0);
+  EXPECT_NEAR(tree[5], 0, 0.05);
   EXPECT_NEAR(hier[5], 0, 0.05);
 }
 
