@@ -181,6 +181,22 @@ def allreduce_layout(rep, name, d, link_MBps):
     rep.say()
 
 
+def context_layout(rep, name, d):
+    """A layout the issue asks for "if the machine allows" (8 x 1): its table and
+    how it compares, judged by no target."""
+    rows, short_bw, short_sel, floors = allreduce_table(
+        rep, f"### allreduce f32, {name} (not a target: \"if the machine allows\"): "
+        f"{d.get('ranks')} ranks on {' '.join(d.get('hosts', []))}, rdmaflow "
+        f"{d.get('transport')}; Open MPI {d.get('mpi', {}).get('btl')}; Gloo tcp", d,
+        ("mpi", "gloo"), 256 * MiB)
+    rep.say(f"- {name}, not judged: busbw under 1.2x max(Open MPI, Gloo) at "
+            + (", ".join(short_bw) if short_bw else "no size from 64 KiB"))
+    say_floors(rep, floors)
+    rep.say(f"- {name}, not judged: the selector off by more than 10% at "
+            + ("; ".join(short_sel) if short_sel else "no size"))
+    rep.say()
+
+
 def loopback(rep, d):
     rows, short, short_sel, floors = allreduce_table(
         rep, "### allreduce f32, 2 ranks over loopback TCP (no namespaces): rdmaflow tcp beside "
@@ -280,6 +296,9 @@ def main():
         data = load(os.path.join(d, f"allreduce-{name}.json"), missing_ok=True)
         if data:
             allreduce_layout(rep, name, data, link)
+    eight = load(os.path.join(d, "allreduce-8x1.json"), missing_ok=True)
+    if eight:
+        context_layout(rep, "8x1", eight)
     lb = load(os.path.join(d, "allreduce-loopback.json"), missing_ok=True)
     if lb:
         loopback(rep, lb)

@@ -69,6 +69,27 @@ def plain_floor(root, data):
                   f"{layout} {size}: the verdict '{verdict}'")
 
 
+def eight_hosts(root, data):
+    """8 x 1 (docs/img/data/targets-8x1.json, docs/benchmarks.md "8 hosts x 1
+    against Open MPI and Gloo"): its table comes beside the targets and
+    changes no verdict and no count."""
+    with tempfile.TemporaryDirectory() as d:
+        shutil.copy(os.path.join(data, "selector-sweep-4x1.json"),
+                    os.path.join(d, "allreduce-4x1.json"))
+        without = run(root, d)
+        shutil.copy(os.path.join(data, "targets-8x1.json"), os.path.join(d, "allreduce-8x1.json"))
+        with_8 = run(root, d)
+    check(with_8.returncode == 0, f"8x1: exit status {with_8.returncode}: {with_8.stderr}")
+    check("allreduce f32, 8x1 (not a target" in with_8.stdout, "8x1: its table")
+    check("- 8x1, not judged: busbw under 1.2x" in with_8.stdout, "8x1: its comparison line")
+    verdicts = lambda out: [l for l in out.splitlines()
+                            if l.startswith("- met:") or l.startswith("- SHORT:")
+                            or "targets met" in l]
+    check(verdicts(with_8.stdout) == verdicts(without.stdout),
+          "8x1: the verdicts and the count are those without it")
+    check(not any("8x1" in l for l in verdicts(with_8.stdout)), "8x1: judged by no target")
+
+
 def main(root):
     data = os.path.join(root, "docs", "img", "data")
     with tempfile.TemporaryDirectory() as d:
@@ -102,6 +123,7 @@ def main(root):
         check(r.returncode in (0, 2) and "Traceback" not in r.stderr,
               f"a malformed file: exit {r.returncode}, {r.stderr[-200:]}")
     plain_floor(root, data)
+    eight_hosts(root, data)
     if failures:
         print(f"{len(failures)} failure(s)")
         return 1
