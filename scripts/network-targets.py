@@ -140,11 +140,16 @@ def say_floors(rep, floors):
         rep.say(f"  - {line}")
 
 
+def layout_title(name, d):
+    """A cluster layout's table title: its ranks and hosts and what ran."""
+    return (f"### allreduce f32, {name}: {d.get('ranks')} ranks on "
+            f"{' '.join(d.get('hosts', []))}, rdmaflow {d.get('transport')}; Open MPI "
+            f"{d.get('mpi', {}).get('btl')}; Gloo tcp")
+
+
 def allreduce_layout(rep, name, d, link_MBps):
     rows, short_bw, short_sel, floors = allreduce_table(
-        rep, f"### allreduce f32, {name}: {d.get('ranks')} ranks on "
-        f"{' '.join(d.get('hosts', []))}, rdmaflow {d.get('transport')}; Open MPI "
-        f"{d.get('mpi', {}).get('btl')}; Gloo tcp", d, ("mpi", "gloo"), 256 * MiB)
+        rep, layout_title(name, d), d, ("mpi", "gloo"), 256 * MiB)
     in_range = [s for s in rows if 64 * 1024 <= s <= 256 * MiB]
     rep.target(f"{name}: busbw >= 1.2x max(Open MPI, Gloo) from 64 KiB to 256 MiB",
                bool(in_range) and not short_bw,
@@ -184,11 +189,9 @@ def allreduce_layout(rep, name, d, link_MBps):
 def context_layout(rep, name, d):
     """A layout the issue asks for "if the machine allows" (8 x 1): its table and
     how it compares, judged by no target."""
-    rows, short_bw, short_sel, floors = allreduce_table(
-        rep, f"### allreduce f32, {name} (not a target: \"if the machine allows\"): "
-        f"{d.get('ranks')} ranks on {' '.join(d.get('hosts', []))}, rdmaflow "
-        f"{d.get('transport')}; Open MPI {d.get('mpi', {}).get('btl')}; Gloo tcp", d,
-        ("mpi", "gloo"), 256 * MiB)
+    title = layout_title(name, d).replace(f"{name}:", f"{name} (not a target: \"if the machine "
+                                          "allows\"):", 1)
+    rows, short_bw, short_sel, floors = allreduce_table(rep, title, d, ("mpi", "gloo"), 256 * MiB)
     rep.say(f"- {name}, not judged: busbw under 1.2x max(Open MPI, Gloo) at "
             + (", ".join(short_bw) if short_bw else "no size from 64 KiB"))
     say_floors(rep, floors)
@@ -263,7 +266,6 @@ def load_rows(rep, loaded, quiet, sequential=None):
         if lat is None:
             continue
         ratio = lat["transport_p50"] / lat["socket_p50"]
-        cell = lambda row, key: "%.2f" % row[key] if row else "-"
         rep.say("| %s | %.2f | %.2f | %.2fx | %s | %s | %s | %s |" % (
             name, lat["transport_p50"], lat["socket_p50"], ratio,
             cell(slat, "transport_p50"), cell(slat, "socket_p50"),
@@ -274,6 +276,10 @@ def load_rows(rep, loaded, quiet, sequential=None):
         rep.target(f"same host, {name} 8 B with both cores busy <= 2x the plain socket (p50)",
                    ratio <= 2.0, "%.2fx" % ratio)
     rep.say()
+
+
+def cell(row, key):
+    return "%.2f" % row[key] if row else "-"
 
 
 def size8(row):
