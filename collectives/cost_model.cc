@@ -68,6 +68,8 @@ CostTerms CostModel::terms(size_t bytes) const {
   t.folded = pof2 != world_;
   t.k = static_cast<double>(p_.piece_bytes);
   t.q = two_level() ? per_host_ : 1;
+  t.ha = two_level() ? within_.alpha : t.a;
+  t.hb = two_level() ? within_.beta : t.b;
   t.model = this;
   return t;
 }

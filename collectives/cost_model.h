@@ -83,6 +83,11 @@ struct CostTerms {
   // Ranks per host, numbered host by host (as launchers number them); 1 on
   // one level, where every send is costed at the model's one level.
   double q = 1;
+  // The host's alpha and beta on two levels: what a step whose every edge
+  // stays within a host costs (a and b on one level). A flat algorithm's
+  // path waits at each step for that step's slowest edge: a step between
+  // ranks fewer than q apart waits on the host's memory, not the link.
+  double ha = 0, hb = 0;
   // The model that made these terms: an algorithm composed of others (hier)
   // costs its parts with it.
   const CostModel* model = nullptr;
@@ -90,6 +95,13 @@ struct CostTerms {
   double pieces(double msg) const { return std::max(1.0, std::ceil(msg / k)); }
   // Whether a send between ranks `distance` apart leaves the host.
   bool leaves_host(double distance) const { return q <= 1 || distance >= q; }
+  // The alpha and beta of a send between ranks `distance` apart.
+  double alpha_at(double distance) const { return leaves_host(distance) ? a : ha; }
+  double beta_at(double distance) const { return leaves_host(distance) ? b : hb; }
+  // The beta of a step in which every rank sends to the rank `distance`
+  // away (recursive doubling, Rabenseifner): between hosts the q ranks of a
+  // host send over its link at once, and it carries q messages.
+  double exchange_beta(double distance) const { return leaves_host(distance) ? q * b : hb; }
 };
 
 // The sends of one call summed over every rank, and its chain. On a crowded
@@ -162,11 +174,14 @@ struct Work {
 // One level: every pair of ranks costs the same (one host; one rank per host;
 // hosts of different sizes, costed with the between-host costs). Two levels:
 // `hosts` hosts of `per_host` ranks each, with the costs of each level. There
-// the flat algorithms are costed with the between-host costs over all ranks
-// (each of their steps waits for its slowest hop, which crosses hosts) and
-// hier per level: a reduce-scatter within the host, an allreduce of the
-// host's 1/per_host share between the hosts by per_host lanes at once that
-// share the host's link, an allgather within the host.
+// each step of a flat algorithm waits for its slowest hop: the ring's every
+// step crosses hosts and is costed at the between-host costs; the binomial
+// tree's lowest levels, recursive doubling's first rounds and Rabenseifner's
+// nearest steps pair ranks of one host and are costed at the host's
+// (CostTerms::beta_at; their work counts them so too). hier is costed per
+// level: a reduce-scatter within the host, an allreduce of the host's
+// 1/per_host share between the hosts by per_host lanes at once that share the
+// host's link, an allgather within the host.
 class CostModel {
  public:
   CostModel() = default;

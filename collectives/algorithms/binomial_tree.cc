@@ -104,18 +104,33 @@ Work tree_work(CollectiveKind kind, const CostTerms& t) {
 double tree_cost(CollectiveKind kind, const CostTerms& t) {
   const double m = t.m, a = t.a, b = t.b, g = t.g, lg = t.lg, k = t.k;
   switch (kind) {
-    case CollectiveKind::kAllreduce:
+    case CollectiveKind::kAllreduce: {
       // Pieces go down the tree while later ones still come up, and a link
       // carries both directions at once: the busiest rank (the root) receives
       // lg n buffers and sends lg n, in parallel (2 hosts, 16 MiB: 1.2x one
-      // link time of the buffer, not 2x; docs/scaling.md).
-      return 2 * lg * (a + std::min(m, k) * b) + lg * m * b + lg * m * g;
+      // link time of the buffer, not 2x; docs/scaling.md). Each level at the
+      // costs of its own edges (rooted at rank 0, the ranks 2^l apart): on two
+      // levels the lowest log2(q) stay within the host, at the host's costs
+      // (CostTerms::beta_at), as tree_work counts them.
+      double fill = 0, bulk = 0;  // a piece up (or down) through every level; the buffer
+      for (double d = 1; d < t.n; d *= 2) {
+        fill += t.alpha_at(d) + std::min(m, k) * t.beta_at(d);
+        bulk += m * t.beta_at(d);
+      }
+      return 2 * fill + bulk + lg * m * g;
+    }
+    // Broadcast and reduce are rooted anywhere: the levels of a root that is
+    // not a host's first rank pair ranks of two hosts, so every level is
+    // costed at the link's costs.
     case CollectiveKind::kBroadcast:
       return lg * (a + std::min(m, k) * b) + lg * m * b;
     case CollectiveKind::kReduce:
       return lg * (a + std::min(m, k) * b) + lg * m * (b + g);
-    case CollectiveKind::kBarrier:
-      return 2 * lg * a;
+    case CollectiveKind::kBarrier: {  // a one-byte allreduce rooted at rank 0
+      double hops = 0;
+      for (double d = 1; d < t.n; d *= 2) hops += t.alpha_at(d);
+      return 2 * hops;
+    }
     default:
       return std::numeric_limits<double>::infinity();
   }

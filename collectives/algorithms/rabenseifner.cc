@@ -246,9 +246,19 @@ double rabenseifner_cost(CollectiveKind kind, const CostTerms& t) {
   const double m = t.m, a = t.a, b = t.b, g = t.g, p = t.p, lgp = t.lgp;
   const bool folded = t.folded;
   switch (kind) {
-    case CollectiveKind::kAllreduce:
-      return 2 * lgp * a + 2 * (p - 1) / p * m * b + (p - 1) / p * m * g +
-             (folded ? 3 * a + 2 * m * b + 0.5 * m * g : 0) + t.pieces(m / 2) * a;
+    case CollectiveKind::kAllreduce: {
+      // The halving and doubling steps at distance d carry d/p of the buffer,
+      // each at the costs of its own edges (CostTerms::exchange_beta): on
+      // two levels the steps between ranks of a host (and a fold's pairs)
+      // wait on the host, those between hosts on a link every rank of the
+      // host sends over at once. On one level: 2 lgp a + 2 (p - 1)/p m b.
+      double steps = 0;
+      for (double d = 1; d < p; d *= 2)
+        steps += 2 * (t.alpha_at(d) + m * d / p * t.exchange_beta(d));
+      const double fold = 3 * t.alpha_at(1) + 2 * m * t.exchange_beta(1) + 0.5 * m * g;
+      return steps + (p - 1) / p * m * g + (folded ? fold : 0) +
+             t.pieces(m / 2) * t.alpha_at(p / 2);
+    }
     case CollectiveKind::kReduceScatter:  // m = input bytes (world blocks)
       return lgp * a + (p - 1) / p * m * (b + g) + (folded ? 2 * a + m * b + 0.5 * m * g : 0);
     case CollectiveKind::kReduce:

@@ -123,8 +123,15 @@ double rd_cost(CollectiveKind kind, const CostTerms& t) {
   const bool folded = t.folded;
   switch (kind) {
     case CollectiveKind::kAllreduce:
-    case CollectiveKind::kReduceScatter:  // m = input bytes (world blocks)
-      return lgp * (a + m * b + m * g) + (folded ? 2 * a + 2 * m * b + m * g : 0);
+    case CollectiveKind::kReduceScatter: {  // m = input bytes (world blocks)
+      // Each round at the costs of its own edges (CostTerms::exchange_beta):
+      // on two levels the rounds between ranks of a host (and a fold's pairs)
+      // wait on the host, those between hosts on a link every rank of the
+      // host sends over at once. On one level: lgp (a + m b + m g).
+      double rounds = 0;
+      for (double d = 1; d < p; d *= 2) rounds += t.alpha_at(d) + m * t.exchange_beta(d) + m * g;
+      return rounds + (folded ? 2 * t.alpha_at(1) + 2 * m * t.exchange_beta(1) + m * g : 0);
+    }
     case CollectiveKind::kAllgather:  // m = output bytes
       return lgp * a + (p - 1) / p * m * b + (folded ? 2 * a + m * b : 0);
     default:

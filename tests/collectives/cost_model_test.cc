@@ -5,6 +5,7 @@
 // collectives_test.cc.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -363,6 +364,72 @@ TEST(CostModel, TwoByTwoTakesTheTreeAtFourMiB) {
   }
 }
 
+// The flat algorithms per tier: the binomial tree's levels (rooted at rank 0,
+// ranks 2^l apart), recursive doubling's rounds and Rabenseifner's steps
+// between ranks of one host are costed at the host's costs; those between
+// hosts at the link's, shared by the host's ranks where every rank crosses
+// at once (not the tree's: one rank of a host crosses per level); every
+// ring step has an edge between hosts and stays at the link's.
+TEST(CostModel, FlatStepsWithinAHostAtTheHostsCosts) {
+  CostParams within, link;
+  within.alpha = 1.2e-6;
+  within.beta = 0.1e-9;
+  link.alpha = 13.7e-6;
+  link.beta = 0.83e-9;
+  within.gamma = link.gamma = 0.021e-9;
+  const CostModel two(2, 2, within, link), same(2, 2, link, link), one(4, link), host(4, within);
+  const auto cost = [](const CostModel& c, Algorithm algo, size_t bytes) {
+    return c.cost(CollectiveKind::kAllreduce, algo, bytes);
+  };
+  for (size_t bytes : {size_t{8}, size_t{256} << 10, size_t{1} << 20, size_t{64} << 20}) {
+    const double m = static_cast<double>(bytes), k = static_cast<double>(link.piece_bytes);
+    const double g = link.gamma_at(m), flat = cost(one, Algorithm::kTree, bytes);
+    EXPECT_NEAR(cost(same, Algorithm::kTree, bytes), flat, 1e-12 * flat) << bytes;
+    EXPECT_LT(cost(two, Algorithm::kTree, bytes), flat) << bytes;
+    EXPECT_GT(cost(two, Algorithm::kTree, bytes), cost(host, Algorithm::kTree, bytes)) << bytes;
+    // The tree's first level (ranks 1 -> 0 and 3 -> 2) within the host: a
+    // piece's hop each way and the buffer at the host's costs.
+    EXPECT_NEAR(flat - cost(two, Algorithm::kTree, bytes),
+                2 * (link.alpha - within.alpha + std::min(m, k) * (link.beta - within.beta)) +
+                    m * (link.beta - within.beta),
+                1e-9 * flat)
+        << bytes;
+    // Recursive doubling: the round within the host at its costs, the round
+    // between hosts with both of a host's ranks on its link.
+    const double rd = link.alpha + 2 * m * link.beta + within.alpha + m * within.beta + 2 * m * g;
+    EXPECT_NEAR(cost(two, Algorithm::kRecursiveDoubling, bytes), rd, 1e-9 * rd) << bytes;
+    // Rabenseifner: the halves between the hosts, the quarters within.
+    const double rab = 2 * (link.alpha + m / 2 * 2 * link.beta) +
+                       2 * (within.alpha + m / 4 * within.beta) + 0.75 * m * g +
+                       std::max(1.0, std::ceil(m / 2 / k)) * link.alpha;
+    EXPECT_NEAR(cost(two, Algorithm::kRabenseifner, bytes), rab, 1e-9 * rab) << bytes;
+    EXPECT_DOUBLE_EQ(cost(two, Algorithm::kRing, bytes), cost(one, Algorithm::kRing, bytes));
+    // Broadcast is rooted anywhere: its levels stay at the link's costs.
+    EXPECT_DOUBLE_EQ(two.cost(CollectiveKind::kBroadcast, Algorithm::kTree, bytes),
+                     one.cost(CollectiveKind::kBroadcast, Algorithm::kTree, bytes));
+  }
+}
+
+// The 2 x 2 layout of the targets run of 2026-11-27 19:20 UTC (creation's
+// measured costs from its JSON): the tree the fastest from 4 to 256 MiB,
+// hier 1.08x it at 64 MiB. The tree and hier send, reduce, copy and fill as
+// much there; the crowded path's share told them apart, and it costed both
+// of the tree's levels at the link's costs: hier. With its first level at
+// the host's, the tree (docs/benchmarks.md, "Selector: the flat algorithms'
+// paths per tier (2 x 2 below 1 MiB)").
+TEST(CostModel, TwoByTwoTakesTheTreeWhereItsFirstLevelStaysInTheHost) {
+  const auto level = [](double alpha, double beta) {
+    CostParams p = crowded_level(alpha, beta, 0.02141e-9, 0.1255e-9);
+    p.cache_bytes = 2 << 20;  // the run's
+    return p;
+  };
+  const CostModel two(2, 2, level(1.2232e-6, 0.09860e-9), level(13.668e-6, 0.8309e-9));
+  for (size_t bytes : {size_t{4} << 20, size_t{16} << 20, size_t{64} << 20}) {
+    EXPECT_EQ(two.choose(CollectiveKind::kAllreduce, bytes), Algorithm::kTree) << bytes;
+  }
+  EXPECT_EQ(two.choose(CollectiveKind::kAllreduce, 8), Algorithm::kTree);
+}
+
 // The costs of each level as measured on the cluster (docs/scaling.md).
 std::pair<CostParams, CostParams> cluster_levels() {
   CostParams within, between;
@@ -375,16 +442,21 @@ std::pair<CostParams, CostParams> cluster_levels() {
 }
 
 // Two levels: hier where a host's ranks reach each other for much less than
-// the other hosts (the cluster's figures, docs/scaling.md), at every size;
-// the flat algorithms where both levels cost the same (hier then moves more
+// the other hosts (the cluster's figures, docs/scaling.md), from 64 KiB; at
+// 8 B recursive doubling, whose first round stays within the host: a message
+// within and one between, against hier's two within and one between. The
+// flat algorithms where both levels cost the same (hier then moves more
 // bytes in all); never hier on one level or with one rank per host.
 TEST(CostModel, HierWhereTheHostIsCheaperThanTheLink) {
   const auto [within, between] = cluster_levels();
   const CostModel two(2, 2, within, between), same(2, 2, between, between);
   EXPECT_TRUE(two.two_level());
   EXPECT_EQ(two.world(), 4);
+  EXPECT_EQ(two.choose(CollectiveKind::kAllreduce, 8), Algorithm::kRecursiveDoubling);
   for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{1} << 20, size_t{16} << 20}) {
-    EXPECT_EQ(two.choose(CollectiveKind::kAllreduce, bytes), Algorithm::kHier) << bytes;
+    if (bytes > 8) {
+      EXPECT_EQ(two.choose(CollectiveKind::kAllreduce, bytes), Algorithm::kHier) << bytes;
+    }
     const Algorithm lanes = two.between_hosts(bytes / 2);
     EXPECT_NE(lanes, Algorithm::kHier);
     EXPECT_DOUBLE_EQ(two.cost(CollectiveKind::kAllreduce, Algorithm::kHier, bytes),
