@@ -4,6 +4,8 @@
 #include "transport/tcp/tcp_channel.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -44,6 +46,14 @@ TcpChannel::~TcpChannel() {
 
 void TcpChannel::start() {
   enable_zerocopy();
+  // ack_now()'s burst, in bytes of this connection's segments (none on the
+  // TLS relay's local socket: getsockopt fails there).
+  int mss = 0;
+  socklen_t len = sizeof(mss);
+  if (options_.quickack_segments > 0 &&
+      ::getsockopt(fd_, IPPROTO_TCP, TCP_MAXSEG, &mss, &len) == 0 && mss > 0) {
+    quickack_bytes_ = options_.quickack_segments * static_cast<uint64_t>(mss);
+  }
   watch_id_ = loop_->watch(fd_, weak_from_this());
   if (options_.drive_us > 0) {
     driver_ = make_channel_driver(weak_from_this(), /*exclusive=*/false);

@@ -50,6 +50,10 @@ struct TcpOptions {
   int64_t drive_us = 2000;            // RDMAFLOW_TCP_WAIT_POLL: how long a waiter drives; 0 = never
   uint64_t stripe_min = 1ull << 20;   // RDMAFLOW_TCP_STRIPE_MIN: writes this big are striped
   uint64_t zerocopy_min = 0;          // RDMAFLOW_TCP_ZEROCOPY: MSG_ZEROCOPY from this size; 0 = off
+  // RDMAFLOW_TCP_QUICKACK: a receive turn that empties the socket after taking
+  // this many segments (of the connection's MSS) has the kernel ACK at once
+  // (TCP_QUICKACK) rather than on its delayed-ACK timer; 0 = never.
+  uint64_t quickack_segments = 16;
   FrameLimits limits;                 // RDMAFLOW_MAX_FRAME_BYTES, RDMAFLOW_MAX_MESSAGE_BYTES
   // RDMAFLOW_MAX_PEER_QUEUED: replies (ACKs, refusals, served reads) the peer may
   // leave queued here by not reading them; one more fails the channel.
@@ -301,6 +305,7 @@ class TcpChannel final : public Channel,
 
   // Receiving (tcp_recv.cc; rx_mu_ held by the calling thread).
   void receive_turn(bool block);
+  void ack_now(size_t taken);  // TCP_QUICKACK after a turn that emptied the socket
   bool holds_rx() const { return rx_holder_.load() == std::this_thread::get_id(); }
   bool parse_staged();
   bool on_header();
@@ -363,6 +368,7 @@ class TcpChannel final : public Channel,
   std::atomic<Clock::rep> deferred_since_ns_{0};
   Rx rx_;
 
+  uint64_t quickack_bytes_ = 0;  // ack_now(): set by start() from the MSS; 0 = off
   std::atomic<uint64_t> zc_sent_{0};    // sendmsg calls with MSG_ZEROCOPY that sent bytes
   std::atomic<uint64_t> zc_done_{0};    // of them, reported done by the kernel
   std::atomic<uint64_t> zc_copied_{0};  // of those, copied by the kernel after all

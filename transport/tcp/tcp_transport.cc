@@ -71,6 +71,9 @@ Result<std::unique_ptr<Transport>> TcpTransport::create(const TransportConfig& c
       int64_t{1} << 40));
   o.channel.zerocopy_min = static_cast<uint64_t>(
       std::clamp<int64_t>(env_or("RDMAFLOW_TCP_ZEROCOPY", 0), 0, int64_t{1} << 40));
+  o.channel.quickack_segments = static_cast<uint64_t>(std::clamp<int64_t>(
+      env_or("RDMAFLOW_TCP_QUICKACK", static_cast<int64_t>(o.channel.quickack_segments)), 0,
+      int64_t{1} << 20));
   int64_t port = env_or("RDMAFLOW_TCP_PORT", 0);
   if (port < 0 || port > 65535) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, "create tcp transport", -1,
@@ -80,8 +83,10 @@ Result<std::unique_ptr<Transport>> TcpTransport::create(const TransportConfig& c
   o.tls = tls::enabled();
   if (o.tls) {
     RDMAFLOW_RETURN_IF_ERROR(tls::check_config("create tcp transport"));
-    // MSG_ZEROCOPY has no meaning on the relay's local socket: the relay copies.
+    // MSG_ZEROCOPY and TCP_QUICKACK have no meaning on the relay's local
+    // socket: the relay copies, and holds the TCP connection.
     o.channel.zerocopy_min = 0;
+    o.channel.quickack_segments = 0;
   }
   return std::unique_ptr<Transport>(new TcpTransport(config, o));
 }
