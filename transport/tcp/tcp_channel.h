@@ -54,7 +54,7 @@ struct TcpOptions {
   // this many segments (of the connection's MSS) has the kernel ACK at once
   // (TCP_QUICKACK) rather than on its delayed-ACK timer; 0 = never.
   uint64_t quickack_segments = 16;
-  FrameLimits limits;                 // RDMAFLOW_MAX_FRAME_BYTES, RDMAFLOW_MAX_MESSAGE_BYTES
+  FrameLimits limits;  // RDMAFLOW_MAX_FRAME_BYTES, RDMAFLOW_MAX_MESSAGE_BYTES
   // RDMAFLOW_MAX_PEER_QUEUED: replies (ACKs, refusals, served reads) the peer may
   // leave queued here by not reading them; one more fails the channel.
   uint64_t max_peer_queued = uint64_t{1} << 18;
@@ -368,7 +368,7 @@ class TcpChannel final : public Channel,
   std::atomic<Clock::rep> deferred_since_ns_{0};
   Rx rx_;
 
-  uint64_t quickack_bytes_ = 0;  // ack_now(): set by start() from the MSS; 0 = off
+  uint64_t quickack_bytes_ = 0;         // ack_now(): set by start() from the MSS; 0 = off
   std::atomic<uint64_t> zc_sent_{0};    // sendmsg calls with MSG_ZEROCOPY that sent bytes
   std::atomic<uint64_t> zc_done_{0};    // of them, reported done by the kernel
   std::atomic<uint64_t> zc_copied_{0};  // of those, copied by the kernel after all
