@@ -100,7 +100,7 @@ void TcpChannel::leave_target() {
 // back: a receiver that also sends is taken for interactive (delayed ACK), and
 // reading the data does not open a multi-megabyte window enough to ACK. Until
 // the timer fires, milliseconds, nothing moves (4 hosts x 1, 256 KiB: 30-70
-// such stalls per 400 calls, 40% of the run; docs/benchmarks.md "Delayed
+// such stalls per 400 calls, 40% of the run; docs/tcp_transport.md "Delayed
 // ACKs"). TCP_QUICKACK sends the pending ACK now. Small reads skip it, and so
 // do loopback's 64 KiB segments: a window of them is not what a burst fills.
 void TcpChannel::ack_now(size_t taken) {
