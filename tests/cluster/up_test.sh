@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A 2-host cluster comes up (twice: up is idempotent) and its hosts are hosts:
 # own hostname, own /dev/shm, own IPC namespace, names that resolve, a link to
-# the other host and to this machine, tbf at the rate asked for.
+# the other host and to this machine, tbf at the rate asked for, TCP metrics
+# not carried from one connection to the next.
 # shellcheck source=tests/cluster/lib.sh
 . "$(dirname "$0")/lib.sh"
 require_cluster
@@ -29,6 +30,12 @@ test ! -e "/dev/shm/$marker" || fail "this machine sees h0's /dev/shm"
 x h0 rm "/dev/shm/$marker"
 [ "$(x h0 getent hosts h1 | awk '{print $1}')" = "10.77.$ID.11" ] || fail "h1 does not resolve on h0"
 [[ "$(x h0 ip -o addr show lo)" == *"inet 127.0.0.1/"* ]] || fail "loopback not up on h0"
+# Each run's connections start from the kernel's defaults, not from the
+# per-destination metrics earlier connections saved (docs/cluster.md).
+for k in 0 1; do
+  [ "$(x h$k cat /proc/sys/net/ipv4/tcp_no_metrics_save)" = 1 ] ||
+    fail "h$k saves TCP metrics (net.ipv4.tcp_no_metrics_save is not 1)"
+done
 
 # TCP across the bridge: h1 listens, h0 and this machine connect. The helper
 # lives in the build tree: each host has a /tmp of its own.
