@@ -2,7 +2,7 @@
 # A 2-host cluster comes up (twice: up is idempotent) and its hosts are hosts:
 # own hostname, own /dev/shm, own IPC namespace, names that resolve, a link to
 # the other host and to this machine, tbf at the rate asked for, TCP metrics
-# not carried from one connection to the next.
+# not carried from one connection to the next, Debian's congestion control.
 # shellcheck source=tests/cluster/lib.sh
 . "$(dirname "$0")/lib.sh"
 require_cluster
@@ -35,6 +35,8 @@ x h0 rm "/dev/shm/$marker"
 for k in 0 1; do
   [ "$(x h$k cat /proc/sys/net/ipv4/tcp_no_metrics_save)" = 1 ] ||
     fail "h$k saves TCP metrics (net.ipv4.tcp_no_metrics_save is not 1)"
+  cc="$(x h$k cat /proc/sys/net/ipv4/tcp_congestion_control)"
+  [ "$cc" = cubic ] || fail "h$k's congestion control is $cc, not Debian's cubic"
 done
 
 # TCP across the bridge: h1 listens, h0 and this machine connect. The helper
