@@ -10,6 +10,7 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -74,6 +75,20 @@ Result<std::unique_ptr<Transport>> TcpTransport::create(const TransportConfig& c
   o.channel.quickack_segments = static_cast<uint64_t>(std::clamp<int64_t>(
       env_or("RDMAFLOW_TCP_QUICKACK", static_cast<int64_t>(o.channel.quickack_segments)), 0,
       int64_t{1} << 20));
+  if (auto cc = env_string("RDMAFLOW_TCP_CONGESTION"); cc && !cc->empty()) {
+    // A name as the kernel spells one (TCP_CA_NAME_MAX is 16, with its NUL).
+    const bool name = cc->size() < 16 && std::all_of(cc->begin(), cc->end(), [](char c) {
+                        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                      });
+    if (name) {
+      o.congestion = *cc;
+    } else {
+      RDMAFLOW_LOG_WARN(
+          "RDMAFLOW_TCP_CONGESTION='{}' is not a congestion control's name; "
+          "using the system's",
+          *cc);
+    }
+  }
   int64_t port = env_or("RDMAFLOW_TCP_PORT", 0);
   if (port < 0 || port > 65535) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, "create tcp transport", -1,
@@ -87,6 +102,7 @@ Result<std::unique_ptr<Transport>> TcpTransport::create(const TransportConfig& c
     // socket: the relay copies, and holds the TCP connection.
     o.channel.zerocopy_min = 0;
     o.channel.quickack_segments = 0;
+    o.congestion.clear();
   }
   return std::unique_ptr<Transport>(new TcpTransport(config, o));
 }
@@ -124,6 +140,16 @@ Status TcpTransport::revoke_key(const RemoteKey& key) {
 void TcpTransport::apply_socket_options(int fd) const {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (!options_.congestion.empty() &&
+      ::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, options_.congestion.data(),
+                   static_cast<socklen_t>(options_.congestion.size())) != 0 &&
+      !congestion_warned_.exchange(true)) {
+    RDMAFLOW_LOG_WARN(
+        "RDMAFLOW_TCP_CONGESTION={}: the kernel refused it ({}): not built or not loaded, or "
+        "(without CAP_NET_ADMIN) not in /proc/sys/net/ipv4/tcp_allowed_congestion_control; "
+        "the sockets keep the system's",
+        options_.congestion, std::strerror(errno));
+  }
   if (options_.sockbuf > 0) {
     int size = options_.sockbuf;
     ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));

@@ -7,6 +7,7 @@
 // RDMAFLOW_TCP_WAIT_POLL, RDMAFLOW_TCP_STREAMS, RDMAFLOW_TCP_STRIPE_MIN.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <condition_variable>
 #include <map>
@@ -31,6 +32,8 @@ struct TcpTransportOptions {
   int port = 0;      // 0 = any free port
   int streams = 1;   // RDMAFLOW_TCP_STREAMS: connections per channel
   bool tls = false;  // RDMAFLOW_TLS: every connection through a TLS relay (common/tls.h)
+  // RDMAFLOW_TCP_CONGESTION: every socket's TCP_CONGESTION; empty: the system's.
+  std::string congestion;
 };
 
 class TcpTransport final : public Transport {
@@ -62,6 +65,7 @@ class TcpTransport final : public Transport {
   // its address and why (progress thread).
   void drop_incoming(const std::shared_ptr<Incoming>& in, const std::string& why);
   void apply_socket_options(int fd) const;
+  mutable std::atomic<bool> congestion_warned_{false};
   std::shared_ptr<TcpChannel> adopt(int fd, int peer_rank);
   // The user's handle of `streams` adopted connections (stream 0 first).
   std::shared_ptr<Channel> hand_out(std::vector<int> fds, int peer_rank);
