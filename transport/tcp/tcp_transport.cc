@@ -99,7 +99,9 @@ Result<std::unique_ptr<Transport>> TcpTransport::create(const TransportConfig& c
   if (o.tls) {
     RDMAFLOW_RETURN_IF_ERROR(tls::check_config("create tcp transport"));
     // MSG_ZEROCOPY and TCP_QUICKACK have no meaning on the relay's local
-    // socket: the relay copies, and holds the TCP connection.
+    // socket: the relay copies, and holds the TCP connection. The socket
+    // options go to that local socket too, which refuses TCP_CONGESTION:
+    // under TLS the system's congestion control stays (docs/configuration.md).
     o.channel.zerocopy_min = 0;
     o.channel.quickack_segments = 0;
     o.congestion.clear();
