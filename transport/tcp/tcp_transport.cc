@@ -98,13 +98,9 @@ Result<std::unique_ptr<Transport>> TcpTransport::create(const TransportConfig& c
   o.tls = tls::enabled();
   if (o.tls) {
     RDMAFLOW_RETURN_IF_ERROR(tls::check_config("create tcp transport"));
-    // MSG_ZEROCOPY and TCP_QUICKACK have no meaning on the relay's local
-    // socket: the relay copies, and holds the TCP connection. The socket
-    // options go to that local socket too, which refuses TCP_CONGESTION:
-    // under TLS the system's congestion control stays (docs/configuration.md).
+    // MSG_ZEROCOPY has no meaning on the relay's local socket: the relay
+    // copies. (TCP_QUICKACK finds no MSS there and stays off by itself.)
     o.channel.zerocopy_min = 0;
-    o.channel.quickack_segments = 0;
-    o.congestion.clear();
   }
   return std::unique_ptr<Transport>(new TcpTransport(config, o));
 }
@@ -139,7 +135,16 @@ Status TcpTransport::revoke_key(const RemoteKey& key) {
   return grants_->revoke(key);
 }
 
-void TcpTransport::apply_socket_options(int fd) const {
+void TcpTransport::apply_socket_options(int fd, bool tcp) const {
+  if (tcp) apply_tcp_options(fd);
+  if (options_.sockbuf > 0) {
+    int size = options_.sockbuf;
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+  }
+}
+
+void TcpTransport::apply_tcp_options(int fd) const {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   if (!options_.congestion.empty() &&
@@ -151,11 +156,6 @@ void TcpTransport::apply_socket_options(int fd) const {
         "(without CAP_NET_ADMIN) not in /proc/sys/net/ipv4/tcp_allowed_congestion_control; "
         "the sockets keep the system's",
         options_.congestion, std::strerror(errno));
-  }
-  if (options_.sockbuf > 0) {
-    int size = options_.sockbuf;
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
   }
 }
 
@@ -237,7 +237,7 @@ void TcpTransport::start_accept() {
         return;
       }
       const int local = (*relay)->take_local_fd();
-      apply_socket_options(local);
+      apply_socket_options(local, /*tcp=*/false);
       in->socket.assign(tcp::v4(), local, ec);
       keep_tls(std::move(*relay));
     }
@@ -388,7 +388,7 @@ Result<int> TcpTransport::connect_stream(int peer_rank, const std::string& addre
                                 tls::start(fd, tls::Role::kConnect, op, peer_rank, deadline));
       RDMAFLOW_RETURN_IF_ERROR(relay->wait_handshake(deadline));  // refused, or no TLS there
       fd = relay->take_local_fd();
-      apply_socket_options(fd);
+      apply_socket_options(fd, /*tcp=*/false);
     }
     if (err == 0) {
       Status auth = auth::authenticate_connect(fd, "tcp", op, peer_rank, deadline, &err);

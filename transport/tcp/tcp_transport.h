@@ -64,7 +64,10 @@ class TcpTransport final : public Transport {
   // Closes an accepted connection that failed the handshake or its hello, logging
   // its address and why (progress thread).
   void drop_incoming(const std::shared_ptr<Incoming>& in, const std::string& why);
-  void apply_socket_options(int fd) const;
+  // Buffer sizes on every socket; TCP_NODELAY and the congestion control on
+  // TCP ones (not on a TLS relay's local end: the relay's TCP socket had them).
+  void apply_socket_options(int fd, bool tcp = true) const;
+  void apply_tcp_options(int fd) const;
   mutable std::atomic<bool> congestion_warned_{false};
   std::shared_ptr<TcpChannel> adopt(int fd, int peer_rank);
   // The user's handle of `streams` adopted connections (stream 0 first).
