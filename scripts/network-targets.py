@@ -140,9 +140,9 @@ def say_floors(rep, floors):
         rep.say(f"  - {line}")
 
 
-def layout_title(name, d):
+def layout_title(name, d, note=""):
     """A cluster layout's table title: its ranks and hosts and what ran."""
-    return (f"### allreduce f32, {name}: {d.get('ranks')} ranks on "
+    return (f"### allreduce f32, {name}{note}: {d.get('ranks')} ranks on "
             f"{' '.join(d.get('hosts', []))}, rdmaflow {d.get('transport')}; Open MPI "
             f"{d.get('mpi', {}).get('btl')}; Gloo tcp")
 
@@ -189,8 +189,7 @@ def allreduce_layout(rep, name, d, link_MBps):
 def context_layout(rep, name, d):
     """A layout the issue asks for "if the machine allows" (8 x 1): its table and
     how it compares, judged by no target."""
-    title = layout_title(name, d).replace(f"{name}:", f"{name} (not a target: \"if the machine "
-                                          "allows\"):", 1)
+    title = layout_title(name, d, ' (not a target: "if the machine allows")')
     rows, short_bw, short_sel, floors = allreduce_table(rep, title, d, ("mpi", "gloo"), 256 * MiB)
     rep.say(f"- {name}, not judged: busbw under 1.2x max(Open MPI, Gloo) at "
             + (", ".join(short_bw) if short_bw else "no size from 64 KiB"))
