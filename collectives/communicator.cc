@@ -331,7 +331,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   c->model_ = model_for(c->hosts_, params, params);
   if (agree) RDMAFLOW_RETURN_IF_ERROR(c->measure());
   RDMAFLOW_ASSIGN_OR_RETURN(int trials, Tuner::trials_from_env());
-  if (trials > 0 && setup.world > 1) c->tuner_ = std::make_unique<Tuner>(trials);
+  RDMAFLOW_ASSIGN_OR_RETURN(size_t tune_min, Tuner::min_bytes_from_env());
+  if (trials > 0 && setup.world > 1) c->tuner_ = std::make_unique<Tuner>(trials, tune_min);
   RDMAFLOW_LOG_DEBUG(
       "collectives: rank {} of {}: {} lanes x {} slots x {} B per peer, {} direct peers; {}",
       c->rank_, c->world_, cfg.lanes, cfg.slots, cfg.slot_bytes, c->fabric_->direct_peers(),
@@ -421,6 +422,10 @@ Result<Algorithm> Communicator::select(CollectiveKind kind, size_t count, DataTy
                               "' does not implement " + std::string(collective_name(kind)));
   }
   return algo;
+}
+
+bool Communicator::tuning(CollectiveKind kind, size_t count, DataType type) const {
+  return tuner_ && tuner_->tunes(call_bytes(kind, count, type, world_));
 }
 
 std::optional<Tuner::Outcome> Communicator::tuned(CollectiveKind kind, size_t count,

@@ -177,7 +177,9 @@ class Communicator {
   // What the tuner (RDMAFLOW_COLL_TUNE, collectives/tuner.h) settled on for
   // calls like this one; empty while it still times candidates, or when off.
   std::optional<Tuner::Outcome> tuned(CollectiveKind kind, size_t count, DataType type) const;
-  bool tuning() const { return tuner_ != nullptr; }
+  // Whether calls like this one are tuned (the tuner on, and the call at
+  // least RDMAFLOW_COLL_TUNE_MIN_BYTES).
+  bool tuning(CollectiveKind kind, size_t count, DataType type) const;
 
   // ---- blocking ----
   Status allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op,

@@ -19,6 +19,16 @@ Result<int> Tuner::trials_from_env() {
   return static_cast<int>(v);
 }
 
+Result<size_t> Tuner::min_bytes_from_env() {
+  RDMAFLOW_ASSIGN_OR_RETURN(
+      int64_t v, env_int("RDMAFLOW_COLL_TUNE_MIN_BYTES", static_cast<int64_t>(kDefaultMinBytes)));
+  if (v < 0 || v > (int64_t{1} << 40)) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, "create communicator", -1,
+                          "RDMAFLOW_COLL_TUNE_MIN_BYTES must be between 0 and 2^40 (bytes)");
+  }
+  return static_cast<size_t>(v);
+}
+
 int Tuner::bucket(size_t bytes) {
   int b = 0;
   while (b < 63 && (size_t{1} << b) < bytes) ++b;
@@ -57,6 +67,7 @@ Tuner::Entry& Tuner::entry(CollectiveKind kind, size_t bytes, const CostModel& m
 Result<Tuner::Pick> Tuner::pick(CollectiveKind kind, size_t bytes, const CostModel& model,
                                 std::chrono::steady_clock::time_point deadline,
                                 const Agree& agree) {
+  if (!tunes(bytes)) return Pick{};
   std::unique_lock<std::mutex> lock(mu_);
   Entry& e = entry(kind, bytes, model);
   if (e.outcome) return Pick{e.outcome->winner};
@@ -127,12 +138,14 @@ const Tuner::Entry* Tuner::find(CollectiveKind kind, size_t bytes) const {
 }
 
 std::optional<Tuner::Outcome> Tuner::outcome(CollectiveKind kind, size_t bytes) const {
+  if (!tunes(bytes)) return std::nullopt;
   std::lock_guard<std::mutex> lock(mu_);
   const Entry* e = find(kind, bytes);
   return e == nullptr ? std::nullopt : e->outcome;
 }
 
 std::optional<Algorithm> Tuner::winner(CollectiveKind kind, size_t bytes) const {
+  if (!tunes(bytes)) return std::nullopt;
   std::lock_guard<std::mutex> lock(mu_);
   const Entry* e = find(kind, bytes);
   if (e == nullptr || !e->outcome) return std::nullopt;

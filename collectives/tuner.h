@@ -49,20 +49,33 @@ class Tuner {
   // Candidates: estimates within this factor of the cheapest.
   static constexpr double kFactor = 1.3;
   static constexpr size_t kMaxCandidates = 4;
-  // RDMAFLOW_COLL_TUNE's default: off. On the cluster under load 4-11 the
-  // trial's per-rank medians ranked recursive doubling ahead of the tree at
-  // 8 B-64 KiB on 4 x 1 (61 against 80 us a rank at 8 B) while the bench's
-  // slowest rank per call took 1.7-2.1x as long with it: the selector was
-  // within 10% of the fastest less often with the tuner (3 trials: 7 of 12
-  // sizes, 8 trials: 2 of 6) than without (16 of 18) (docs/benchmarks.md,
-  // "Selector: timing the near-tied candidates").
-  static constexpr int kDefaultTrials = 0;
+  // RDMAFLOW_COLL_TUNE's default: 3 trial calls per candidate, for calls of
+  // at least kDefaultMinBytes (RDMAFLOW_COLL_TUNE_MIN_BYTES). Below that the
+  // model's choice stands: on the cluster under load 4-11 the trial's
+  // medians at 8 B-64 KiB ranked recursive doubling ahead of the tree on 4 x
+  // 1 while the bench's slowest rank per call took 1.7-2.1x as long with it,
+  // and near-ties there settled within the trial's own noise
+  // (docs/benchmarks.md, "Selector: timing the near-tied candidates"). From 4
+  // MiB a call takes milliseconds and the trial's medians held: on the
+  // cluster's cubic hosts the model tied the ring, both trees and Rabenseifner
+  // on 4 x 1 (its sums are equal) and took Rabenseifner, 1.08-1.21x the ring
+  // from 4 to 256 MiB, and hier on 2 x 2 at 256 MiB, 1.28x the tree; the
+  // trial took the ring and the tree, within 5% of the fastest at each size
+  // ("Selector: the tuner from 4 MiB").
+  static constexpr int kDefaultTrials = 3;
+  static constexpr size_t kDefaultMinBytes = size_t{4} << 20;
   static constexpr int kMaxTrials = 100;
 
   // RDMAFLOW_COLL_TUNE: trial calls per candidate; 0 disables the tuner.
   static Result<int> trials_from_env();
+  // RDMAFLOW_COLL_TUNE_MIN_BYTES: the least call (its largest buffer) tuned.
+  static Result<size_t> min_bytes_from_env();
 
-  explicit Tuner(int trials) : trials_(trials) {}
+  explicit Tuner(int trials, size_t min_bytes = 0) : trials_(trials), min_bytes_(min_bytes) {}
+
+  // Whether calls of `bytes` (the call's largest buffer) are tuned; the
+  // model's choice stands for the others. The same on every rank.
+  bool tunes(size_t bytes) const { return bytes >= min_bytes_; }
 
   struct Entry;
   // The algorithm a tunable call of `bytes` takes, and where it reports its time.
@@ -75,7 +88,8 @@ class Tuner {
   };
   // Runs the agreement: the maximum over the ranks of each figure, in place.
   using Agree = std::function<Status(std::vector<int64_t>& nanos)>;
-  // Called in call order from the issuing thread. A trial call takes the next
+  // Called in call order from the issuing thread. An untuned size (tunes())
+  // gets no algorithm: the model's stands. A trial call takes the next
   // candidate; the first call after the trial waits (until `deadline`) for
   // the trial calls to finish, then agrees through `agree`.
   Result<Pick> pick(CollectiveKind kind, size_t bytes, const CostModel& model,
@@ -114,6 +128,7 @@ class Tuner {
   Entry& entry(CollectiveKind kind, size_t bytes, const CostModel& model);
 
   const int trials_;
+  const size_t min_bytes_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<uint32_t, std::unique_ptr<Entry>> entries_;

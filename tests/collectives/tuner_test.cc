@@ -1,14 +1,15 @@
 // The tuner (collectives/tuner.h) in real processes over TCP: every rank
 // takes the same algorithm for the same call during the trial and after it,
 // results stay right while candidates alternate (sizes on both sides of a
-// bucket's edge, two calls in flight on the two lanes), RDMAFLOW_COLL_TUNE is
-// checked, and of a near tie in the model where one candidate moves far more
+// bucket's edge, two calls in flight on the two lanes), RDMAFLOW_COLL_TUNE and
+// RDMAFLOW_COLL_TUNE_MIN_BYTES are checked, and of a near tie in the model where one candidate moves far more
 // bytes the tuner keeps the other.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/collectives/coll_util.h"
@@ -39,6 +40,7 @@ std::string outcome_text(const Communicator& comm, CollectiveKind kind, size_t c
 TEST(Tuner, EveryRankTakesTheSameAlgorithmAndResultsStayRight) {
   auto r = run_ranks(4, [&](int rank, int n, Exchange& ex) {
     setenv("RDMAFLOW_COLL_TUNE", "2", 1);
+    setenv("RDMAFLOW_COLL_TUNE_MIN_BYTES", "0", 1);
     CommNode node;
     RF_ASSERT_OK(make_comm_node(tcp(), rank, n, ex, node));
     Communicator& comm = *node.comm;
@@ -97,34 +99,50 @@ TEST(Tuner, EveryRankTakesTheSameAlgorithmAndResultsStayRight) {
   ASSERT_TRUE(r.ok) << r.message;
 }
 
-// Bad RDMAFLOW_COLL_TUNE values are refused naming the knob; 0 turns the
-// tuner off, and a forced algorithm is never tuned.
-TEST(Tuner, KnobIsCheckedAndZeroTurnsItOff) {
+// Bad RDMAFLOW_COLL_TUNE and RDMAFLOW_COLL_TUNE_MIN_BYTES values are refused
+// naming the knob; 0 turns the tuner off, a forced algorithm is never tuned,
+// and calls under the least size are not tuned while those at it are.
+TEST(Tuner, KnobsAreCheckedAndZeroTurnsItOff) {
   auto r = run_ranks(2, [&](int rank, int n, Exchange& ex) {
     CommNode node;
     RF_ASSERT_OK(make_comm_node(tcp(), rank, n, ex, node));
-    for (const char* bad : {"-1", "101", "two"}) {
-      setenv("RDMAFLOW_COLL_TUNE", bad, 1);
-      Status st = renew_comm(node, rank, n);
-      EXPECT_FALSE(st.is_ok()) << "RDMAFLOW_COLL_TUNE='" << bad << "' accepted";
-      EXPECT_NE(st.to_string().find("RDMAFLOW_COLL_TUNE"), std::string::npos) << st.to_string();
+    const std::pair<const char*, std::vector<const char*>> knobs[] = {
+        {"RDMAFLOW_COLL_TUNE", {"-1", "101", "two"}},
+        {"RDMAFLOW_COLL_TUNE_MIN_BYTES", {"-1", "2199023255553", "4M"}}};
+    for (const auto& [knob, bads] : knobs) {
+      for (const char* bad : bads) {
+        setenv(knob, bad, 1);
+        Status st = renew_comm(node, rank, n);
+        EXPECT_FALSE(st.is_ok()) << knob << "='" << bad << "' accepted";
+        EXPECT_NE(st.to_string().find(knob), std::string::npos) << st.to_string();
+      }
+      unsetenv(knob);
     }
-    // Twelve calls, enough for any trial: none may leave an outcome.
-    auto untuned = [&](const char* tune, Algorithm algo) -> Status {
+    // Twelve calls of `count` f32, enough for any trial: whether they left an outcome.
+    auto settled = [&](const char* tune, const char* min_bytes, Algorithm algo,
+                       size_t count) -> Result<bool> {
       setenv("RDMAFLOW_COLL_TUNE", tune, 1);
+      setenv("RDMAFLOW_COLL_TUNE_MIN_BYTES", min_bytes, 1);
       RDMAFLOW_RETURN_IF_ERROR(renew_comm(node, rank, n));
       std::string first;
       for (int i = 0; i < 12; ++i) {
-        CallSpec c{CollectiveKind::kAllreduce, algo, DataType::kF32, ReduceOp::kSum, 4096};
+        CallSpec c{CollectiveKind::kAllreduce, algo, DataType::kF32, ReduceOp::kSum, count};
         RDMAFLOW_ASSIGN_OR_RETURN(size_t wrong, run_and_check(*node.comm, c, &first));
         EXPECT_EQ(wrong, 0u) << first;
       }
-      EXPECT_FALSE(node.comm->tuned(CollectiveKind::kAllreduce, 4096, DataType::kF32))
-          << "RDMAFLOW_COLL_TUNE=" << tune << ", " << algorithm_name(algo);
-      return Status::ok();
+      EXPECT_EQ(node.comm->tuning(CollectiveKind::kAllreduce, count, DataType::kF32),
+                std::string(tune) != "0" && count * 4 >= std::stoull(min_bytes));
+      return node.comm->tuned(CollectiveKind::kAllreduce, count, DataType::kF32).has_value();
     };
-    RF_ASSERT_OK(untuned("0", Algorithm::kAuto));
-    RF_ASSERT_OK(untuned("1", Algorithm::kRing));
+    const auto expect = [](Result<bool> got, bool want, const char* what) {
+      RF_ASSERT_OK(got.status());
+      EXPECT_EQ(*got, want) << what;
+      return 0;
+    };
+    expect(settled("0", "0", Algorithm::kAuto, 4096), false, "RDMAFLOW_COLL_TUNE=0");
+    expect(settled("1", "0", Algorithm::kRing, 4096), false, "a forced algorithm");
+    expect(settled("1", "65536", Algorithm::kAuto, 4096), false, "16 KiB under 64 KiB");
+    expect(settled("1", "65536", Algorithm::kAuto, 16384), true, "64 KiB at 64 KiB");
     return 0;
   });
   if (r.skipped) GTEST_SKIP() << r.message;
