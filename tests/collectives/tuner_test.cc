@@ -2,8 +2,8 @@
 // takes the same algorithm for the same call during the trial and after it,
 // results stay right while candidates alternate (sizes on both sides of a
 // bucket's edge, two calls in flight on the two lanes), RDMAFLOW_COLL_TUNE and
-// RDMAFLOW_COLL_TUNE_MIN_BYTES are checked, and of a near tie in the model where one candidate moves far more
-// bytes the tuner keeps the other.
+// RDMAFLOW_COLL_TUNE_MIN_BYTES are checked, and of a near tie in the model where one candidate
+// moves far more bytes the tuner keeps the other.
 #include <gtest/gtest.h>
 
 #include <algorithm>
