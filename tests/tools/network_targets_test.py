@@ -69,6 +69,33 @@ def plain_floor(root, data):
                   f"{layout} {size}: the verdict '{verdict}'")
 
 
+def link_bound(root, data):
+    """With the link's rate (a p2p-tcp.json beside the runs), a short 1.2x row
+    whose need is under the least time any allreduce takes over that link
+    (2(H-1)/H of the buffer each way per host) says so with that time; a row
+    whose need is above it does not. The rate here is chosen so that the
+    bound falls between the needs of two sizes of the real 4 x 1 run."""
+    with open(os.path.join(data, "plain-floor-4x1.json")) as f:
+        rows = {r["size"]: r for r in json.load(f)["rows"]}
+    need = lambda size: min(rows[size][x]["time_us"] for x in ("mpi", "gloo")) / 1.2
+    # 1.5 MiB / need(1M) MB/s puts 1 MiB's bound 1.25x its need and 4 MiB's
+    # at 4 x 1.5 MiB / that rate: under its need (4 MiB's need is well over
+    # 4x 1 MiB's in this run).
+    rate = 1.5 * (1 << 20) / (need(1 << 20) * 1.25)
+    check(1.5 * (4 << 20) / rate < need(4 << 20), "the chosen rate splits 1 MiB from 4 MiB")
+    with tempfile.TemporaryDirectory() as d:
+        shutil.copy(os.path.join(data, "plain-floor-4x1.json"),
+                    os.path.join(d, "allreduce-4x1.json"))
+        with open(os.path.join(d, "p2p-tcp.json"), "w") as f:
+            json.dump({"hosts": ["h0", "h1"], "link_rate": {"best_MBps": rate}, "rows": []}, f)
+        r = run(root, d)
+    check(r.returncode == 0, f"link bound: exit status {r.returncode}: {r.stderr}")
+    lines = {l.split(":")[0].strip(" -"): l for l in r.stdout.splitlines() if "needs" in l}
+    want = "below the link's bound of %.1f us" % (1.5 * (1 << 20) / rate)
+    check(want in lines.get("1M", ""), f"link bound: 1M says '{want}': {lines.get('1M')}")
+    check("link's bound" not in lines.get("4M", "x"), f"link bound: not at 4M: {lines.get('4M')}")
+
+
 def eight_hosts(root, data):
     """8 x 1 (docs/img/data/targets-8x1.json, docs/benchmarks.md "8 hosts x 1
     against Open MPI and Gloo"): its table comes beside the targets and
@@ -123,6 +150,7 @@ def main(root):
         check(r.returncode in (0, 2) and "Traceback" not in r.stderr,
               f"a malformed file: exit {r.returncode}, {r.stderr[-200:]}")
     plain_floor(root, data)
+    link_bound(root, data)
     eight_hosts(root, data)
     if failures:
         print(f"{len(failures)} failure(s)")
