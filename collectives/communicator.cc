@@ -332,7 +332,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
   if (agree) RDMAFLOW_RETURN_IF_ERROR(c->measure());
   RDMAFLOW_ASSIGN_OR_RETURN(int trials, Tuner::trials_from_env());
   RDMAFLOW_ASSIGN_OR_RETURN(size_t tune_min, Tuner::min_bytes_from_env());
-  if (trials > 0 && setup.world > 1) c->tuner_ = std::make_unique<Tuner>(trials, tune_min);
+  if (trials != 0 && setup.world > 1) c->tuner_ = std::make_unique<Tuner>(trials, tune_min);
   RDMAFLOW_LOG_DEBUG(
       "collectives: rank {} of {}: {} lanes x {} slots x {} B per peer, {} direct peers; {}",
       c->rank_, c->world_, cfg.lanes, cfg.slots, cfg.slot_bytes, c->fabric_->direct_peers(),

@@ -10,13 +10,21 @@
 namespace rdmaflow {
 
 Result<int> Tuner::trials_from_env() {
-  RDMAFLOW_ASSIGN_OR_RETURN(int64_t v, env_int("RDMAFLOW_COLL_TUNE", kDefaultTrials));
+  const std::optional<std::string> raw = env_string("RDMAFLOW_COLL_TUNE");
+  if (!raw || *raw == "auto") return kByTime;
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t v, env_int("RDMAFLOW_COLL_TUNE", 0));
   if (v < 0 || v > kMaxTrials) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, "create communicator", -1,
-                          "RDMAFLOW_COLL_TUNE must be between 0 (off) and " +
+                          "RDMAFLOW_COLL_TUNE must be auto, 0 (off) or up to " +
                               std::to_string(kMaxTrials) + " (trial calls per candidate)");
   }
   return static_cast<int>(v);
+}
+
+int Tuner::trials_for(double seconds) const {
+  if (trials_ > 0) return trials_;
+  const double fit = seconds > 0 ? std::ceil(kBudgetSeconds / seconds) : kMaxTrials;
+  return static_cast<int>(std::clamp<double>(fit, kMinTrials, kMaxTrials));
 }
 
 Result<size_t> Tuner::min_bytes_from_env() {
@@ -51,7 +59,9 @@ Tuner::Entry& Tuner::entry(CollectiveKind kind, size_t bytes, const CostModel& m
     if (!slot->candidates.empty() && r.seconds > kFactor * ranked.front().seconds) break;
     slot->candidates.push_back(r.algo);
   }
-  slot->seconds.assign(slot->candidates.size(), std::vector<double>(static_cast<size_t>(trials_)));
+  slot->trials = ranked.empty() ? kMinTrials : trials_for(ranked.front().seconds);
+  slot->seconds.assign(slot->candidates.size(),
+                       std::vector<double>(static_cast<size_t>(slot->trials)));
   if (slot->candidates.size() <= 1) {
     // Nothing close: the model's choice, untimed.
     Outcome o;
@@ -72,7 +82,7 @@ Result<Tuner::Pick> Tuner::pick(CollectiveKind kind, size_t bytes, const CostMod
   Entry& e = entry(kind, bytes, model);
   if (e.outcome) return Pick{e.outcome->winner};
   const int n = static_cast<int>(e.candidates.size());
-  const int block = trials_ + 1;
+  const int block = e.trials + 1;
   if (e.issued < block * n) {
     const int c = e.issued / block;
     const int place = e.issued++ % block;
@@ -90,7 +100,7 @@ Result<Tuner::Pick> Tuner::pick(CollectiveKind kind, size_t bytes, const CostMod
   // recursive doubling ahead of the tree on 4 x 1 at 8 B-64 KiB, whose pairs
   // wait for each other in turn, while its slowest rank took 1.8-2.1x the
   // tree's (docs/benchmarks.md, "Selector: timing the near-tied candidates").
-  const size_t trials = static_cast<size_t>(trials_);
+  const size_t trials = static_cast<size_t>(e.trials);
   std::vector<int64_t> calls(static_cast<size_t>(n) * trials);
   for (size_t c = 0; c < static_cast<size_t>(n); ++c) {
     for (size_t t = 0; t < trials; ++t) calls[c * trials + t] = std::llround(e.seconds[c][t] * 1e9);
@@ -111,6 +121,7 @@ Result<Tuner::Pick> Tuner::pick(CollectiveKind kind, size_t bytes, const CostMod
   o.candidates = e.candidates;
   o.nanos = nanos;
   o.bucket_bytes = size_t{1} << bucket(bytes);
+  o.trials = e.trials;
   // The least median; a tie goes to the model's order.
   const size_t best =
       static_cast<size_t>(std::min_element(nanos.begin(), nanos.end()) - nanos.begin());
@@ -164,7 +175,8 @@ std::string Tuner::describe(CollectiveKind kind, const Outcome& o) {
                   static_cast<double>(o.nanos[c]) * 1e-3);
     s += buf;
   }
-  return s + " (median of each call's slowest rank) -> " + std::string(algorithm_name(o.winner));
+  return s + " (median of " + std::to_string(o.trials) + " calls' slowest rank each) -> " +
+         std::string(algorithm_name(o.winner));
 }
 
 }  // namespace rdmaflow

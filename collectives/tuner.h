@@ -49,29 +49,38 @@ class Tuner {
   // Candidates: estimates within this factor of the cheapest.
   static constexpr double kFactor = 1.3;
   static constexpr size_t kMaxCandidates = 4;
-  // RDMAFLOW_COLL_TUNE's default: 3 trial calls per candidate, for calls of
-  // at least kDefaultMinBytes (RDMAFLOW_COLL_TUNE_MIN_BYTES). Below that the
-  // model's choice stands: on the cluster under load 4-11 the trial's
-  // medians at 8 B-64 KiB ranked recursive doubling ahead of the tree on 4 x
-  // 1 while the bench's slowest rank per call took 1.7-2.1x as long with it,
-  // and near-ties there settled within the trial's own noise
-  // (docs/benchmarks.md, "Selector: timing the near-tied candidates"). From 4
-  // MiB a call takes milliseconds and the trial's medians held: on the
-  // cluster's cubic hosts the model tied the ring, both trees and Rabenseifner
-  // on 4 x 1 (its sums are equal) and took Rabenseifner, 1.08-1.21x the ring
-  // from 4 to 256 MiB, and hier on 2 x 2 at 256 MiB, 1.28x the tree; the
-  // trial took the ring and the tree, within 5% of the fastest at each size
-  // ("Selector: the tuner from 4 MiB").
-  static constexpr int kDefaultTrials = 3;
-  static constexpr size_t kDefaultMinBytes = size_t{4} << 20;
+  // RDMAFLOW_COLL_TUNE's default (unset or "auto"): trial calls per candidate
+  // by time, as many as the model's estimate of the bucket's cheapest
+  // schedule fits in kBudgetSeconds, between kMinTrials and kMaxTrials; a
+  // number fixes them. With 3 per candidate, on the cluster under load 4-11,
+  // near-ties at 8 B-16 MiB settled within the trial's own noise (4 x 1 at
+  // 8 B: recursive doubling taken, 2.26x the tree; docs/benchmarks.md,
+  // "Selector: timing the near-tied candidates"). By time, a 64 KiB call (a
+  // few hundred us) gets tens of trials and a 4 MiB one (milliseconds) 3.
+  static constexpr int kByTime = -1;
+  static constexpr int kMinTrials = 3;
   static constexpr int kMaxTrials = 100;
+  static constexpr double kBudgetSeconds = 0.02;
+  // RDMAFLOW_COLL_TUNE_MIN_BYTES's default: calls from 64 KiB are tuned; 8 B
+  // keeps the model's choice (the tree on the cluster's layouts, the fastest
+  // in every targets run). From 4 MiB the model ties the ring, both trees
+  // and Rabenseifner on 4 x 1 (its sums are equal) and took Rabenseifner,
+  // 1.08-1.21x the ring; at 64 KiB-1 MiB it took the double tree on 4 x 1
+  // and hier on 2 x 2, up to 1.4x the binomial tree; the trial took the
+  // fastest or one within 10% of it at nearly every size ("Selector: the
+  // tuner from 64 KiB").
+  static constexpr size_t kDefaultMinBytes = size_t{64} << 10;
 
-  // RDMAFLOW_COLL_TUNE: trial calls per candidate; 0 disables the tuner.
+  // RDMAFLOW_COLL_TUNE: trial calls per candidate, kByTime, or 0 (off).
   static Result<int> trials_from_env();
   // RDMAFLOW_COLL_TUNE_MIN_BYTES: the least call (its largest buffer) tuned.
   static Result<size_t> min_bytes_from_env();
 
   explicit Tuner(int trials, size_t min_bytes = 0) : trials_(trials), min_bytes_(min_bytes) {}
+
+  // The trial calls per candidate of a bucket whose cheapest estimate is
+  // `seconds`: the fixed number, or by time.
+  int trials_for(double seconds) const;
 
   // Whether calls of `bytes` (the call's largest buffer) are tuned; the
   // model's choice stands for the others. The same on every rank.
@@ -105,6 +114,7 @@ class Tuner {
     std::vector<int64_t> nanos;
     Algorithm winner = Algorithm::kAuto;
     size_t bucket_bytes = 0;
+    int trials = 0;  // timed calls per candidate
   };
   std::optional<Outcome> outcome(CollectiveKind kind, size_t bytes) const;
   // Only its winner, for a call's selection (no copy of the figures).
@@ -116,6 +126,7 @@ class Tuner {
 
   struct Entry {
     std::vector<Algorithm> candidates;
+    int trials = 0;                            // timed calls per candidate
     int issued = 0;                            // trial calls handed out
     int recorded = 0;                          // ... and finished
     std::vector<std::vector<double>> seconds;  // per candidate, per timed call

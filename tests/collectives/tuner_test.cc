@@ -118,14 +118,21 @@ TEST(Tuner, KnobsAreCheckedAndZeroTurnsItOff) {
       }
       unsetenv(knob);
     }
-    // Twelve calls of `count` f32, enough for any trial: whether they left an outcome.
+    // Calls of `count` f32, enough for any trial (twelve with 1 trial a
+    // candidate): whether they left an outcome.
     auto settled = [&](const char* tune, const char* min_bytes, Algorithm algo,
                        size_t count) -> Result<bool> {
       setenv("RDMAFLOW_COLL_TUNE", tune, 1);
       setenv("RDMAFLOW_COLL_TUNE_MIN_BYTES", min_bytes, 1);
       RDMAFLOW_RETURN_IF_ERROR(renew_comm(node, rank, n));
       std::string first;
-      for (int i = 0; i < 12; ++i) {
+      // By time, up to the most trials per candidate, stopping once settled.
+      const size_t calls = std::string(tune) == "auto"
+                               ? (Tuner::kMaxTrials + 1) * Tuner::kMaxCandidates + 1
+                               : 12;
+      for (size_t i = 0;
+           i < calls && !node.comm->tuned(CollectiveKind::kAllreduce, count, DataType::kF32);
+           ++i) {
         CallSpec c{CollectiveKind::kAllreduce, algo, DataType::kF32, ReduceOp::kSum, count};
         RDMAFLOW_ASSIGN_OR_RETURN(size_t wrong, run_and_check(*node.comm, c, &first));
         EXPECT_EQ(wrong, 0u) << first;
@@ -143,10 +150,27 @@ TEST(Tuner, KnobsAreCheckedAndZeroTurnsItOff) {
     expect(settled("1", "0", Algorithm::kRing, 4096), false, "a forced algorithm");
     expect(settled("1", "65536", Algorithm::kAuto, 4096), false, "16 KiB under 64 KiB");
     expect(settled("1", "65536", Algorithm::kAuto, 16384), true, "64 KiB at 64 KiB");
+    expect(settled("auto", "65536", Algorithm::kAuto, 16384), true, "auto, 64 KiB at 64 KiB");
     return 0;
   });
   if (r.skipped) GTEST_SKIP() << r.message;
   ASSERT_TRUE(r.ok) << r.message;
+}
+
+// By time (RDMAFLOW_COLL_TUNE unset or auto), a bucket gets as many trial
+// calls per candidate as its cheapest estimate fits in the budget, between
+// the least and the most; a number fixes them.
+TEST(Tuner, TrialsByTimeFitTheBudget) {
+  const Tuner by_time(Tuner::kByTime), fixed(5);
+  const double budget = Tuner::kBudgetSeconds;
+  EXPECT_EQ(by_time.trials_for(budget / 50), 50);
+  EXPECT_EQ(by_time.trials_for(budget / 49.5), 50);  // rounded up
+  EXPECT_EQ(by_time.trials_for(budget), Tuner::kMinTrials);
+  EXPECT_EQ(by_time.trials_for(10.0), Tuner::kMinTrials);
+  EXPECT_EQ(by_time.trials_for(1e-9), Tuner::kMaxTrials);
+  EXPECT_EQ(by_time.trials_for(0), Tuner::kMaxTrials);
+  EXPECT_EQ(fixed.trials_for(budget / 50), 5);
+  EXPECT_EQ(fixed.trials_for(10.0), 5);
 }
 
 // A near tie in the model with a real gap: RDMAFLOW_COLL_ROUND_US at one
