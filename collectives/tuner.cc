@@ -82,10 +82,17 @@ Result<Tuner::Pick> Tuner::pick(CollectiveKind kind, size_t bytes, const CostMod
   Entry& e = entry(kind, bytes, model);
   if (e.outcome) return Pick{e.outcome->winner};
   const int n = static_cast<int>(e.candidates.size());
+  // A block of the first candidate, not counted, then a block per candidate.
+  // The bucket's first calls run on connections the calls before left idle
+  // or in another state (a TCP window to regrow), and the first block took
+  // that alone: on 4 x 1 at 1 and 2 MiB right after 256 KiB, Rabenseifner's
+  // first 5 calls took a median of 4.5-12.3 ms against 2.1 ms forced; with 8
+  // the median was 2.3 ms (docs/benchmarks.md, "Selector: the tuner from 4 MiB").
   const int block = e.trials + 1;
-  if (e.issued < block * n) {
-    const int c = e.issued / block;
-    const int place = e.issued++ % block;
+  if (e.issued < block * (n + 1)) {
+    const int i = e.issued++;
+    if (i < block) return Pick{e.candidates.front(), &e, 0, /*warmup=*/true, -1};
+    const int c = (i - block) / block, place = (i - block) % block;
     return Pick{e.candidates[static_cast<size_t>(c)], &e, c, place == 0, place - 1};
   }
   // The decision: every trial call of the bucket done here (some may still

@@ -61,6 +61,9 @@ class Tuner {
   static constexpr int kMinTrials = 3;
   static constexpr int kMaxTrials = 100;
   static constexpr double kBudgetSeconds = 0.02;
+  // The most calls a bucket's trial takes: a warm-up block of the first
+  // candidate and a block of 1 + trials calls per candidate.
+  static constexpr size_t kMostTrialCalls = (kMaxTrials + 1) * (kMaxCandidates + 1);
   // RDMAFLOW_COLL_TUNE_MIN_BYTES's default: calls from 64 KiB are tuned; 8 B
   // keeps the model's choice (the tree on the cluster's layouts, the fastest
   // in every targets run). From 4 MiB the model ties the ring, both trees

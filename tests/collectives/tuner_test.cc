@@ -47,7 +47,7 @@ TEST(Tuner, EveryRankTakesTheSameAlgorithmAndResultsStayRight) {
     const size_t counts[] = {1000, 1025, 16384, 16385};
     std::string log;
     for (size_t count : counts) {
-      for (int step = 0; step < 10; ++step) {
+      for (int step = 0; step < 12; ++step) {
         const uint32_t seed = static_cast<uint32_t>(count + step);
         if (step % 2 == 0) {
           std::string first;
@@ -78,8 +78,9 @@ TEST(Tuner, EveryRankTakesTheSameAlgorithmAndResultsStayRight) {
               << "count " << count << " step " << step << " call " << k << ": " << first;
         }
       }
-      // Fifteen calls per size cover blocks of three calls for up to four
-      // candidates and the decision: the bucket is settled, and select() says so.
+      // Eighteen calls per size cover the warm-up block, blocks of three
+      // calls for up to four candidates and the decision: the bucket is
+      // settled, and select() says so.
       auto o = comm.tuned(CollectiveKind::kAllreduce, count, DataType::kF32);
       EXPECT_TRUE(o.has_value()) << "count " << count;
       if (o) {
@@ -127,9 +128,7 @@ TEST(Tuner, KnobsAreCheckedAndZeroTurnsItOff) {
       RDMAFLOW_RETURN_IF_ERROR(renew_comm(node, rank, n));
       std::string first;
       // By time, up to the most trials per candidate, stopping once settled.
-      const size_t calls = std::string(tune) == "auto"
-                               ? (Tuner::kMaxTrials + 1) * Tuner::kMaxCandidates + 1
-                               : 12;
+      const size_t calls = std::string(tune) == "auto" ? Tuner::kMostTrialCalls + 1 : 12;
       for (size_t i = 0;
            i < calls && !node.comm->tuned(CollectiveKind::kAllreduce, count, DataType::kF32);
            ++i) {
