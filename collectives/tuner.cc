@@ -87,7 +87,7 @@ Result<Tuner::Pick> Tuner::pick(CollectiveKind kind, size_t bytes, const CostMod
   // or in another state (a TCP window to regrow), and the first block took
   // that alone: on 4 x 1 at 1 and 2 MiB right after 256 KiB, Rabenseifner's
   // first 5 calls took a median of 4.5-12.3 ms against 2.1 ms forced; with 8
-  // the median was 2.3 ms (docs/benchmarks.md, "Selector: the tuner from 4 MiB").
+  // the median was 2.3 ms (docs/benchmarks.md, "Selector: the tuner from 64 KiB").
   const int block = e.trials + 1;
   if (e.issued < block * (n + 1)) {
     const int i = e.issued++;

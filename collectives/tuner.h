@@ -10,8 +10,10 @@
 // trial at run time, as STAR-MPI did, can. Per (collective, size bucket: the
 // bytes rounded up to a power of two) the candidates are the algorithms whose
 // estimate is within kFactor of the cheapest (at most kMaxCandidates). The
-// bucket's first calls run each candidate in turn for a block of 1 + trials
-// calls: back to back, as a loop's calls run, since alternating them call by
+// bucket's first calls run a warm-up block of the first candidate (not
+// counted), then each candidate in turn for a block of 1 + trials calls
+// (trials by time: as many as the cheapest estimate fits in 20 ms, 3-100):
+// back to back, as a loop's calls run, since alternating them call by
 // call timed another regime (4 x 1 at 64 KiB, recursive doubling took 0.4 ms
 // a rank between other schedules and 1.0 ms back to back); the block's first
 // call (a new program, the previous schedule's pieces still settling) is not
@@ -66,12 +68,12 @@ class Tuner {
   static constexpr size_t kMostTrialCalls = (kMaxTrials + 1) * (kMaxCandidates + 1);
   // RDMAFLOW_COLL_TUNE_MIN_BYTES's default: calls from 64 KiB are tuned; 8 B
   // keeps the model's choice (the tree on the cluster's layouts, the fastest
-  // in every targets run). From 4 MiB the model ties the ring, both trees
-  // and Rabenseifner on 4 x 1 (its sums are equal) and took Rabenseifner,
-  // 1.08-1.21x the ring; at 64 KiB-1 MiB it took the double tree on 4 x 1
-  // and hier on 2 x 2, up to 1.4x the binomial tree; the trial took the
-  // fastest or one within 10% of it at nearly every size ("Selector: the
-  // tuner from 64 KiB").
+  // in every targets run). From 64 KiB the model's estimates of the trees,
+  // the ring, Rabenseifner and hier tie within a few % on the crowded
+  // cluster and it took the double tree on 4 x 1 at 64 KiB, Rabenseifner
+  // from 4 MiB and hier on 2 x 2 at 256 KiB-1 MiB, 1.1-1.4x the fastest; the
+  // trial (by time, after its warm-up block) took the fastest or one within
+  // 10% of it at each of 16 size-runs ("Selector: the tuner from 64 KiB").
   static constexpr size_t kDefaultMinBytes = size_t{64} << 10;
 
   // RDMAFLOW_COLL_TUNE: trial calls per candidate, kByTime, or 0 (off).
