@@ -130,8 +130,7 @@ TEST(Tuner, KnobsAreCheckedAndZeroTurnsItOff) {
       // By time, up to the most trials per candidate, stopping once settled.
       const size_t calls = std::string(tune) == "auto" ? Tuner::kMostTrialCalls + 1 : 12;
       for (size_t i = 0;
-           i < calls && !node.comm->tuned(CollectiveKind::kAllreduce, count, DataType::kF32);
-           ++i) {
+           i < calls && !node.comm->tuned(CollectiveKind::kAllreduce, count, DataType::kF32); ++i) {
         CallSpec c{CollectiveKind::kAllreduce, algo, DataType::kF32, ReduceOp::kSum, count};
         RDMAFLOW_ASSIGN_OR_RETURN(size_t wrong, run_and_check(*node.comm, c, &first));
         EXPECT_EQ(wrong, 0u) << first;
