@@ -374,7 +374,8 @@ int main(int argc, char** argv) {
                   [&](const Args& x, size_t count, Bufs& b) {
                     const size_t c = per_rank(x.op) ? count / world : count;
                     if (x.algo != Algorithm::kAuto || !comm.tuning(x.op, c, x.type)) return;
-                    for (size_t i = 0; i <= Tuner::kMostTrialCalls && !comm.tuned(x.op, c, x.type); ++i) {
+                    for (size_t i = 0; i <= Tuner::kMostTrialCalls && !comm.tuned(x.op, c, x.type);
+                         ++i) {
                       Status st = comm.run(x.op, b.in.data(), b.out.data(), c, x.type, x.redop, 0);
                       if (!st.is_ok()) die(st.to_string());
                     }
