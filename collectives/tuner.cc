@@ -83,9 +83,9 @@ Result<Tuner::Pick> Tuner::pick(CollectiveKind kind, size_t bytes, const CostMod
   if (e.outcome) return Pick{e.outcome->winner};
   const int n = static_cast<int>(e.candidates.size());
   // A block of the first candidate, not counted, then a block per candidate.
-  // The bucket's first calls run on connections the calls before left idle
-  // or in another state (a TCP window to regrow), and the first block took
-  // that alone: on 4 x 1 at 1 and 2 MiB right after 256 KiB, Rabenseifner's
+  // Without it the first block alone ran slow after a size change (the
+  // calls before may leave the connections idle or in another state; not
+  // established): on 4 x 1 at 1 and 2 MiB right after 256 KiB, Rabenseifner's
   // first 5 calls took a median of 4.5-12.3 ms against 2.1 ms forced; with 8
   // the median was 2.3 ms (docs/benchmarks.md, "Selector: the tuner from 64 KiB").
   const int block = e.trials + 1;
