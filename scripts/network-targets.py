@@ -7,7 +7,9 @@ whether it is met. Every reference was measured in the same run, on the same
 hosts; nothing here is a hard-coded result. Where the run has the plain-socket
 allreduce (coll_bench --vs plain), each short 1.2x row and a short 8 B row
 say what it needs beside what plain TCP sockets took at that size: a row
-plain sockets could not make is beyond what TCP allows on these hosts.
+plain sockets could not make is beyond what TCP allows on these hosts. With
+the link's rate (p2p-tcp.json), a short 1.2x row that needs less than the
+least time any allreduce takes over these links says so: no schedule meets it.
 
   scripts/network-targets.py DIR
 
