@@ -225,6 +225,13 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
     return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "RDMAFLOW_COLL_STAGE must be 0 or 1");
   }
   cfg.stage_all = stage == 1;
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t land_min,
+                            env_int("RDMAFLOW_COLL_LAND_MIN", static_cast<int64_t>(cfg.land_min)));
+  if (land_min < 0 || land_min > (int64_t{1} << 40)) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
+                          "RDMAFLOW_COLL_LAND_MIN must be 0 (never) or a size in bytes up to 2^40");
+  }
+  cfg.land_min = static_cast<size_t>(land_min);
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t bind, env_int("RDMAFLOW_COLL_BIND", 0));
   if (bind != 0 && bind != 1) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "RDMAFLOW_COLL_BIND must be 0 or 1");

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -104,6 +105,9 @@ class Run {
   struct Scratch {
     std::vector<uint32_t> remaining, dep_begin, dependents, cursor, ready, inflight, drained;
     std::vector<uint64_t> send_base, recv_base;
+    // Receives by peer and ordinal: recv_items[recv_begin[p] + ordinal].
+    std::vector<uint32_t> recv_begin, recv_items;
+    std::vector<uint8_t> recv_state;    // per item: RecvState
     Clock::time_point no_poll_until{};  // preempted while polling: sleep until then
   };
   static Scratch& thread_scratch() {
@@ -112,6 +116,8 @@ class Run {
   }
 
   bool done() const { return finished_ == n_ || !failure_.is_ok(); }
+
+  enum RecvState : uint8_t { kWaiting = 0, kLanding = 1, kConsumed = 2 };
 
   // ---- prepare ----
 
@@ -154,6 +160,97 @@ class Run {
     // Sends in flight per peer (their completions are awaited).
     scratch_.inflight.assign(world_, 0);
     scratch_.drained.clear();
+    index_receives();
+    for (uint32_t i : ready) land(i);
+  }
+
+  void index_receives() {
+    auto& begin = scratch_.recv_begin;
+    auto& items = scratch_.recv_items;
+    begin.assign(world_ + 1, 0);
+    for (const Item& it : items_) {
+      if (it.kind == ItemKind::kRecv) ++begin[it.peer + 1];
+    }
+    for (int p = 0; p < world_; ++p) begin[p + 1] += begin[p];
+    items.assign(begin[world_], UINT32_MAX);
+    for (size_t i = 0; i < n_; ++i) {
+      const Item& it = items_[i];
+      if (it.kind != ItemKind::kRecv) continue;
+      const uint64_t at = begin[it.peer] + it.ordinal;
+      if (it.ordinal < begin[it.peer + 1] - begin[it.peer]) items[at] = static_cast<uint32_t>(i);
+    }
+    scratch_.recv_state.assign(n_, kWaiting);
+  }
+
+  // The receive of `peer`'s piece `ordinal` in this program, or UINT32_MAX.
+  uint32_t recv_item(int peer, uint64_t ordinal) const {
+    const auto& begin = scratch_.recv_begin;
+    if (ordinal >= begin[peer + 1] - begin[peer]) return UINT32_MAX;
+    return scratch_.recv_items[begin[peer] + ordinal];
+  }
+
+  // ---- landing (FabricConfig::land_min) ----
+
+  // Ready receive i copies its piece out of the slot: ask the peer's backend
+  // to put the piece at its destination instead. Only once the slot is free
+  // (its earlier piece consumed: in an earlier call, or by this one before
+  // the credit that lets the peer send this piece, so that every frame of it
+  // arrives after the landing). Ready means every item the receive depends on
+  // is done, so the bytes may arrive in dst from now on: the executor's own
+  // copy could run now.
+  void land(uint32_t i) {
+    const Item& it = items_[i];
+    if (it.kind != ItemKind::kRecv || it.reduce || cfg_.land_min == 0) return;
+    const size_t bytes = it.elems * es_;
+    if (bytes < cfg_.land_min || scratch_.recv_state[i] != kWaiting) return;
+    Fabric::Peer& peer = fabric_.peer(it.peer);
+    if (peer.direct || !peer.channel) return;
+    if (it.ordinal >= static_cast<uint64_t>(cfg_.slots)) {
+      const uint32_t before = recv_item(it.peer, it.ordinal - cfg_.slots);
+      if (before == UINT32_MAX || scratch_.recv_state[before] != kConsumed) return;
+    }
+    const uint64_t seq = scratch_.recv_base[it.peer] + it.ordinal;
+    if (fabric_.data_arrived(it.peer, lane_, seq)) return;  // too late to move it
+    if (peer.channel->post_landing(peer.local + fabric_.slot_offset(lane_, seq), bytes, it.dst)) {
+      scratch_.recv_state[i] = kLanding;
+      ++landings_;
+    }
+  }
+
+  // Withdraws receive i's landing and copies what did not land from `slot`.
+  // Returns the bytes copied.
+  size_t take_landing(const Item& it, uint32_t i, const std::byte* slot) {
+    Channel::Landed got = fabric_.peer(it.peer).channel->take_landing(slot);
+    scratch_.recv_state[i] = kWaiting;
+    --landings_;
+    const size_t bytes = it.elems * es_;
+    std::sort(got.ranges, got.ranges + got.count,
+              [](const auto& a, const auto& b) { return a.offset < b.offset; });
+    size_t at = 0, copied = 0;
+    auto* dst = static_cast<std::byte*>(it.dst);
+    for (int k = 0; k <= got.count; ++k) {
+      const size_t end = k < got.count ? got.ranges[k].offset : bytes;
+      if (end > at) {
+        std::memcpy(dst + at, slot + at, end - at);
+        copied += end - at;
+      }
+      if (k < got.count) at = std::max(at, got.ranges[k].offset + got.ranges[k].len);
+    }
+    fabric_.count_landing(copied);
+    return copied;
+  }
+
+  // A failed call: no landing may outlive it (its dst is the caller's).
+  void withdraw_landings() {
+    for (uint32_t i = 0; i < n_ && landings_ > 0; ++i) {
+      if (scratch_.recv_state[i] != kLanding) continue;
+      const Item& it = items_[i];
+      const uint64_t seq = scratch_.recv_base[it.peer] + it.ordinal;
+      fabric_.peer(it.peer).channel->take_landing(fabric_.peer(it.peer).local +
+                                                  fabric_.slot_offset(lane_, seq));
+      scratch_.recv_state[i] = kWaiting;
+      --landings_;
+    }
   }
 
   // ---- start items ----
@@ -164,7 +261,10 @@ class Run {
     auto& remaining = scratch_.remaining;
     for (uint32_t k = dep_begin[i]; k < dep_begin[i + 1]; ++k) {
       const uint32_t d = scratch_.dependents[k];
-      if (--remaining[d] == 0) scratch_.ready.push_back(d);
+      if (--remaining[d] == 0) {
+        scratch_.ready.push_back(d);
+        land(d);
+      }
     }
   }
 
@@ -310,9 +410,16 @@ class Run {
     const std::byte* slot = peer.local + fabric_.slot_offset(lane_, seq);
     if (it.reduce) {
       reduce_buffers(program_.type(), program_.op(), it.dst, it.src, slot, it.elems);
+    } else if (scratch_.recv_state[i] == kLanding) {
+      take_landing(it, i, slot);
     } else {
       std::memcpy(it.dst, slot, it.elems * es_);
     }
+    scratch_.recv_state[i] = kConsumed;
+    // The piece after this one in the slot cannot have left the peer before
+    // the credit below: its landing goes first.
+    const uint32_t next = recv_item(it.peer, it.ordinal + cfg_.slots);
+    if (next != UINT32_MAX && scratch_.remaining[next] == 0) land(next);
     Status st = fabric_.return_credit(it.peer, lane_, seq);  // hand the slot back
     if (!st.is_ok()) failure_ = std::move(st);
     finish(i);
@@ -662,6 +769,7 @@ class Run {
   // or time out) before returning. On success, advances the lane's sequence
   // numbers past this program's pieces.
   Status complete() {
+    if (landings_ > 0) withdraw_landings();
     if (!failure_.is_ok()) {
       while (comps_) {
         const uint64_t epoch = sig_.epoch();
@@ -698,6 +806,7 @@ class Run {
 
   std::shared_ptr<Completions> comps_;  // made by the first write that needs one
   size_t finished_ = 0;
+  size_t landings_ = 0;       // receives whose landing is posted
   size_t finished_seen_ = 0;  // finished_ when blocked() last moved the deadline
   Status failure_;
   Clock::time_point spin_until_;      // spin (drive, poll) rather than sleep until then

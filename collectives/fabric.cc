@@ -363,6 +363,8 @@ FabricStats Fabric::stats() const {
   s.staged_pieces = staged_pieces_.load(std::memory_order_relaxed);
   s.registered_source_pieces = registered_source_pieces_.load(std::memory_order_relaxed);
   s.credit_hold = config_.credit_hold;
+  s.landed_pieces = landed_pieces_.load(std::memory_order_relaxed);
+  s.landing_copied_bytes = landing_copied_bytes_.load(std::memory_order_relaxed);
   return s;
 }
 

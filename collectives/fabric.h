@@ -120,6 +120,11 @@ struct FabricConfig {
   // source (RDMAFLOW_COLL_STAGE=1): how verbs behaves, on any backend, to
   // measure staging and test the registered-buffer path without an RDMA NIC.
   bool stage_all = false;
+  // Receives of at least this many bytes that copy a piece out of its slot
+  // (no reduction) have the backend put the piece where it goes instead
+  // (Channel::post_landing; tcp), posted before its slot's credit leaves:
+  // the socket's copy is the only one (RDMAFLOW_COLL_LAND_MIN; 0: never).
+  size_t land_min = 32 * 1024;
   // Credits on the notify path that may wait per channel for a frame to ride
   // with (Channel::post_write_deferred; "Credits ride with other frames"
   // above). -1: from RDMAFLOW_COLL_CREDIT_HOLD, else slots / 2 - 1; 0: every
@@ -139,6 +144,10 @@ struct FabricStats {
   uint64_t staged_pieces = 0;
   uint64_t registered_source_pieces = 0;
   int credit_hold = 0;  // credits that may wait per channel (FabricConfig)
+  // Copy receives whose piece the backend put in place (land_min): wholly,
+  // and bytes copied out of the slot anyway (frames that came first).
+  uint64_t landed_pieces = 0;
+  uint64_t landing_copied_bytes = 0;
 };
 
 namespace notify_code {
@@ -268,6 +277,10 @@ class Fabric {
   // This rank's end of the memory channels: its doorbell and the waits on it.
   const shm::MemoryEndpoint& endpoint() const { return *endpoint_; }
   void count_notify_piece() { notify_pieces_.fetch_add(1, std::memory_order_relaxed); }
+  void count_landing(size_t copied) {
+    if (copied == 0) landed_pieces_.fetch_add(1, std::memory_order_relaxed);
+    landing_copied_bytes_.fetch_add(copied, std::memory_order_relaxed);
+  }
   void count_staged_piece(bool registered) {
     (registered ? registered_source_pieces_ : staged_pieces_)
         .fetch_add(1, std::memory_order_relaxed);
@@ -325,6 +338,8 @@ class Fabric {
   int direct_peers_ = 0;
   std::atomic<uint64_t> direct_pieces_{0};
   std::atomic<uint64_t> notify_pieces_{0};
+  std::atomic<uint64_t> landed_pieces_{0};
+  std::atomic<uint64_t> landing_copied_bytes_{0};
   std::atomic<uint64_t> staged_pieces_{0};
   std::atomic<uint64_t> registered_source_pieces_{0};
   std::shared_ptr<UserMemory> user_memory_;

@@ -188,6 +188,45 @@ class Channel {
     post_write(src, len, dst, dst_offset, notify, std::move(done), timeout);
   }
 
+  // Receive-side landing, for a receiver that would copy a write's bytes out
+  // of the memory it granted as soon as they arrive (the collectives' slots):
+  // the bytes of this peer's writes that would land at [at, at + len), inside
+  // memory this side granted, are put at [dst, dst + len) instead, so the
+  // backend's own copy off the wire is the only one. Only writes whose frames
+  // arrive after this call move, each frame whole or not at all;
+  // take_landing() says which parts did, and the rest is at `at` as usual.
+  // The notify of a write is seen only after its bytes are wherever they
+  // went. The caller keeps [dst, dst + len) valid and untouched until
+  // take_landing(at). False when the backend cannot (the default: nothing
+  // moves) or [at, at + len) overlaps a landing already posted.
+  virtual bool post_landing(const void* at, size_t len, void* dst) {
+    (void)at, (void)len, (void)dst;
+    return false;
+  }
+
+  // Withdraws the landing posted at `at` and returns which bytes of it went
+  // to dst. A frame being received into dst is waited for (a bounded wait: a
+  // receive into it never blocks for long); one that was cut short by this
+  // call lands nowhere, so withdraw early only when the write no longer
+  // matters (a failed call).
+  struct Landed {
+    static constexpr int kMaxRanges = 8;  // frames beyond these are not moved
+    int count = 0;
+    struct Range {
+      size_t offset = 0;  // from `at`
+      size_t len = 0;
+    } ranges[kMaxRanges];
+    size_t bytes() const {
+      size_t b = 0;
+      for (int i = 0; i < count; ++i) b += ranges[i].len;
+      return b;
+    }
+  };
+  virtual Landed take_landing(const void* at) {
+    (void)at;
+    return {};
+  }
+
   // One-sided read of `len` bytes of `src` at `src_offset` into `dst`.
   virtual void read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,
                     Millis timeout) = 0;

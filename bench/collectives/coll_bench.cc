@@ -725,10 +725,13 @@ int main(int argc, char** argv) {
     const FabricStats st = comm.stats();
     std::printf(
         "# rank 0 fabric: %llu pieces direct, %llu through the channel, %llu doorbell "
-        "sleeps\n",
+        "sleeps; %llu received where they go (RDMAFLOW_COLL_LAND_MIN), %llu bytes copied "
+        "out of slots that a landing did not take\n",
         static_cast<unsigned long long>(st.direct_pieces),
         static_cast<unsigned long long>(st.notify_pieces),
-        static_cast<unsigned long long>(st.doorbell_sleeps));
+        static_cast<unsigned long long>(st.doorbell_sleeps),
+        static_cast<unsigned long long>(st.landed_pieces),
+        static_cast<unsigned long long>(st.landing_copied_bytes));
   }
   if (rank == 0 && !a.json.empty()) {
     std::ofstream f(a.json);

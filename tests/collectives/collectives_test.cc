@@ -607,6 +607,62 @@ TEST_P(Collectives, DirectPathOnSharedMemoryAndItsKnob) {
   }
 }
 
+// Receives that copy a piece out of its slot have tcp put the piece where it
+// goes (FabricConfig::land_min, Channel::post_landing); the results are the
+// same with RDMAFLOW_COLL_LAND_MIN=0, which keeps every piece in its slot,
+// and a bad value is refused naming the knob. Backends without landings
+// (UCX, verbs) land nothing.
+TEST_P(Collectives, PiecesLandWhereTheyGoAndItsKnob) {
+  auto bad = run_ranks(1, [&](int rank, int n, Exchange& ex) {
+    for (const char* knob : {"-1", "lots", "2000000000000000"}) {
+      setenv("RDMAFLOW_COLL_LAND_MIN", knob, 1);
+      CommNode node;
+      Status made = make_comm_node(backend(), rank, n, ex, node);
+      EXPECT_EQ(made.code(), Code::kInvalidArgument) << knob << ": " << made.to_string();
+      EXPECT_NE(made.to_string().find("RDMAFLOW_COLL_LAND_MIN"), std::string::npos)
+          << made.to_string();
+    }
+    return 0;
+  });
+  if (bad.skipped) GTEST_SKIP() << bad.message;
+  ASSERT_TRUE(bad.ok) << bad.message;
+  for (const char* knob : {"", "0"}) {
+    auto r = run_ranks(3, [&](int rank, int n, Exchange& ex) {
+      if (*knob != '\0') setenv("RDMAFLOW_COLL_LAND_MIN", knob, 1);
+      CommNode node;
+      RF_ASSERT_OK(make_comm_node(backend(), rank, n, ex, node));
+      for (size_t count : {size_t{5000}, size_t{300001}}) {
+        for (bool in_place : {false, true}) {
+          for (Algorithm a : {Algorithm::kRing, Algorithm::kRabenseifner, Algorithm::kTree}) {
+            CallSpec c{CollectiveKind::kAllreduce, a, DataType::kF32, ReduceOp::kSum, count};
+            c.in_place = in_place;
+            RF_ASSERT_OK(check_call(*node.comm, c));
+          }
+          for (CollectiveKind k : {CollectiveKind::kAllgather, CollectiveKind::kBroadcast}) {
+            CallSpec c{k, Algorithm::kRing, DataType::kF32, ReduceOp::kSum, count};
+            if (k == CollectiveKind::kBroadcast) c.algo = Algorithm::kTree;
+            c.in_place = in_place;
+            c.root = 1;
+            RF_ASSERT_OK(check_call(*node.comm, c));
+          }
+        }
+      }
+      const FabricStats st = node.comm->stats();
+      const bool lands = backend().backend == "tcp" && *knob == '\0';
+      if (lands) {
+        EXPECT_GT(st.landed_pieces, 0u);
+      } else {
+        EXPECT_EQ(st.landed_pieces, 0u);
+        EXPECT_EQ(st.landing_copied_bytes, 0u);
+      }
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    });
+    if (r.skipped) GTEST_SKIP() << r.message;
+    ASSERT_TRUE(r.ok) << "RDMAFLOW_COLL_LAND_MIN='" << knob << "': " << r.message;
+  }
+}
+
 // Direct and channel peers in one communicator: rank 2 turns the direct path
 // off, so over UCX only the pair (0, 1) takes it; every algorithm still agrees.
 TEST_P(Collectives, DirectAndChannelPeersMix) {

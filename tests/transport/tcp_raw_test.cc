@@ -2,6 +2,7 @@
 // (every malformed header refused, memory untouched, the listener still
 // serving), and the choice of address family. The generic contract is in
 // conformance_test.cc; the verbs counterparts are in tests/verbs/raw_peer_test.cc.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -360,6 +361,97 @@ TEST(TcpConformance, HoldZeroWritesOfAStepLeaveWithItsNextFrame) {
         deadline));
     EXPECT_EQ(tcp->send_calls() - before, 1u);
     RF_ASSERT_OK(ex.barrier());  // rank 1 took all three
+    return 0;
+  });
+  RF_EXPECT_RUN_OK(r);
+}
+
+// Landings (Channel::post_landing): a write whose frames arrive after the
+// landing was posted goes to its dst whole, the granted memory untouched; one
+// that arrived before stays where it was written; a frame that only partly
+// lies inside the landing, or arrives after take_landing(), is not moved;
+// overlapping landings are refused. Rank 0 writes, rank 1 receives.
+TEST(TcpConformance, LandingsPutWritesWhereTheReceiverWantsThem) {
+  constexpr size_t kPart = 64 << 10;
+  auto r = run_ranks(2, [&](int rank, int world, Exchange& ex) {
+    Node node;
+    RF_ASSERT_OK(node.connect_all(kTcp, rank, world, ex));
+    Buffer region(4 * kPart), dst(2 * kPart);
+    std::memset(region.p, 0, region.size);
+    std::memset(dst.p, 0, dst.size);
+    RF_ASSIGN_OR_FAIL(RemoteKey key, node.expose(region.p, region.size));
+    RF_ASSIGN_OR_FAIL(auto keys, ex.allgather(key_bytes(key)));
+    Channel& ch = *node.peers[static_cast<size_t>(1 - rank)];
+    auto zero = [](const uint8_t* p, size_t n) {
+      return std::all_of(p, p + n, [](uint8_t b) { return b == 0; });
+    };
+    if (rank == 1) {
+      auto wait = [&](uint64_t want) {
+        auto v = ch.inbox().wait_notify(kOpTimeout);
+        return v.is_ok() && v.value() == want;
+      };
+      // 1. Posted first: the whole write lands at dst.
+      RF_ASSERT(ch.post_landing(region.p, kPart, dst.p));
+      EXPECT_FALSE(ch.post_landing(region.p + 4096, 4096, dst.p + kPart)) << "overlap";
+      RF_ASSERT_OK(ex.barrier());  // A: rank 0 writes [0, kPart)
+      RF_ASSERT(wait(1));
+      Channel::Landed got = ch.take_landing(region.p);
+      RF_ASSERT(got.count == 1);
+      EXPECT_EQ(got.ranges[0].offset, 0u);
+      EXPECT_EQ(got.ranges[0].len, kPart);
+      EXPECT_EQ(check_pattern(dst.p, kPart, 1), -1);
+      EXPECT_TRUE(zero(region.p, kPart)) << "a landed write also reached the granted memory";
+      // 2. Half before the landing, half after: each frame where it was when it came.
+      RF_ASSERT_OK(ex.barrier());  // B: rank 0 writes the first half of [kPart, 2 kPart)
+      RF_ASSERT(wait(2));
+      RF_ASSERT(ch.post_landing(region.p + kPart, kPart, dst.p + kPart));
+      RF_ASSERT_OK(ex.barrier());  // C: the second half
+      RF_ASSERT(wait(3));
+      got = ch.take_landing(region.p + kPart);
+      RF_ASSERT(got.count == 1);
+      EXPECT_EQ(got.ranges[0].offset, kPart / 2);
+      EXPECT_EQ(got.ranges[0].len, kPart / 2);
+      EXPECT_EQ(check_pattern(region.p + kPart, kPart / 2, 2), -1);
+      EXPECT_EQ(check_pattern(dst.p + kPart + kPart / 2, kPart / 2, 3), -1);
+      EXPECT_TRUE(zero(dst.p + kPart, kPart / 2));
+      EXPECT_TRUE(zero(region.p + kPart + kPart / 2, kPart / 2));
+      // 3. A frame that runs past the landing's end, and one after its take: not moved.
+      std::memset(dst.p, 0, dst.size);
+      RF_ASSERT(ch.post_landing(region.p + 2 * kPart, kPart / 2, dst.p));
+      RF_ASSERT_OK(ex.barrier());  // D: [2 kPart, 2 kPart + kPart) in one frame
+      RF_ASSERT(wait(4));
+      EXPECT_EQ(ch.take_landing(region.p + 2 * kPart).count, 0);
+      EXPECT_EQ(check_pattern(region.p + 2 * kPart, kPart, 4), -1);
+      RF_ASSERT(ch.post_landing(region.p + 3 * kPart, kPart, dst.p));
+      EXPECT_EQ(ch.take_landing(region.p + 3 * kPart).count, 0);
+      EXPECT_EQ(ch.take_landing(region.p + 3 * kPart).count, 0) << "taken twice";
+      RF_ASSERT_OK(ex.barrier());  // E: [3 kPart, 4 kPart)
+      RF_ASSERT(wait(5));
+      EXPECT_EQ(check_pattern(region.p + 3 * kPart, kPart, 5), -1);
+      EXPECT_TRUE(zero(dst.p, dst.size));
+      EXPECT_TRUE(ch.error().is_ok()) << ch.error().to_string();
+      RF_ASSERT_OK(ex.barrier());
+      return 0;
+    }
+    RF_ASSIGN_OR_FAIL(RemoteKey peer, parse_key(keys[1]));
+    Buffer src(kPart);
+    auto write = [&](uint64_t off, size_t len, uint64_t seed, uint64_t notify) {
+      fill_pattern(src.p, len, seed);
+      RF_ASSERT_OK(write_sync(ch, src.p, len, peer, off, notify, kOpTimeout));
+      return 0;
+    };
+    RF_ASSERT_OK(ex.barrier());  // A
+    RF_ASSERT(write(0, kPart, 1, 1) == 0);
+    RF_ASSERT_OK(ex.barrier());  // B
+    RF_ASSERT(write(kPart, kPart / 2, 2, 2) == 0);
+    RF_ASSERT_OK(ex.barrier());  // C
+    // The second half's bytes as its own pattern (seed 3 from its first byte).
+    RF_ASSERT(write(kPart + kPart / 2, kPart / 2, 3, 3) == 0);
+    RF_ASSERT_OK(ex.barrier());  // D
+    RF_ASSERT(write(2 * kPart, kPart, 4, 4) == 0);
+    RF_ASSERT_OK(ex.barrier());  // E
+    RF_ASSERT(write(3 * kPart, kPart, 5, 5) == 0);
+    RF_ASSERT_OK(ex.barrier());
     return 0;
   });
   RF_EXPECT_RUN_OK(r);

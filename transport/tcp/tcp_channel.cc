@@ -19,10 +19,12 @@
 
 namespace rdmaflow::tcp {
 
-TcpChannel::TcpChannel(std::shared_ptr<IoLoop> loop, std::shared_ptr<GrantTable> grants, int fd,
-                       int self_rank, int peer_rank, TcpOptions options)
+TcpChannel::TcpChannel(std::shared_ptr<IoLoop> loop, std::shared_ptr<GrantTable> grants,
+                       std::shared_ptr<LandingTable> landings, int fd, int self_rank, int peer_rank,
+                       TcpOptions options)
     : loop_(std::move(loop)),
       grants_(std::move(grants)),
+      landings_(std::move(landings)),
       fd_(fd),
       self_(self_rank),
       peer_(peer_rank),

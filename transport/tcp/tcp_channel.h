@@ -40,6 +40,7 @@
 #include "transport/common/op_table.h"
 #include "transport/common/sticky_error.h"
 #include "transport/tcp/tcp_frame.h"
+#include "transport/tcp/tcp_landing.h"
 #include "transport/tcp/tcp_progress.h"
 #include "transport/tcp/tcp_wire.h"
 
@@ -65,8 +66,9 @@ class TcpChannel final : public Channel,
                          public std::enable_shared_from_this<TcpChannel> {
  public:
   // Takes ownership of `fd`, a connected TCP socket (handshake done).
-  TcpChannel(std::shared_ptr<IoLoop> loop, std::shared_ptr<GrantTable> grants, int fd,
-             int self_rank, int peer_rank, TcpOptions options);
+  TcpChannel(std::shared_ptr<IoLoop> loop, std::shared_ptr<GrantTable> grants,
+             std::shared_ptr<LandingTable> landings, int fd, int self_rank, int peer_rank,
+             TcpOptions options);
   ~TcpChannel() override;
 
   // Starts receiving; call once after construction.
@@ -89,6 +91,11 @@ class TcpChannel final : public Channel,
   void post_write_deferred(const void* src, size_t len, const RemoteKey& dst, uint64_t dst_offset,
                            std::optional<uint64_t> notify, Callback done, Millis timeout,
                            int hold) override;
+  // The socket's read puts a landed write's bytes at dst (tcp_landing.h).
+  bool post_landing(const void* at, size_t len, void* dst) override {
+    return landings_->post(peer_, at, len, dst);
+  }
+  Landed take_landing(const void* at) override { return landings_->take(peer_, at); }
   void read(void* dst, size_t len, const RemoteKey& src, uint64_t src_offset, Callback done,
             Millis timeout) override;
   void send_message(std::vector<uint8_t> bytes, Callback done, Millis timeout) override;
@@ -232,7 +239,11 @@ class TcpChannel final : public Channel,
     FrameHeader hdr;
     uint8_t* target = nullptr;  // where payload bytes go; nullptr = discard
     bool granted = false;       // target is a grant's memory: place inside the fence
-    uint64_t gen = 0;           // the grant table's generation when target was resolved
+    // A write moved to a landing (Channel::post_landing): target is in its dst,
+    // `landing_offset` from its start; placed between enter() and leave().
+    std::shared_ptr<LandingTable::Landing> landing;
+    size_t landing_offset = 0;
+    uint64_t gen = 0;  // the grant table's generation when target was resolved
     uint64_t remaining = 0;
     Op* op = nullptr;          // read op whose response chunk is being received
     Status refusal;            // write chunk refused: reason for the NACK
@@ -322,7 +333,8 @@ class TcpChannel final : public Channel,
 
   std::shared_ptr<IoLoop> loop_;
   std::shared_ptr<GrantTable> grants_;
-  std::shared_ptr<WaitDriver> driver_;  // null when RDMAFLOW_TCP_WAIT_POLL=0
+  std::shared_ptr<LandingTable> landings_;  // the transport's, shared by every stream
+  std::shared_ptr<WaitDriver> driver_;      // null when RDMAFLOW_TCP_WAIT_POLL=0
   int fd_ = -1;
   uint64_t watch_id_ = 0;
   int self_;

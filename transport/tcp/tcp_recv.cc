@@ -72,6 +72,11 @@ void TcpChannel::begin_payload(uint64_t len, uint8_t* target) {
 }
 
 bool TcpChannel::enter_target() {
+  if (rx_.landing) {
+    if (landings_->enter(*rx_.landing)) return true;
+    rx_.target = nullptr;  // withdrawn: the rest of the frame lands nowhere
+    return false;
+  }
   if (!rx_.granted) return true;
   while (!grants_->enter(rx_.gen)) {
     // Some grant was revoked since this chunk was checked: is ours still there?
@@ -91,7 +96,11 @@ bool TcpChannel::enter_target() {
 }
 
 void TcpChannel::leave_target() {
-  if (rx_.granted) grants_->leave(rx_.gen);
+  if (rx_.landing) {
+    landings_->leave(*rx_.landing);
+  } else if (rx_.granted) {
+    grants_->leave(rx_.gen);
+  }
 }
 
 // The turn emptied the socket after taking a burst of many segments. Its
@@ -260,8 +269,15 @@ bool TcpChannel::on_header() {
         rx_.refusal = resolve_write_target(*grants_, h, peer_, &dst);
         if (rx_.refusal.code() == Code::kUnauthenticated) return forged_key(rx_.refusal);
       }
-      begin_payload(h.length, rx_.refusal.is_ok() && !rx_.has_poisoned ? dst : nullptr);
-      rx_.granted = rx_.target != nullptr;
+      if (!rx_.refusal.is_ok() || rx_.has_poisoned) dst = nullptr;
+      // A landing posted for this memory takes the frame whole (tcp_landing.h).
+      rx_.landing = dst != nullptr ? landings_->match(peer_, dst, h.length) : nullptr;
+      if (rx_.landing) {
+        rx_.landing_offset = static_cast<size_t>(dst - rx_.landing->at);
+        dst = rx_.landing->dst + rx_.landing_offset;
+      }
+      begin_payload(h.length, dst);
+      rx_.granted = rx_.target != nullptr && !rx_.landing;
       break;
     }
     case FrameType::kWriteAck:
@@ -356,6 +372,10 @@ bool TcpChannel::on_payload_done() {
   std::string violation;
   switch (type) {
     case FrameType::kWrite: {
+      if (rx_.landing) {  // its bytes are in the landing, unless it was withdrawn
+        if (rx_.target != nullptr) landings_->landed(*rx_.landing, rx_.landing_offset, h.length);
+        rx_.landing.reset();
+      }
       if (rx_.has_poisoned) {  // an earlier chunk of this write was refused
         if (last) rx_.has_poisoned = false;
         break;

@@ -110,6 +110,7 @@ TcpTransport::TcpTransport(const TransportConfig& config, TcpTransportOptions op
       options_(options),
       loop_(std::make_shared<IoLoop>(options.busy_poll_us)),
       grants_(std::make_shared<GrantTable>("tcp")),
+      landings_(std::make_shared<LandingTable>()),
       max_pending_(auth::max_pending_handshakes()) {
   loop_->set_ticker(Millis(1), [this](Clock::time_point now) { return sweep(now); });
   loop_->start();
@@ -309,8 +310,8 @@ void TcpTransport::drop_incoming(const std::shared_ptr<Incoming>& in, const std:
 }
 
 std::shared_ptr<TcpChannel> TcpTransport::adopt(int fd, int peer_rank) {
-  auto ch =
-      std::make_shared<TcpChannel>(loop_, grants_, fd, config_.rank, peer_rank, options_.channel);
+  auto ch = std::make_shared<TcpChannel>(loop_, grants_, landings_, fd, config_.rank, peer_rank,
+                                         options_.channel);
   ch->start();
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -82,6 +82,7 @@ class TcpTransport final : public Transport {
   TcpTransportOptions options_;
   std::shared_ptr<IoLoop> loop_;
   std::shared_ptr<GrantTable> grants_;
+  std::shared_ptr<LandingTable> landings_;  // Channel::post_landing, every channel's
   const int max_pending_;  // RDMAFLOW_AUTH_PENDING_MAX: accepted connections not yet through
 
   std::mutex mu_;
