@@ -71,6 +71,17 @@
 // (collectives/algorithms/rabenseifner.cc), so its one credit per peer and
 // step rides with the next step's piece to that peer.
 //
+// Landings. A receive that only copies its piece out of the slot (allgather
+// steps, broadcast, the second half of ring and Rabenseifner allreduce) has
+// the peer's backend put the piece where it goes instead, when the backend
+// can (Channel::post_landing: tcp reads the frames from the socket straight
+// into the destination; the NIC and UCX cannot be told). The executor posts
+// the landing for piece seq when its receive is ready and the slot is free,
+// before the credit of piece seq - slots leaves, so the peer cannot have
+// sent a byte of it yet; the first `slots` pieces of a call may race their
+// landing, and the frames that came first are copied out of the slot as
+// before (FabricConfig::land_min, FabricStats::landed_pieces).
+//
 // Small sends (<= kSmallBytes) are copied into this rank's staging cell for
 // (peer, lane, slot) and posted from there (Channel::post_write, as credits
 // are: on tcp a frame with no acknowledgement); the executor does not wait for
