@@ -87,6 +87,18 @@ def link_bound(d, link_MBps):
     return lambda size: 2 * (hosts - 1) / hosts * size / link_MBps  # bytes / (MB/s) = us
 
 
+def ring_ceiling(d):
+    """What plain TCP sockets moved per host in a ring in run `d` (coll_bench
+    --socket-ring: every rank sending to the next and receiving from the
+    previous at once), in MB/s, where every rank is on a host of its own:
+    every byte an allreduce's busbw counts then crosses a host's link, so its
+    busbw cannot exceed what the hosts' sockets and cores moved. None
+    otherwise (ranks sharing a host keep part of the traffic off the link)."""
+    if d.get("host_count", 0) < 2 or d.get("host_count") != d.get("ranks"):
+        return None
+    return d.get("socket_ring", {}).get("MBps")
+
+
 def allreduce_table(rep, title, d, refs, top, bound=None):
     """The table of one coll_bench --algo all run: rdmaflow's selector beside
     each reference in `refs` and beside the fastest forced algorithm. Returns
@@ -143,6 +155,13 @@ def allreduce_table(rep, title, d, refs, top, bound=None):
                 floor = (floor + "; " if floor else "") + (
                     "below the link's bound of %.1f us (every host sends and receives 2(H-1)/H of "
                     "the buffer): no schedule reaches it" % least)
+            ceiling = ring_ceiling(d)
+            need_bw = 1.2 * best_ref * 1000  # MB/s
+            if ceiling and need_bw > ceiling:
+                floor = (floor + "; " if floor else "") + (
+                    "needs busbw %.0f MB/s, above the %.0f MB/s plain sockets moved per host in a "
+                    "ring at once (--socket-ring): beyond what TCP moved on these hosts and cores"
+                    % (need_bw, ceiling))
             if floor:
                 floors.append(f"{human(size)}: {floor}")
         # The fastest algorithm chosen is within: the selector's column and the

@@ -96,6 +96,39 @@ def link_bound(root, data):
     check("link's bound" not in lines.get("4M", "x"), f"link bound: not at 4M: {lines.get('4M')}")
 
 
+def ring_ceiling(root, data):
+    """With one rank per host, a short 1.2x row whose busbw target is above
+    what plain sockets moved per host in a ring (the run's --socket-ring)
+    says so; a row whose target is below it does not, and a layout with
+    ranks sharing a host never does. The ceiling is set between the rows'
+    needs of the real 4 x 1 run (plain-floor-4x1.json)."""
+    with open(os.path.join(data, "plain-floor-4x1.json")) as f:
+        run4 = json.load(f)
+    need = {}
+    for row in run4["rows"]:
+        best = max(row[x]["busbw_gbs"] for x in ("mpi", "gloo"))
+        if 64 << 10 <= row["size"] and row["rdmaflow"]["busbw_gbs"] < 1.2 * best:
+            need[row["size"]] = 1.2 * best * 1000
+    ceiling = sorted(need.values())[len(need) // 2]
+    check(min(need.values()) < ceiling <= max(need.values()), "the ceiling splits the short rows")
+    run4["socket_ring"] = {"MBps": ceiling, "seconds": 1.0}
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "allreduce-4x1.json"), "w") as f:
+            json.dump(run4, f)
+        shutil.copy(os.path.join(data, "plain-floor-2x2.json"),
+                    os.path.join(d, "allreduce-2x2.json"))
+        r = run(root, d)
+    check(r.returncode == 0, f"ring ceiling: exit status {r.returncode}: {r.stderr}")
+    section = r.stdout.split("allreduce f32, 4x1")[1].split("###")[0]
+    lines = {l.split(":")[0].strip(" -"): l for l in section.splitlines() if "needs" in l}
+    for size, bw in need.items():
+        human = f"{size >> 20}M" if size >= 1 << 20 else f"{size >> 10}K"
+        says = "above the %.0f MB/s plain sockets moved" % ceiling in lines.get(human, "")
+        check(says == (bw > ceiling), f"ring ceiling: {human} needs {bw:.0f} MB/s, says {says}")
+    other = r.stdout.split("allreduce f32, 2x2")[1].split("###")[0]
+    check("plain sockets moved per host" not in other, "ring ceiling: not with ranks sharing a host")
+
+
 def eight_hosts(root, data):
     """8 x 1 (docs/img/data/targets-8x1.json, docs/benchmarks.md "8 hosts x 1
     against Open MPI and Gloo"): its table comes beside the targets and
@@ -151,6 +184,7 @@ def main(root):
               f"a malformed file: exit {r.returncode}, {r.stderr[-200:]}")
     plain_floor(root, data)
     link_bound(root, data)
+    ring_ceiling(root, data)
     eight_hosts(root, data)
     if failures:
         print(f"{len(failures)} failure(s)")
