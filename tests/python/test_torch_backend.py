@@ -14,22 +14,40 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON = os.environ.get("RDMAFLOW_TEST_PYTHON", "/usr/bin/python3")
 
 
-def run_ranks(script, world, *args, timeout=240, env=None):
-    port = str(free_port())
+# What rank 0's TCPStore says when the port free_port() found was taken by
+# another process (a test running beside this one) before the store bound it.
+PORT_TAKEN = "server socket has failed to bind"
+
+
+def run_ranks(script, world, *args, timeout=240, env=None, attempts=3):
+    """Runs `script` as `world` ranks rendezvousing on a free port and returns
+    each rank's (exit status, output). Rank 0 hosts the store: when it lost
+    its port to another process (PORT_TAKEN), the others are stopped and the
+    launch runs again on a new port, up to `attempts` times."""
     env = dict(os.environ, RDMAFLOW_LOG_LEVEL=os.environ.get("RDMAFLOW_LOG_LEVEL", "warn"),
                **(env or {}))
-    procs = [subprocess.Popen([PYTHON, os.path.join(HERE, script), str(r), str(world), port,
-                               *map(str, args)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in range(world)]
-    outs = []
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise AssertionError(f"{script} with {world} ranks did not finish in {timeout} s")
-        outs.append((p.returncode, out))
+    for attempt in range(attempts):
+        port = str(free_port())
+        procs = [subprocess.Popen([PYTHON, os.path.join(HERE, script), str(r), str(world), port,
+                                   *map(str, args)], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True) for r in range(world)]
+        outs = []
+        for p in procs:
+            try:
+                out, _ = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                raise AssertionError(f"{script} with {world} ranks did not finish in {timeout} s")
+            outs.append((p.returncode, out))
+            lost = p is procs[0] and p.returncode != 0 and PORT_TAKEN in out
+            if lost and attempt + 1 < attempts:
+                for q in procs[1:]:
+                    q.kill()
+                    q.communicate()
+                break
+        else:
+            return outs
     return outs
 
 
