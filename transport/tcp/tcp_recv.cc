@@ -259,6 +259,7 @@ bool TcpChannel::on_header() {
   }
   auto type = static_cast<FrameType>(h.type);
   rx_.op = nullptr;
+  rx_.landing.reset();  // only a write frame's payload may go to a landing
   switch (type) {
     case FrameType::kWrite: {
       if (rx_.has_poisoned && rx_.poisoned_op != h.op_id) rx_.has_poisoned = false;
