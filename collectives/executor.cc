@@ -160,8 +160,29 @@ class Run {
     // Sends in flight per peer (their completions are awaited).
     scratch_.inflight.assign(world_, 0);
     scratch_.drained.clear();
+    landing_ = may_land();
+    if (!landing_) return;
     index_receives();
     for (uint32_t i : ready) land(i);
+  }
+
+  // Whether any receive of this program could land (land()): a copy of at
+  // least land_min bytes from a peer off the direct path. Most small calls
+  // have none and skip the rest of the bookkeeping.
+  bool may_land() const {
+    if (cfg_.land_min == 0) return false;
+    for (const Item& it : items_) {
+      if (it.kind == ItemKind::kRecv && !it.reduce && it.elems * es_ >= cfg_.land_min &&
+          !fabric_.peer(it.peer).direct) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Where piece `seq` from `peer` arrives on this lane.
+  std::byte* slot_of(int peer, uint64_t seq) {
+    return fabric_.peer(peer).local + fabric_.slot_offset(lane_, seq);
   }
 
   void index_receives() {
@@ -200,7 +221,7 @@ class Run {
   // copy could run now.
   void land(uint32_t i) {
     const Item& it = items_[i];
-    if (it.kind != ItemKind::kRecv || it.reduce || cfg_.land_min == 0) return;
+    if (!landing_ || it.kind != ItemKind::kRecv || it.reduce) return;
     const size_t bytes = it.elems * es_;
     if (bytes < cfg_.land_min || scratch_.recv_state[i] != kWaiting) return;
     Fabric::Peer& peer = fabric_.peer(it.peer);
@@ -211,15 +232,14 @@ class Run {
     }
     const uint64_t seq = scratch_.recv_base[it.peer] + it.ordinal;
     if (fabric_.data_arrived(it.peer, lane_, seq)) return;  // too late to move it
-    if (peer.channel->post_landing(peer.local + fabric_.slot_offset(lane_, seq), bytes, it.dst)) {
+    if (peer.channel->post_landing(slot_of(it.peer, seq), bytes, it.dst)) {
       scratch_.recv_state[i] = kLanding;
       ++landings_;
     }
   }
 
   // Withdraws receive i's landing and copies what did not land from `slot`.
-  // Returns the bytes copied.
-  size_t take_landing(const Item& it, uint32_t i, const std::byte* slot) {
+  void take_landing(const Item& it, uint32_t i, const std::byte* slot) {
     Channel::Landed got = fabric_.peer(it.peer).channel->take_landing(slot);
     scratch_.recv_state[i] = kWaiting;
     --landings_;
@@ -237,7 +257,6 @@ class Run {
       if (k < got.count) at = std::max(at, got.ranges[k].offset + got.ranges[k].len);
     }
     fabric_.count_landing(copied);
-    return copied;
   }
 
   // A failed call: no landing may outlive it (its dst is the caller's).
@@ -245,9 +264,8 @@ class Run {
     for (uint32_t i = 0; i < n_ && landings_ > 0; ++i) {
       if (scratch_.recv_state[i] != kLanding) continue;
       const Item& it = items_[i];
-      const uint64_t seq = scratch_.recv_base[it.peer] + it.ordinal;
-      fabric_.peer(it.peer).channel->take_landing(fabric_.peer(it.peer).local +
-                                                  fabric_.slot_offset(lane_, seq));
+      fabric_.peer(it.peer).channel->take_landing(
+          slot_of(it.peer, scratch_.recv_base[it.peer] + it.ordinal));
       scratch_.recv_state[i] = kWaiting;
       --landings_;
     }
@@ -406,20 +424,21 @@ class Run {
     const uint64_t seq = scratch_.recv_base[it.peer] + it.ordinal;
     if (!fabric_.data_arrived(it.peer, lane_, seq)) return false;
     const trace::Span span(trace::kCollective, item_name(it), piece_args(it, es_));
-    Fabric::Peer& peer = fabric_.peer(it.peer);
-    const std::byte* slot = peer.local + fabric_.slot_offset(lane_, seq);
+    const std::byte* slot = slot_of(it.peer, seq);
     if (it.reduce) {
       reduce_buffers(program_.type(), program_.op(), it.dst, it.src, slot, it.elems);
-    } else if (scratch_.recv_state[i] == kLanding) {
+    } else if (landing_ && scratch_.recv_state[i] == kLanding) {
       take_landing(it, i, slot);
     } else {
       std::memcpy(it.dst, slot, it.elems * es_);
     }
-    scratch_.recv_state[i] = kConsumed;
-    // The piece after this one in the slot cannot have left the peer before
-    // the credit below: its landing goes first.
-    const uint32_t next = recv_item(it.peer, it.ordinal + cfg_.slots);
-    if (next != UINT32_MAX && scratch_.remaining[next] == 0) land(next);
+    if (landing_) {
+      scratch_.recv_state[i] = kConsumed;
+      // The piece after this one in the slot cannot have left the peer before
+      // the credit below: its landing goes first.
+      const uint32_t next = recv_item(it.peer, it.ordinal + cfg_.slots);
+      if (next != UINT32_MAX && scratch_.remaining[next] == 0) land(next);
+    }
     Status st = fabric_.return_credit(it.peer, lane_, seq);  // hand the slot back
     if (!st.is_ok()) failure_ = std::move(st);
     finish(i);
@@ -806,6 +825,7 @@ class Run {
 
   std::shared_ptr<Completions> comps_;  // made by the first write that needs one
   size_t finished_ = 0;
+  bool landing_ = false;      // may_land(): the landing bookkeeping below is kept
   size_t landings_ = 0;       // receives whose landing is posted
   size_t finished_seen_ = 0;  // finished_ when blocked() last moved the deadline
   Status failure_;

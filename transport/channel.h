@@ -216,11 +216,6 @@ class Channel {
       size_t offset = 0;  // from `at`
       size_t len = 0;
     } ranges[kMaxRanges];
-    size_t bytes() const {
-      size_t b = 0;
-      for (int i = 0; i < count; ++i) b += ranges[i].len;
-      return b;
-    }
   };
   virtual Landed take_landing(const void* at) {
     (void)at;
