@@ -220,6 +220,12 @@ Result<std::unique_ptr<Communicator>> Communicator::create(CommunicatorSetup set
                           "RDMAFLOW_COLL_MIXED_WAIT must be 0 or 1");
   }
   cfg.mixed_wait = mixed == 1;
+  RDMAFLOW_ASSIGN_OR_RETURN(int64_t mixed_poll, env_int("RDMAFLOW_COLL_MIXED_POLL", 1));
+  if (mixed_poll != 0 && mixed_poll != 1) {
+    return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1,
+                          "RDMAFLOW_COLL_MIXED_POLL must be 0 or 1");
+  }
+  cfg.mixed_poll = mixed_poll == 1;
   RDMAFLOW_ASSIGN_OR_RETURN(int64_t stage, env_int("RDMAFLOW_COLL_STAGE", 0));
   if (stage != 0 && stage != 1) {
     return RDMAFLOW_ERROR(Code::kInvalidArgument, op, -1, "RDMAFLOW_COLL_STAGE must be 0 or 1");

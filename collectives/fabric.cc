@@ -276,12 +276,12 @@ void Fabric::find_common_driver() {
 }
 
 void Fabric::find_mixed_driver() {
-  // The notify-path peers' drivers joined (tcp: one ppoll over their sockets),
-  // when it can watch the wake socket every direct peer can reach.
-  if (!config_.mixed_wait || direct_peers_ == 0 || direct_peers_ == world_ - 1 ||
-      endpoint_->wake_fd() < 0) {
-    return;
-  }
+  // The notify-path peers' drivers joined (tcp: one ppoll over their sockets):
+  // the one ppoll of both kinds with mixed_wait, when it can watch the wake
+  // socket every direct peer can reach; else, on a crowded rank, polled
+  // beside the direct words.
+  const bool poll = config_.mixed_poll && config_.yield_polls > 0;
+  if ((!config_.mixed_wait && !poll) || direct_peers_ == 0 || direct_peers_ == world_ - 1) return;
   std::vector<std::shared_ptr<WaitDriver>> drivers;
   for (int p = 0; p < world_; ++p) {
     if (p == rank_ || peers_[p].direct) continue;
@@ -290,7 +290,12 @@ void Fabric::find_mixed_driver() {
     drivers.push_back(std::move(d));
   }
   auto joined = drivers.front()->join(drivers);
-  if (joined && joined->watches_fds()) mixed_driver_ = std::move(joined);
+  if (!joined) return;
+  if (config_.mixed_wait && joined->watches_fds() && endpoint_->wake_fd() >= 0) {
+    mixed_driver_ = std::move(joined);
+  } else if (poll) {
+    mixed_poll_driver_ = std::move(joined);
+  }
 }
 
 void Fabric::install_listeners() {
@@ -360,6 +365,7 @@ FabricStats Fabric::stats() const {
   s.notify_pieces = notify_pieces_.load(std::memory_order_relaxed);
   s.doorbell_sleeps = endpoint_ ? endpoint_->sleeps() : 0;
   s.mixed_wait = mixed_driver_ != nullptr;
+  s.mixed_poll = mixed_poll_driver_ != nullptr;
   s.staged_pieces = staged_pieces_.load(std::memory_order_relaxed);
   s.registered_source_pieces = registered_source_pieces_.load(std::memory_order_relaxed);
   s.credit_hold = config_.credit_hold;

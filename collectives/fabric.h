@@ -127,6 +127,12 @@ struct FabricConfig {
   // sockets (RDMAFLOW_COLL_MIXED_WAIT; off: it lost at 8 B-1 MiB on the
   // crowded 2 x 2 cluster, docs/benchmarks.md "One wait for mixed peers").
   bool mixed_wait = false;
+  // Direct and tcp peers both, on a rank that yields its core while it waits
+  // (yield_polls > 0, crowded): read the tcp sockets on the waiting thread
+  // between looks at the direct words (mixed_poll_driver()), as Open MPI's
+  // progress loop polls every BTL, rather than leave them to tcp's progress
+  // thread until the waiter sleeps (RDMAFLOW_COLL_MIXED_POLL; mixed_wait wins).
+  bool mixed_poll = true;
   // Stage every large send as if each peer's backend needed a registered
   // source (RDMAFLOW_COLL_STAGE=1): how verbs behaves, on any backend, to
   // measure staging and test the registered-buffer path without an RDMA NIC.
@@ -150,6 +156,7 @@ struct FabricStats {
   uint64_t notify_pieces = 0;    // pieces sent as channel writes with notify
   uint64_t doorbell_sleeps = 0;  // times a waiter slept on the doorbell
   bool mixed_wait = false;       // direct and other peers waited for in one ppoll
+  bool mixed_poll = false;       // other peers' sockets polled beside the direct words
   // Large sends to peers that need a registered source: copied into the send
   // staging first, or posted straight from a buffer of user_memory().
   uint64_t staged_pieces = 0;
@@ -239,6 +246,14 @@ class Fabric {
   // (WaitDriver::drive_watching), else null. The executor then waits for
   // both kinds of peer in one ppoll (executor.cc, run_mixed).
   WaitDriver* mixed_driver() const { return mixed_driver_.get(); }
+  // With direct peers and peers on the notify path, on a crowded rank (see
+  // FabricConfig::mixed_poll): the latter's channels joined in one driver
+  // whose poll() the direct path's waiter calls between its looks at the
+  // words, else null.
+  WaitDriver* mixed_poll_driver() const { return mixed_poll_driver_.get(); }
+  // With direct peers and peers on the notify path: one driver over the
+  // latter's channels (mixed_wait or not), else null.
+  WaitDriver* others_driver() const { return others_driver_.get(); }
   Peer& peer(int p) { return peers_[p]; }
   Shared& shared() { return *shared_; }
   Signal& signal() { return shared_->signal; }
@@ -340,6 +355,8 @@ class Fabric {
   std::shared_ptr<Shared> shared_;
   std::shared_ptr<WaitDriver> common_driver_;
   std::shared_ptr<WaitDriver> mixed_driver_;
+  std::shared_ptr<WaitDriver> mixed_poll_driver_;
+  std::shared_ptr<WaitDriver> others_driver_;
   size_t data_bytes_ = 0;
   size_t control_bytes_ = 0;
   size_t cells_ = 0;  // lanes x slots

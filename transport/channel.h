@@ -51,6 +51,10 @@ class WaitDriver {
   // (Inbox::poll_notify with nothing queued): a thread that spins on a poll
   // then makes progress itself instead of waiting for the backend's thread.
   virtual void poll() {}
+  // Hands back to the backend's progress thread at once whatever poll() left
+  // with the calling thread (tcp: the sockets it leased), for a poller about
+  // to sleep where only that thread's progress can wake it.
+  virtual void release() {}
   // A driver whose drive() waits on the progress of every one of `drivers` at
   // once (this one among them), for a waiter whose condition any of their
   // channels may satisfy (the collectives' executor waiting on several

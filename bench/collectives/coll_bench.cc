@@ -725,11 +725,14 @@ int main(int argc, char** argv) {
     const FabricStats st = comm.stats();
     std::printf(
         "# rank 0 fabric: %llu pieces direct, %llu through the channel, %llu doorbell "
-        "sleeps; %llu received where they go (RDMAFLOW_COLL_LAND_MIN), %llu bytes copied "
+        "sleeps%s; %llu received where they go (RDMAFLOW_COLL_LAND_MIN), %llu bytes copied "
         "out of slots that a landing did not take\n",
         static_cast<unsigned long long>(st.direct_pieces),
         static_cast<unsigned long long>(st.notify_pieces),
         static_cast<unsigned long long>(st.doorbell_sleeps),
+        st.mixed_wait   ? ", direct and tcp peers waited for in one ppoll"
+        : st.mixed_poll ? ", tcp sockets polled beside the direct words"
+                        : "",
         static_cast<unsigned long long>(st.landed_pieces),
         static_cast<unsigned long long>(st.landing_copied_bytes));
   }

@@ -227,8 +227,12 @@ int run(bool expect_split, Algorithm algo, const std::string& expect_hosts) {
     if (int rc = check_other_collectives(**comm, me, world, count, algo)) return rc;
   }
   const std::string hosts = (*comm)->host_groups().describe();
-  // Same-host and other-host peers waited for in one ppoll (RDMAFLOW_COLL_MIXED_WAIT).
-  const char* wait = (*comm)->stats().mixed_wait ? "one ppoll" : "polling";
+  // Same-host and other-host peers waited for in one ppoll (RDMAFLOW_COLL_MIXED_WAIT),
+  // or, crowded, the other hosts' sockets polled beside the words (RDMAFLOW_COLL_MIXED_POLL).
+  const FabricStats st = (*comm)->stats();
+  const char* wait = st.mixed_wait   ? "one ppoll"
+                     : st.mixed_poll ? "sockets polled beside the words"
+                                     : "polling";
   comm->reset();
   if (Status st = b.barrier(); !st.is_ok()) return fail(st.to_string());
   sel.shutdown();

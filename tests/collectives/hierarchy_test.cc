@@ -219,22 +219,35 @@ INSTANTIATE_TEST_SUITE_P(Backends, Hierarchy, ::testing::ValuesIn(backend_rows()
                          [](const auto& info) { return info.param.label; });
 
 // 2 simulated hosts x 2 ranks as the cluster has them: same-host peers over
-// UCX shared memory (the direct path), the others over tcp. Every rank then
-// waits for both kinds of peer in one ppoll (Fabric::mixed_driver, the wake
-// socket of common/doorbell.h) with RDMAFLOW_COLL_MIXED_WAIT=1, else as
-// before (polling the words, tcp read by its progress thread). Many
-// back-to-back calls of every size class
-// (8 B to many pieces, hier, tree and ring, barriers among them): any wrong
-// reply or error fails the run. (The lost-wake-up stress, where no recheck
-// can hide one, is MemoryChannel.FdSleeperIsWokenByEverySignal.)
-TEST(MixedPeers, OneWaitOverSocketsAndSameHostPeers) {
+// UCX shared memory (the direct path), the others over tcp, every rank
+// yielding while it waits as crowded ranks do (RDMAFLOW_COLL_YIELD=1). Each
+// of the three waits for both kinds of peer: one ppoll (Fabric::mixed_driver,
+// the wake socket of common/doorbell.h) with RDMAFLOW_COLL_MIXED_WAIT=1; the
+// tcp sockets polled by the waiter beside the direct words, handed back to
+// tcp's progress thread before a doorbell sleep (Fabric::mixed_poll_driver,
+// the default); and with RDMAFLOW_COLL_MIXED_POLL=0 the words polled while
+// the progress thread reads the sockets. Many back-to-back calls of every
+// size class (8 B to many pieces, hier, tree and ring, barriers among them):
+// any wrong reply or error fails the run. (The lost-wake-up stress, where no
+// recheck can hide one, is MemoryChannel.FdSleeperIsWokenByEverySignal.)
+TEST(MixedPeers, EveryWaitOverSocketsAndSameHostPeers) {
   RunOptions ro;
   ro.timeout = Millis(300000);
-  for (const char* mixed : {"1", "0"}) {
+  struct Mode {
+    const char* wait;  // RDMAFLOW_COLL_MIXED_WAIT
+    const char* poll;  // RDMAFLOW_COLL_MIXED_POLL
+  };
+  for (const Mode mode : {Mode{"1", "1"}, Mode{"0", "1"}, Mode{"0", "0"}}) {
+    const bool one_ppoll = *mode.wait == '1';
+    const bool polled = !one_ppoll && *mode.poll == '1';
+    const std::string label = std::string("RDMAFLOW_COLL_MIXED_WAIT=") + mode.wait +
+                              " RDMAFLOW_COLL_MIXED_POLL=" + mode.poll;
     auto r = run_ranks(
         4,
         [&](int rank, int n, Exchange& ex) {
-          setenv("RDMAFLOW_COLL_MIXED_WAIT", mixed, 1);
+          setenv("RDMAFLOW_COLL_MIXED_WAIT", mode.wait, 1);
+          setenv("RDMAFLOW_COLL_MIXED_POLL", mode.poll, 1);
+          setenv("RDMAFLOW_COLL_YIELD", "1", 1);
           CommunicatorOptions co;
           co.slot_bytes = 65536;
           co.timeout = Millis(20000);
@@ -243,7 +256,8 @@ TEST(MixedPeers, OneWaitOverSocketsAndSameHostPeers) {
           auto& comm = node.comm;
           const FabricStats st = comm->stats();
           EXPECT_EQ(st.direct_peers, 1);
-          EXPECT_EQ(st.mixed_wait, *mixed == '1') << "rank " << rank << " mixed wait " << mixed;
+          EXPECT_EQ(st.mixed_wait, one_ppoll) << "rank " << rank << " " << label;
+          EXPECT_EQ(st.mixed_poll, polled) << "rank " << rank << " " << label;
           std::vector<CallSpec> calls;
           uint32_t seed = 1;
           for (int round = 0; round < 40; ++round) {
@@ -268,7 +282,7 @@ TEST(MixedPeers, OneWaitOverSocketsAndSameHostPeers) {
         },
         ro);
     if (r.skipped) GTEST_SKIP() << r.message;
-    ASSERT_TRUE(r.ok) << "RDMAFLOW_COLL_MIXED_WAIT=" << mixed << ": " << r.message;
+    ASSERT_TRUE(r.ok) << label << ": " << r.message;
   }
 }
 

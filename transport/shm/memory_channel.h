@@ -175,6 +175,15 @@ class MemoryEndpoint {
   template <typename Step, typename Done, typename Idle>
   void poll(Step&& step, Done&& done, Idle&& idle, Clock::time_point deadline,
             const PollOptions& options) const {
+    poll(step, step, done, idle, deadline, options);
+  }
+
+  // The same, with `look()` (like step()) for the one pass between announcing
+  // the sleep and sleeping, where step() would take back what idle() just
+  // handed over (the executor's mixed poll: tcp sockets read by the poller).
+  template <typename Step, typename Look, typename Done, typename Idle>
+  void poll(Step&& step, Look&& look, Done&& done, Idle&& idle, Clock::time_point deadline,
+            const PollOptions& options) const {
     int polls = 0;
     bool moved = true;  // progress since the clock was last read (the start counts)
     Clock::time_point spin_until{};
@@ -199,7 +208,7 @@ class MemoryEndpoint {
       }
       if (idle(now)) return;
       const uint32_t ticket = bell_.announce();
-      if (step()) {
+      if (look()) {
         bell_.retire();
         moved = true;
         continue;

@@ -143,6 +143,15 @@ class GroupDriver final : public WaitDriver {
     loop_->request_ticks();
   }
 
+  // The poller sleeps elsewhere next (a doorbell): the progress thread reads
+  // the sockets poll() leased from now on, not after the lease's 1 ms.
+  void release() override {
+    const auto now = Clock::now();
+    for (const auto& weak : channels_) {
+      if (auto ch = weak.lock()) ch->release_lease(now, Clock::duration::zero());
+    }
+  }
+
  private:
   // Takes from the progress thread every channel no other waiter drives;
   // false (taking none) when one is gone or stopped receiving, which ends
