@@ -529,8 +529,8 @@ class Run {
   // (one more thread on the crowded cores), read it and signal, while this
   // thread yields. Before the doorbell sleep the sockets go back to that
   // thread, which then wakes this one (the look after the announcement only
-  // reads the words). 2 x 2 on 2 cores: 8 B 55.6 against 19.2 us, 1 MiB
-  // 1493 against 1013 (docs/benchmarks.md "Crowded ranks poll their sockets
+  // reads the words). 2 x 2 on 2 cores: 8 B 49.2 against 21.2 us, 1 MiB
+  // 1608 against 1074 (docs/benchmarks.md "Crowded ranks poll their sockets
   // beside the direct words").
   void run_direct() {
     if (WaitDriver* mixed = fabric_.mixed_driver()) {
