@@ -18,9 +18,12 @@
 // the executor then polls sequence words for `spin` and sleeps on the memory
 // endpoint's doorbell (shm::MemoryEndpoint::poll), waking every 20 ms to look
 // at the deadline and the peers' channels. With direct peers and tcp peers
-// both, it waits for both in one ppoll (Fabric::mixed_driver): the tcp
-// sockets, read on this thread, and the wake socket its same-host peers'
-// doorbell rings send to (common/doorbell.h, "Fd sleepers").
+// both, a crowded rank also polls the tcp sockets at every look at the words
+// and reads what came (Fabric::mixed_poll_driver), handing them back to tcp's
+// progress thread before it sleeps; with RDMAFLOW_COLL_MIXED_WAIT=1 it waits
+// for both in one ppoll instead (Fabric::mixed_driver): the tcp sockets, read
+// on this thread, and the wake socket its same-host peers' doorbell rings send
+// to (common/doorbell.h, "Fd sleepers").
 #pragma once
 
 #include <chrono>
