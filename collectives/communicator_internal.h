@@ -1,9 +1,11 @@
 // What communicator.cc and communicator_v.cc share: a call's state, the
-// lanes that run calls in order, and the Request's shared state.
+// lanes that run calls in order, and the Request's shared state; and the
+// configuration create() reads from the environment (communicator_config.cc).
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <deque>
 #include <functional>
@@ -93,6 +95,23 @@ struct Communicator::P2pQueue {
   std::thread worker;
   bool stop = false;
 };
+
+// What create() takes from CommunicatorOptions and the RDMAFLOW_COLL_*
+// environment for its Fabric, and what it needs of it beyond.
+struct FabricKnobs {
+  FabricConfig cfg;
+  bool crowded = false;      // more ranks on this host than CPUs (they poll and yield)
+  int collective_lanes = 0;  // cfg.lanes without send()/recv()'s
+};
+
+// Reads the knobs in create()'s order and refuses a bad one, naming it;
+// with RDMAFLOW_COLL_BIND=1 it binds the process's threads to a CPU. `world`
+// stands for the ranks of this host when the launcher does not say.
+Result<FabricKnobs> fabric_config_from_env(const CommunicatorOptions& options, int world);
+
+// An integer knob: `given` when positive, else the environment variable
+// `name` (default `fallback`), refused below `min`.
+Result<int64_t> knob(const char* name, int64_t given, int64_t fallback, int64_t min);
 
 // The model of the layout: two levels where hosts have several ranks each,
 // else one (the between-host costs once ranks span hosts).

@@ -244,7 +244,7 @@ class Fabric {
   // With direct peers and peers on the notify path: one driver over the
   // latter's channels that can also watch this rank's wake socket
   // (WaitDriver::drive_watching), else null. The executor then waits for
-  // both kinds of peer in one ppoll (executor.cc, run_mixed).
+  // both kinds of peer in one ppoll (executor_wait.cc, run_mixed).
   WaitDriver* mixed_driver() const { return mixed_driver_.get(); }
   // With direct peers and peers on the notify path, on a crowded rank (see
   // FabricConfig::mixed_poll): the latter's channels joined in one driver

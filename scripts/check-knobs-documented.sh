@@ -64,7 +64,7 @@ KNOWN_INDIRECT=(
   "transport/verbs/config.cc|env_string(name" # bounded
   "transport/verbs/config.cc|env_int(name"   # bounded
   # knob(), and oversubscribed()'s OMPI_/MPI_/SLURM_ names (literals in place).
-  "collectives/communicator.cc|env_int(name"
+  "collectives/communicator_config.cc|env_int(name"
   # RDMAFLOW_<OP>_ALGO: the literals are in collectives/types.cc.
   "collectives/communicator.cc|env_string(collective_algo_env"
   # kLaunchers: RDMAFLOW_RANK ... and the launchers' variables, literals in place.
