@@ -1,6 +1,6 @@
 // The executor's run of one program (Run), shared by its two files:
 // executor.cc prepares, lands receives, starts items and completes;
-// executor_wait.cc waits while nothing can move. Internal: not installed.
+// executor_wait.cc waits while nothing can move. Internal: not part of the API.
 #pragma once
 
 #include <atomic>

@@ -1,4 +1,4 @@
-// RDMAFLOW_COLL_BIND (collectives/communicator.cc): where the communicator puts
+// RDMAFLOW_COLL_BIND (collectives/communicator_config.cc): where the communicator puts
 // the threads of a rank that nobody bound, over every backend (their progress
 // threads start before the communicator does).
 #include <dirent.h>
