@@ -150,6 +150,27 @@ def eight_hosts(root, data):
     check(not any("8x1" in l for l in verdicts(with_8.stdout)), "8x1: judged by no target")
 
 
+def p2p_latency(root):
+    """The p2p 8 B verdict: met at or under 1.1x the socket's p50, short above,
+    and it says whether the two were timed interleaved (--interleave) or one
+    phase after the other."""
+    for p50, interleaved, verdict in ((29.1, True, "met"), (31.0, True, "SHORT"),
+                                      (29.1, False, "met")):
+        row = {"transport": "tcp", "latency_interleaved": interleaved, "bandwidth_MBps": [],
+               "latency_us": [{"size": 8, "transport": 29.0, "socket": 28.0,
+                               "transport_p50": p50, "socket_p50": 27.1}]}
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "p2p-tcp.json"), "w") as f:
+                json.dump({"hosts": ["h0", "h1"], "link_rate": {"best_MBps": 1196},
+                           "rows": [row]}, f)
+            r = run(root, d)
+        check(r.returncode == 0, f"p2p: exit status {r.returncode}: {r.stderr}")
+        line = next((l for l in r.stdout.splitlines() if "p2p tcp 8 B" in l), "")
+        how = "interleaved" if interleaved else "sequential"
+        check(line.startswith(f"- {verdict}: ") and f"; {how})" in line,
+              f"p2p 8 B at {p50} us, {how}: {verdict} and says so: {line}")
+
+
 def main(root):
     data = os.path.join(root, "docs", "img", "data")
     with tempfile.TemporaryDirectory() as d:
@@ -186,6 +207,7 @@ def main(root):
     link_bound(root, data)
     ring_ceiling(root, data)
     eight_hosts(root, data)
+    p2p_latency(root)
     if failures:
         print(f"{len(failures)} failure(s)")
         return 1
