@@ -131,7 +131,8 @@ struct FabricConfig {
   // (yield_polls > 0, crowded): read the tcp sockets on the waiting thread
   // between looks at the direct words (mixed_poll_driver()), as Open MPI's
   // progress loop polls every BTL, rather than leave them to tcp's progress
-  // thread until the waiter sleeps (RDMAFLOW_COLL_MIXED_POLL; mixed_wait wins).
+  // thread, which then reads them only while the waiter sleeps
+  // (RDMAFLOW_COLL_MIXED_POLL; mixed_wait wins).
   bool mixed_poll = true;
   // Stage every large send as if each peer's backend needed a registered
   // source (RDMAFLOW_COLL_STAGE=1): how verbs behaves, on any backend, to
@@ -251,9 +252,6 @@ class Fabric {
   // whose poll() the direct path's waiter calls between its looks at the
   // words, else null.
   WaitDriver* mixed_poll_driver() const { return mixed_poll_driver_.get(); }
-  // With direct peers and peers on the notify path: one driver over the
-  // latter's channels (mixed_wait or not), else null.
-  WaitDriver* others_driver() const { return others_driver_.get(); }
   Peer& peer(int p) { return peers_[p]; }
   Shared& shared() { return *shared_; }
   Signal& signal() { return shared_->signal; }
@@ -356,7 +354,6 @@ class Fabric {
   std::shared_ptr<WaitDriver> common_driver_;
   std::shared_ptr<WaitDriver> mixed_driver_;
   std::shared_ptr<WaitDriver> mixed_poll_driver_;
-  std::shared_ptr<WaitDriver> others_driver_;
   size_t data_bytes_ = 0;
   size_t control_bytes_ = 0;
   size_t cells_ = 0;  // lanes x slots
