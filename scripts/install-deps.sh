@@ -29,6 +29,8 @@ PACKAGES=(
   util-linux slurm-wlm munge
   # fault tests across the simulated hosts (tests/cluster/faults_test.sh): partitions
   nftables
+  # the targets run's iperf3 ring (scripts/cluster-bench --only targets)
+  iperf3
   # the soft-RoCE guest (scripts/softroce-vm): QEMU, debootstrap, initramfs packing
   qemu-system-x86 debootstrap cpio zstd
 )

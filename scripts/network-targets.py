@@ -10,6 +10,8 @@ say what it needs beside what plain TCP sockets took at that size: a row
 plain sockets could not make is beyond what TCP allows on these hosts. With
 the link's rate (p2p-tcp.json), a short 1.2x row that needs less than the
 least time any allreduce takes over these links says so: no schedule meets it.
+The 64 MiB link row quotes the run's iperf3 ring (iperf-ring.json,
+scripts/iperf-ring) beside the plain-socket ring.
 
   scripts/network-targets.py DIR
 
@@ -88,13 +90,20 @@ def link_bound(d, link_MBps):
 
 
 def ring_ceiling(d):
-    """What plain TCP sockets moved per host in a ring in run `d` (coll_bench
+    """What plain TCP sockets moved per rank in a ring in run `d` (coll_bench
     --socket-ring: every rank sending to the next and receiving from the
-    previous at once), in MB/s, where every rank is on a host of its own:
-    every byte an allreduce's busbw counts then crosses a host's link, so its
-    busbw cannot exceed what the hosts' sockets and cores moved. None
-    otherwise (ranks sharing a host keep part of the traffic off the link)."""
-    if d.get("host_count", 0) < 2 or d.get("host_count") != d.get("ranks"):
+    previous at once), in MB/s, where every byte an allreduce's busbw counts
+    crosses a socket: every rank on a host of its own, or every peer over
+    tcp on one host (loopback). A busbw above it is more than those sockets
+    and cores moved in that pattern (not a bound: a schedule with one thread
+    per rank on its sockets has moved more on 4 x 1). None otherwise (ranks
+    sharing a host on the direct path keep part of the traffic off the
+    sockets)."""
+    hosts, ranks = d.get("host_count", 0), d.get("ranks", 0)
+    own_hosts = hosts >= 2 and hosts == ranks
+    loopback = (hosts == 1 and ranks >= 2 and d.get("direct_peers", 1) == 0
+                and all(p.get("medium") == "socket" for p in d.get("rank0_peers", [{}])))
+    if not (own_hosts or loopback):
         return None
     return d.get("socket_ring", {}).get("MBps")
 
@@ -159,9 +168,9 @@ def allreduce_table(rep, title, d, refs, top, bound=None):
             need_bw = 1.2 * best_ref * 1000  # MB/s
             if ceiling and need_bw > ceiling:
                 floor = (floor + "; " if floor else "") + (
-                    "needs busbw %.0f MB/s, above the %.0f MB/s plain sockets moved per host in a "
+                    "needs busbw %.0f MB/s, above the %.0f MB/s plain sockets moved per %s in a "
                     "ring at once (--socket-ring): beyond what TCP moved on these hosts and cores"
-                    % (need_bw, ceiling))
+                    % (need_bw, ceiling, "host" if d.get("host_count", 0) > 1 else "rank"))
             if floor:
                 floors.append(f"{human(size)}: {floor}")
         # The fastest algorithm chosen is within: the selector's column and the
@@ -187,7 +196,26 @@ def layout_title(name, d, note=""):
             f"{d.get('mpi', {}).get('btl')}; Gloo tcp")
 
 
-def allreduce_layout(rep, name, d, link_MBps):
+def iperf_ring_line(d, iperf, link_MBps, bw):
+    """iperf3 in a ring over the same hosts as run `d` (scripts/iperf-ring,
+    iperf-ring.json): what the standard tool moved per host with every host
+    sending to the next at once, beside the run's busbw `bw` (MB/s). "" where
+    the run is not one rank on each of those hosts."""
+    if not iperf or d.get("host_count") != d.get("ranks") or \
+            sorted(iperf.get("hosts", [])) != sorted(set(d.get("hosts", []))):
+        return ""
+    rates = [f.get("MBps") for f in iperf.get("flows", []) if isinstance(f, dict)]
+    rates = [r for r in rates if isinstance(r, (int, float)) and r > 0]
+    if not rates:
+        return ""
+    mean = sum(rates) / len(rates)
+    return ("; iperf3 in the same ring (every host sending to the next at once, %s s) moved "
+            "%.0f MB/s per host on average, %.2f of the link (%.0f-%.0f); busbw is %.2fx that"
+            % (iperf.get("seconds", "?"), mean, mean / link_MBps, min(rates), max(rates),
+               bw / mean))
+
+
+def allreduce_layout(rep, name, d, link_MBps, iperf=None):
     rows, short_bw, short_sel, floors = allreduce_table(
         rep, layout_title(name, d), d, ("mpi", "gloo"), 256 * MiB, link_bound(d, link_MBps))
     in_range = [s for s in rows if 64 * 1024 <= s <= 256 * MiB]
@@ -206,11 +234,14 @@ def allreduce_layout(rep, name, d, link_MBps):
     if big and link_MBps:
         bw = big["rdmaflow"]["busbw_gbs"] * 1000
         ring = d.get("socket_ring", {}).get("MBps")
-        ceiling = ("; plain sockets in a ring (rank r to r+1, all at once) moved %.0f MB/s per "
-                   "link, %.2f of the link: the ceiling of a flat ring over TCP; busbw is %.2fx "
-                   "that" % (ring, ring / link_MBps, bw / ring) if ring else "")
+        socket_ring = ("; plain sockets in a ring (rank r to r+1, all at once) moved %.0f MB/s "
+                       "per link, %.2f of the link (1 MiB blocking writes, a sender thread per "
+                       "rank); busbw is %.2fx that" % (ring, ring / link_MBps, bw / ring)
+                       if ring else "")
         rep.target(f"{name}: 64 MiB busbw >= 0.9 of the link", bw >= 0.9 * link_MBps,
-                   "%.0f MB/s = %.2f of %.0f MB/s%s" % (bw, bw / link_MBps, link_MBps, ceiling))
+                   "%.0f MB/s = %.2f of %.0f MB/s%s%s" % (
+                       bw, bw / link_MBps, link_MBps, socket_ring,
+                       iperf_ring_line(d, iperf, link_MBps, bw)))
     rep.target(f"{name}: the selector within 10% of the fastest algorithm at every size",
                bool(rows) and not short_sel,
                "off at " + "; ".join(short_sel) if short_sel else f"{len(rows)} sizes")
@@ -221,8 +252,15 @@ def allreduce_layout(rep, name, d, link_MBps):
             flat = {k: v for k, v in times.items() if k != "hier"}
             best = min(flat, key=flat.get)
             gain = flat[best] / times["hier"]
+            bound = link_bound(d, link_MBps)
+            least = bound(16 * MiB) if bound else None
+            need = flat[best] / 1.3
             rep.target("2x2: hier >= 1.3x the best flat algorithm at 16 MiB", gain >= 1.3,
-                       "hier %.1f us, %s %.1f us: %.2fx" % (times["hier"], best, flat[best], gain))
+                       "hier %.1f us, %s %.1f us: %.2fx%s" % (
+                           times["hier"], best, flat[best], gain,
+                           "; 1.3x needs %.1f us, below the link's bound of %.1f us (every host "
+                           "sends and receives 2(H-1)/H of the buffer): no schedule reaches it"
+                           % (need, least) if least and need < least else ""))
     rep.say()
 
 
@@ -341,10 +379,11 @@ def main():
     pt = load(os.path.join(d, "p2p-tcp.json"), missing_ok=True)
     if pt:
         link = p2p(rep, pt)
+    iperf = load(os.path.join(d, "iperf-ring.json"), missing_ok=True)
     for name in ("4x1", "2x2"):
         data = load(os.path.join(d, f"allreduce-{name}.json"), missing_ok=True)
         if data:
-            allreduce_layout(rep, name, data, link)
+            allreduce_layout(rep, name, data, link, iperf)
     eight = load(os.path.join(d, "allreduce-8x1.json"), missing_ok=True)
     if eight:
         context_layout(rep, "8x1", eight, link)

@@ -188,8 +188,9 @@ std::optional<int> parse(int argc, char** argv, Args& a) {
       ->check(cli::at_least(0));
   app.add_option("--socket-ring", a.socket_ring_s,
                  "first measure what plain TCP sockets move in a ring (every rank sending to the "
-                 "next and receiving from the previous at once, about this many seconds): the "
-                 "ceiling of a flat ring allreduce's busbw over TCP on these hosts and cores")
+                 "next and receiving from the previous at once, 1 MiB blocking writes from a "
+                 "thread of their own, about this many seconds): what a flat ring allreduce's "
+                 "busbw over TCP is read against on these hosts and cores")
       ->check(CLI::Range(0.0, 60.0))
       ->type_name("SECONDS");
   app.add_option("--json", a.json, "also write every field to FILE")->type_name("FILE");
@@ -513,8 +514,8 @@ int main(int argc, char** argv) {
     if (ring) {
       std::printf(
           "# socket ring: plain TCP, every rank sending to the next and receiving from the "
-          "previous at once: %.0f MB/s per link (the slowest rank's %.2f s), the ceiling of a "
-          "flat ring allreduce over TCP here\n",
+          "previous at once: %.0f MB/s per link (the slowest rank's %.2f s), what a flat ring "
+          "allreduce over TCP is read against here\n",
           ring->MBps, ring->seconds);
     }
     if (a.load > 0) {

@@ -4,10 +4,14 @@
 // every link (about SECONDS' worth, sized by a short first pass; 1 MiB
 // blocking writes), timed from a common start until the slowest rank has
 // sent and received them all. No reduction, no framing, no library: a ring
-// allreduce moves as many bytes per link and does more work per byte, so its
-// busbw cannot exceed this rate here. On the simulated cluster every host
-// shares this machine's cores, so this rate, not the tbf link's, is the
-// ceiling once the ranks' own copies fill them.
+// allreduce moves as many bytes per link and does more work per byte. It is
+// the reference that allreduce's busbw is read against, not a bound: a
+// schedule that keeps one thread per rank on its sockets (no sender thread,
+// no 1 MiB blocking writes) moved more on the 4 x 1 cluster (docs/benchmarks.md
+// "Network targets in one run"), and iperf3 in the same ring
+// (scripts/iperf-ring) is quoted beside it. On the simulated cluster every
+// host shares this machine's cores, so once the ranks' own copies fill them
+// the cores, not the tbf link, set the rate.
 #pragma once
 
 #include <mpi.h>

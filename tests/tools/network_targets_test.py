@@ -171,6 +171,84 @@ def p2p_latency(root):
               f"p2p 8 B at {p50} us, {how}: {verdict} and says so: {line}")
 
 
+def loopback_ceiling(root, data):
+    """Over loopback with every peer on tcp (plain-floor-loopback.json), the
+    --socket-ring rate is read as on 4 x 1: a short row whose busbw target is
+    above it says so, per rank; one below it does not."""
+    with open(os.path.join(data, "plain-floor-loopback.json")) as f:
+        lb = json.load(f)
+    need = {}
+    for row in lb["rows"]:
+        if 64 << 10 <= row["size"] <= 16 << 20 and \
+                row["rdmaflow"]["busbw_gbs"] < 1.2 * row["mpi"]["busbw_gbs"]:
+            need[row["size"]] = 1.2 * row["mpi"]["busbw_gbs"] * 1000
+    check(len(need) >= 2, f"loopback: at least two short rows to split ({need})")
+    ceiling = (min(need.values()) + max(need.values())) / 2
+    lb["socket_ring"] = {"MBps": ceiling, "seconds": 1.0}
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "allreduce-loopback.json"), "w") as f:
+            json.dump(lb, f)
+        r = run(root, d)
+    check(r.returncode == 0, f"loopback ceiling: exit status {r.returncode}: {r.stderr}")
+    section = r.stdout.split("over loopback TCP")[1]
+    lines = {l.split(":")[0].strip(" -"): l for l in section.splitlines() if "needs" in l}
+    for size, bw in need.items():
+        human = f"{size >> 20}M" if size >= 1 << 20 else f"{size >> 10}K"
+        says = "above the %.0f MB/s plain sockets moved per rank" % ceiling in lines.get(human, "")
+        check(says == (bw > ceiling), f"loopback ceiling: {human} needs {bw:.0f} MB/s, says {says}")
+
+
+def iperf_ring(root, data):
+    """An iperf-ring.json over the 4 x 1 run's hosts: the 64 MiB link row of
+    4 x 1 quotes its mean per host and busbw's ratio to it; 2 x 2 (two ranks
+    a host) does not."""
+    flows = [{"host": f"h{i}", "to": f"h{(i + 1) % 4}", "MBps": 800.0 + 100 * i} for i in range(4)]
+    with tempfile.TemporaryDirectory() as d:
+        for layout in ("4x1", "2x2"):
+            shutil.copy(os.path.join(data, f"plain-floor-{layout}.json"),
+                        os.path.join(d, f"allreduce-{layout}.json"))
+        with open(os.path.join(d, "p2p-tcp.json"), "w") as f:
+            json.dump({"hosts": ["h0", "h1"], "link_rate": {"best_MBps": 1200}, "rows": []}, f)
+        with open(os.path.join(d, "iperf-ring.json"), "w") as f:
+            json.dump({"tool": "iperf3", "hosts": ["h0", "h1", "h2", "h3"], "seconds": 5,
+                       "flows": flows}, f)
+        r = run(root, d)
+    check(r.returncode == 0, f"iperf ring: exit status {r.returncode}: {r.stderr}")
+    rows = {l.split(":")[1].strip(): l for l in r.stdout.splitlines() if "64 MiB busbw" in l}
+    four, two = rows.get("4x1", ""), rows.get("2x2", "")
+    with open(os.path.join(data, "plain-floor-4x1.json")) as f:
+        bw = next(x["rdmaflow"]["busbw_gbs"] for x in json.load(f)["rows"]
+                  if x["size"] == 64 << 20) * 1000
+    want = "moved 950 MB/s per host on average, 0.79 of the link (800-1100); busbw is %.2fx" % (
+        bw / 950)
+    check(want in four, f"iperf ring: 4x1 says '{want}': {four}")
+    check(two and "iperf3" not in two, f"iperf ring: not on 2x2: {two}")
+
+
+def hier_bound(root, data):
+    """The 2 x 2 hier row with the link's rate: where 1.3x the best flat
+    algorithm needs less than the least time any allreduce of 16 MiB takes
+    between two hosts (16 MiB each way), it says so; with a faster link it
+    does not."""
+    with open(os.path.join(data, "selector-sweep-2x2.json")) as f:
+        row = next(x for x in json.load(f)["rows"] if x["size"] == 16 << 20)
+    best = min(v["time_us"] for k, v in row.items()
+               if isinstance(v, dict) and "time_us" in v and k not in ("hier", "rdmaflow"))
+    least_rate = (16 << 20) / (best / 1.3)  # MB/s at which the bound is the need
+    for rate, says in ((least_rate * 0.9, True), (least_rate * 1.1, False)):
+        with tempfile.TemporaryDirectory() as d:
+            shutil.copy(os.path.join(data, "selector-sweep-2x2.json"),
+                        os.path.join(d, "allreduce-2x2.json"))
+            with open(os.path.join(d, "p2p-tcp.json"), "w") as f:
+                json.dump({"hosts": ["h0", "h1"], "link_rate": {"best_MBps": rate},
+                           "rows": []}, f)
+            r = run(root, d)
+        check(r.returncode == 0, f"hier bound: exit status {r.returncode}: {r.stderr}")
+        line = next((l for l in r.stdout.splitlines() if "2x2: hier >= 1.3x" in l), "")
+        check(("below the link's bound of %.1f us" % ((16 << 20) / rate) in line) == says,
+              f"hier bound at {rate:.0f} MB/s: says {not says}: {line}")
+
+
 def main(root):
     data = os.path.join(root, "docs", "img", "data")
     with tempfile.TemporaryDirectory() as d:
@@ -208,6 +286,9 @@ def main(root):
     ring_ceiling(root, data)
     eight_hosts(root, data)
     p2p_latency(root)
+    loopback_ceiling(root, data)
+    iperf_ring(root, data)
+    hier_bound(root, data)
     if failures:
         print(f"{len(failures)} failure(s)")
         return 1
