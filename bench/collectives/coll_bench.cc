@@ -583,6 +583,7 @@ int main(int argc, char** argv) {
       // Verify the last result (fill again: in-place users may have changed inputs).
       Bufs v;
       bench::fill(a.data(), rank, world, count, v);
+      bench::settle_mpi();
       lib.run(a, count, v);
       bench::CodecColumn* col = column_of(l);
       unsigned long long bad = lib.name == "socket" || col != nullptr

@@ -40,6 +40,17 @@ struct Column {
   std::function<void(const Args&, size_t count, Bufs&)> prepare = {};
 };
 
+// Every rank out of MPI's last call with its messages gone, before a column
+// that waits outside MPI (rdmaflow, Gloo, the plain sockets). Open MPI counts
+// a small (eager) send done once it is queued, and a queued fragment leaves
+// only while its rank calls into MPI: a rank whose MPI_Reduce message found
+// its socket still full of the MPI column's last bytes returned with it
+// queued, went on into the plain sockets' ring and waited for rank 0, which
+// waited in MPI_Reduce for that message (8 x 1 at 64 MiB, 2026-11-28: ranks 1,
+// 3 and 5 saw nothing from 0, 2 and 4 for 60 s). In a barrier every rank
+// calls into MPI until all have come, so what each was waiting for has left.
+inline void settle_mpi() { MPI_Barrier(MPI_COMM_WORLD); }
+
 inline double pct(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   size_t i = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
@@ -99,7 +110,9 @@ std::vector<Samples> time_interleaved(std::vector<Column<Args>>& libs,
   std::vector<Samples> out(libs.size());
   const int per_round = std::max(1, (iters + rounds - 1) / rounds);
   for (size_t l = 0; l < libs.size(); ++l) {
-    if (supported[l] && libs[l].prepare) libs[l].prepare(a, count, b);
+    if (!supported[l] || !libs[l].prepare) continue;
+    settle_mpi();
+    libs[l].prepare(a, count, b);
   }
   for (int r = 0; r < rounds; ++r) {
     if (rank == 0 && rounds > 1) {
@@ -109,6 +122,7 @@ std::vector<Samples> time_interleaved(std::vector<Column<Args>>& libs,
       const size_t l = (k + static_cast<size_t>(r)) % libs.size();
       if (!supported[l]) continue;
       Samples& s = out[l];
+      settle_mpi();
       for (int w = 0; w < (r == 0 ? warmup : std::min(warmup, 1)); ++w) libs[l].run(a, count, b);
       // Start together, then time each call back to back.
       MPI_Barrier(MPI_COMM_WORLD);
