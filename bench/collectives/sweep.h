@@ -49,7 +49,9 @@ struct Column {
 // waited in MPI_Reduce for that message (8 x 1 at 64 MiB, 2026-11-28: ranks 1,
 // 3 and 5 saw nothing from 0, 2 and 4 for 60 s). In a barrier every rank
 // calls into MPI until all have come, so what each was waiting for has left.
-inline void settle_mpi() { MPI_Barrier(MPI_COMM_WORLD); }
+inline void settle_mpi() {
+  MPI_Barrier(MPI_COMM_WORLD);
+}
 
 inline double pct(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
