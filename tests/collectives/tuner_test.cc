@@ -3,11 +3,14 @@
 // results stay right while candidates alternate (sizes on both sides of a
 // bucket's edge, two calls in flight on the two lanes), RDMAFLOW_COLL_TUNE and
 // RDMAFLOW_COLL_TUNE_MIN_BYTES are checked, and of a near tie in the model where one candidate
-// moves far more bytes the tuner keeps the other.
+// took far longer (times fed to the trial) the tuner keeps the other.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -171,55 +174,77 @@ TEST(Tuner, TrialsByTimeFitTheBudget) {
   EXPECT_EQ(fixed.trials_for(10.0), 5);
 }
 
-// A near tie in the model with a real gap: RDMAFLOW_COLL_ROUND_US at one
-// second makes the estimates all rounds, so reduce_scatter's two-round
-// schedules tie on 4 ranks: Rabenseifner (halving: 3/4 of the buffer sent)
-// and recursive doubling (an allreduce of the whole buffer: twice the buffer
-// sent and reduced). At 16 MiB the second took 1.57x as long on a quiet
-// 2-core host (54.5 against 34.8 ms); the tuner must keep the first. Five
-// trials a candidate: with two, one burst of the other tests beside it
-// (ctest -j 2 on 2 cores) once timed both at 90-91 ms and the median of two
-// kept recursive doubling.
+// A near tie in the model with a real gap: with a round of one second every
+// estimate is its rounds, so reduce_scatter's two-round schedules tie on 4
+// ranks: Rabenseifner (halving: 3/4 of the buffer sent) and recursive
+// doubling (an allreduce of the whole buffer: twice the buffer sent and
+// reduced). At 16 MiB the second took 1.57x as long in real calls on a quiet
+// 2-core host (54.5 against 34.8 ms). The trial is fed those times, with one
+// timed call of each disturbed the other way (a burst of other work on
+// Rabenseifner's, a lucky one of recursive doubling's), and must keep
+// Rabenseifner by the medians. Timed in real processes instead, this test
+// failed twice in CI: the other tests beside it (ctest -j 2 on 2 cores) made
+// recursive doubling's five calls faster than Rabenseifner's (82 against 121
+// ms). Which one real calls favour is the benchmarks' to say (the targets
+// run's "selector within 10% of the fastest", docs/benchmarks.md); here, the
+// choice the tuner makes of the times it measured.
 TEST(Tuner, KeepsTheFasterOfANearTie) {
   constexpr int kTrials = 5;
-  auto r = run_ranks(4, [&](int rank, int n, Exchange& ex) {
-    setenv("RDMAFLOW_COLL_ROUND_US", "1000000", 1);
-    setenv("RDMAFLOW_COLL_TUNE", std::to_string(kTrials).c_str(), 1);
-    CommNode node;
-    RF_ASSERT_OK(make_comm_node(tcp(), rank, n, ex, node));
-    Communicator& comm = *node.comm;
-    const size_t recv_count = size_t{1} << 20;  // 4 MiB a rank, 16 MiB in all
-    const auto ranked =
-        comm.cost_model().ranked(CollectiveKind::kReduceScatter, 4 * recv_count * 4);
-    std::vector<Algorithm> close;
-    for (const auto& c : ranked) {
-      if (c.seconds <= Tuner::kFactor * ranked.front().seconds) close.push_back(c.algo);
+  CostParams params;
+  params.round = 1.0;
+  const CostModel model(4, params);
+  const size_t bytes = size_t{16} << 20;  // reduce_scatter's input: 4 MiB a rank
+  const auto ranked = model.ranked(CollectiveKind::kReduceScatter, bytes);
+  ASSERT_FALSE(ranked.empty());
+  std::vector<Algorithm> close;
+  for (const auto& c : ranked) {
+    if (c.seconds <= Tuner::kFactor * ranked.front().seconds) close.push_back(c.algo);
+  }
+  ASSERT_NE(std::find(close.begin(), close.end(), Algorithm::kRecursiveDoubling), close.end());
+  ASSERT_NE(std::find(close.begin(), close.end(), Algorithm::kRabenseifner), close.end());
+
+  Tuner tuner(kTrials);
+  const Tuner::Agree agree = [](std::vector<int64_t>&) { return Status::ok(); };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::map<Algorithm, int> timed;  // timed calls handed out per candidate
+  auto fed = [&](const Tuner::Pick& p) {
+    const int k = p.warmup ? -1 : timed[p.algo]++;
+    if (p.algo == Algorithm::kRabenseifner) return k == 0 ? 0.200 : 0.0348;
+    if (p.algo == Algorithm::kRecursiveDoubling) return k == 1 ? 0.020 : 0.0545;
+    return 0.080;  // any other candidate: slower than both
+  };
+  std::optional<Algorithm> decided;
+  for (size_t i = 0; i <= Tuner::kMostTrialCalls && !decided; ++i) {
+    auto p = tuner.pick(CollectiveKind::kReduceScatter, bytes, model, deadline, agree);
+    ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+    if (p->entry == nullptr) {
+      decided = p->algo;
+      break;
     }
-    EXPECT_NE(std::find(close.begin(), close.end(), Algorithm::kRecursiveDoubling), close.end());
-    EXPECT_NE(std::find(close.begin(), close.end(), Algorithm::kRabenseifner), close.end());
-    std::string first;
-    // The warm-up block and one block per candidate, then the decision's call.
-    const int calls = (kTrials + 1) * (static_cast<int>(Tuner::kMaxCandidates) + 1) + 2;
-    for (int i = 0; i < calls; ++i) {
-      CallSpec c{CollectiveKind::kReduceScatter, Algorithm::kAuto, DataType::kF32, ReduceOp::kSum,
-                 recv_count};
-      auto wrong = run_and_check(comm, c, &first);
-      RF_ASSERT_OK(wrong);
-      EXPECT_EQ(*wrong, 0u) << first;
+    tuner.record(*p, fed(*p));
+  }
+  ASSERT_TRUE(decided.has_value()) << "no decision after the trial's calls";
+  auto o = tuner.outcome(CollectiveKind::kReduceScatter, bytes);
+  ASSERT_TRUE(o.has_value());
+  const std::string what = Tuner::describe(CollectiveKind::kReduceScatter, *o);
+  EXPECT_EQ(o->winner, Algorithm::kRabenseifner) << what;
+  EXPECT_EQ(*decided, Algorithm::kRabenseifner) << what;
+  EXPECT_EQ(o->trials, kTrials) << what;
+  for (size_t c = 0; c < o->candidates.size(); ++c) {
+    EXPECT_EQ(timed[o->candidates[c]], kTrials) << algorithm_name(o->candidates[c]);
+    // The medians: the disturbed call moved neither.
+    if (o->candidates[c] == Algorithm::kRabenseifner) {
+      EXPECT_EQ(o->nanos[c], 34800000) << what;
     }
-    auto o = comm.tuned(CollectiveKind::kReduceScatter, recv_count, DataType::kF32);
-    EXPECT_TRUE(o.has_value());
-    if (o) {
-      EXPECT_NE(o->winner, Algorithm::kRecursiveDoubling)
-          << Tuner::describe(CollectiveKind::kReduceScatter, *o);
-      if (rank == 0) {
-        std::fprintf(stderr, "%s\n", Tuner::describe(CollectiveKind::kReduceScatter, *o).c_str());
-      }
+    if (o->candidates[c] == Algorithm::kRecursiveDoubling) {
+      EXPECT_EQ(o->nanos[c], 54500000) << what;
     }
-    return 0;
-  });
-  if (r.skipped) GTEST_SKIP() << r.message;
-  ASSERT_TRUE(r.ok) << r.message;
+  }
+  // The bucket keeps it: the next call is no trial.
+  auto next = tuner.pick(CollectiveKind::kReduceScatter, bytes, model, deadline, agree);
+  ASSERT_TRUE(next.is_ok());
+  EXPECT_EQ(next->algo, Algorithm::kRabenseifner);
+  EXPECT_EQ(next->entry, nullptr);
 }
 
 }  // namespace
