@@ -43,12 +43,14 @@ struct Column {
 // Every rank out of MPI's last call with its messages gone, before a column
 // that waits outside MPI (rdmaflow, Gloo, the plain sockets). Open MPI counts
 // a small (eager) send done once it is queued, and a queued fragment leaves
-// only while its rank calls into MPI: a rank whose MPI_Reduce message found
-// its socket still full of the MPI column's last bytes returned with it
-// queued, went on into the plain sockets' ring and waited for rank 0, which
-// waited in MPI_Reduce for that message (8 x 1 at 64 MiB, 2026-11-28: ranks 1,
-// 3 and 5 saw nothing from 0, 2 and 4 for 60 s). In a barrier every rank
-// calls into MPI until all have come, so what each was waiting for has left.
+// only while its rank calls into MPI. So a rank whose MPI_Reduce message
+// found its socket still full of the MPI column's last bytes can return with
+// it queued and wait in the next column for a peer that waits in MPI_Reduce
+// for that message. That is how we read the 8 x 1 hang at 64 MiB
+// (2026-11-28): after Open MPI's column, ranks 1, 3 and 5 saw nothing from
+// 0, 2 and 4 (their parents in the reduce) in the plain sockets' ring for 60
+// s. In a barrier every rank calls into MPI until all have come, so what
+// each was waiting for has left.
 inline void settle_mpi() {
   MPI_Barrier(MPI_COMM_WORLD);
 }
