@@ -102,7 +102,8 @@ def ring_ceiling(d):
     hosts, ranks = d.get("host_count", 0), d.get("ranks", 0)
     own_hosts = hosts >= 2 and hosts == ranks
     loopback = (hosts == 1 and ranks >= 2 and d.get("direct_peers", 1) == 0
-                and all(p.get("medium") == "socket" for p in d.get("rank0_peers", [{}])))
+                and all(isinstance(p, dict) and p.get("medium") == "socket"
+                        for p in d.get("rank0_peers", [{}])))
     if not (own_hosts or loopback):
         return None
     return d.get("socket_ring", {}).get("MBps")
@@ -201,7 +202,7 @@ def iperf_ring_line(d, iperf, link_MBps, bw):
     iperf-ring.json): what the standard tool moved per host with every host
     sending to the next at once, beside the run's busbw `bw` (MB/s). "" where
     the run is not one rank on each of those hosts."""
-    if not iperf or d.get("host_count") != d.get("ranks") or \
+    if not isinstance(iperf, dict) or d.get("host_count") != d.get("ranks") or \
             sorted(iperf.get("hosts", [])) != sorted(set(d.get("hosts", []))):
         return ""
     rates = [f.get("MBps") for f in iperf.get("flows", []) if isinstance(f, dict)]
