@@ -89,7 +89,7 @@ def link_bound(d, link_MBps):
     return lambda size: 2 * (hosts - 1) / hosts * size / link_MBps  # bytes / (MB/s) = us
 
 
-def ring_ceiling(d):
+def socket_ring_rate(d):
     """What plain TCP sockets moved per rank in a ring in run `d` (coll_bench
     --socket-ring: every rank sending to the next and receiving from the
     previous at once), in MB/s, where every byte an allreduce's busbw counts
@@ -165,7 +165,7 @@ def allreduce_table(rep, title, d, refs, top, bound=None):
                 floor = (floor + "; " if floor else "") + (
                     "below the link's bound of %.1f us (every host sends and receives 2(H-1)/H of "
                     "the buffer): no schedule reaches it" % least)
-            ceiling = ring_ceiling(d)
+            ceiling = socket_ring_rate(d)
             need_bw = 1.2 * best_ref * 1000  # MB/s
             if ceiling and need_bw > ceiling:
                 floor = (floor + "; " if floor else "") + (
